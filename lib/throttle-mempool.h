@@ -1,0 +1,64 @@
+/* nbdkit-throttle: a preallocated pool of fixed-size buffers.
+ *
+ * Modelled on the kernel's mempool (mm/mempool.c), but the reserve is
+ * the whole pool: every element is allocated, prefaulted and (optionally)
+ * locked at creation, so that taking one under memory pressure never
+ * faults in a page or calls the allocator.  Buffers are page-aligned, so
+ * they can be used for O_DIRECT.
+ *
+ * Waiters are served in FIFO order: a freed buffer is handed straight
+ * to the oldest waiter, so a later caller can never take it first.
+ * No function here allocates memory after throttle_mempool_create.
+ */
+
+#ifndef THROTTLE_MEMPOOL_H
+#define THROTTLE_MEMPOOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "throttle-budget.h"   /* throttle_cancel_fn */
+
+struct throttle_mempool;
+
+/* Create a pool of 'nr' buffers of 'size' bytes (rounded up to the page
+ * size).  If 'lock' is true the pool is mlock'd; failure to lock is an
+ * error (errno set, e.g. EPERM or ENOMEM from RLIMIT_MEMLOCK).  Returns
+ * NULL on error with errno set (EINVAL if nr or size is 0, ENOMEM if
+ * nr * size overflows or cannot be mapped).
+ */
+extern struct throttle_mempool *throttle_mempool_create (size_t nr, size_t size,
+                                                         bool lock);
+/* Unmaps everything.  The caller ensures nobody waits or holds a buffer. */
+extern void throttle_mempool_destroy (struct throttle_mempool *pool);
+
+/* Take a buffer, waiting while none is free.  Returns NULL if the wait
+ * was cancelled (by 'cancel' or throttle_mempool_shutdown).  'cancel'
+ * is called outside the pool's lock every 'poll_ms' milliseconds (0
+ * means 100) while waiting; with cancel NULL only shutdown ends a wait.
+ */
+extern void *throttle_mempool_alloc (struct throttle_mempool *pool,
+                                     throttle_cancel_fn cancel, void *opaque,
+                                     unsigned poll_ms);
+/* Take a buffer only if one is free now; NULL otherwise (and after
+ * shutdown).
+ */
+extern void *throttle_mempool_try_alloc (struct throttle_mempool *pool);
+/* Give a buffer back (it goes to the oldest waiter, if any).  Freeing a
+ * pointer that is not a buffer of this pool, or a buffer that is not
+ * held, aborts: it is a bug that would otherwise hand one buffer to two
+ * holders.
+ */
+extern void throttle_mempool_free (struct throttle_mempool *pool, void *buf);
+/* Fail every current and future wait.  Buffers can still be freed. */
+extern void throttle_mempool_shutdown (struct throttle_mempool *pool);
+
+extern size_t throttle_mempool_size (const struct throttle_mempool *pool);   /* element size */
+extern size_t throttle_mempool_nr (const struct throttle_mempool *pool);
+extern size_t throttle_mempool_in_use (struct throttle_mempool *pool);
+extern size_t throttle_mempool_waiters (struct throttle_mempool *pool);
+/* Bytes mlock'd by this pool (buffers and bookkeeping), 0 if unlocked. */
+extern size_t throttle_mempool_bytes_locked (const struct throttle_mempool *pool);
+
+#endif /* THROTTLE_MEMPOOL_H */

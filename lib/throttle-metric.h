@@ -1,0 +1,30 @@
+/* nbdkit-throttle: built-in metrics and loading user metrics. */
+
+#ifndef THROTTLE_METRIC_H
+#define THROTTLE_METRIC_H
+
+#include <stddef.h>
+
+#include "nbdkit-throttle-metric.h"
+
+#define THROTTLE_PAGE_SIZE 4096
+
+struct throttle_metric {
+  const char *name;           /* "bytes", "pages", "requests" or the path */
+  throttle_metric_fn *fn;
+  void *dl;                   /* dlopen handle of a user metric, or NULL */
+};
+
+/* Look up a built-in metric by name, or load a user metric if 'spec'
+ * contains a '/'.  On error returns -1 and writes a message naming what
+ * was wrong into err[0..errlen-1].
+ */
+extern int throttle_metric_load (const char *spec, struct throttle_metric *m,
+                                 char *err, size_t errlen);
+extern void throttle_metric_unload (struct throttle_metric *m);
+
+extern throttle_metric_fn throttle_metric_bytes;
+extern throttle_metric_fn throttle_metric_pages;
+extern throttle_metric_fn throttle_metric_requests;
+
+#endif /* THROTTLE_METRIC_H */
