@@ -1,0 +1,353 @@
+/* nbdkit-throttle filter: bound the units in flight per export.
+ *
+ * Every data request is charged by the metric before it is passed
+ * down and credited when the plugin returns, so at no instant does an
+ * export have more than its capacity in flight at the plugin.  That
+ * bound is what lets a preallocated reserve (a locked pool, a pre-grown
+ * heap) always suffice for the writeout path of a locally attached
+ * device.  See nbdkit-throttle-filter(1).
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nbdkit-filter.h>
+
+#include "throttle.h"
+#include "throttle-export.h"
+
+/* -D throttle.verbose=1: log every admission that waited, and every
+ * charge.
+ */
+NBDKIT_DLL_PUBLIC int throttle_debug_verbose = 0;
+
+struct throttle_config throttle_config;
+static const char *metric_spec = "bytes";
+
+/* Default capacity per metric: 16 MiB of payload, or the pages and
+ * requests of about that much at the kernel's usual 256 KiB request.
+ */
+static uint64_t
+default_capacity (void)
+{
+  if (throttle_config.metric.fn == throttle_metric_pages)
+    return 4096;
+  if (throttle_config.metric.fn == throttle_metric_requests)
+    return 64;
+  return 16 * 1024 * 1024;
+}
+
+static int
+parse_bool_param (const char *key, const char *value, bool *out)
+{
+  int r = nbdkit_parse_bool (value);
+
+  if (r == -1) {
+    nbdkit_error ("%s=%s: expected true or false", key, value);
+    return -1;
+  }
+  *out = r;
+  return 0;
+}
+
+static int
+throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
+                     const char *key, const char *value)
+{
+  if (strcmp (key, "throttle-capacity") == 0) {
+    int64_t r;
+
+    /* nbdkit_parse_size accepts "-1" as 0 - 1 nowhere, but be explicit
+     * so the message names the parameter whatever it printed.
+     */
+    if (value[0] == '-') {
+      nbdkit_error ("throttle-capacity=%s: must be a positive size "
+                    "(e.g. 64M)", value);
+      return -1;
+    }
+    r = nbdkit_parse_size (value);
+    if (r == -1) {
+      nbdkit_error ("throttle-capacity=%s: not a size (e.g. 16M, 4096)",
+                    value);
+      return -1;
+    }
+    if (r == 0) {
+      nbdkit_error ("throttle-capacity=%s: must be greater than 0: "
+                    "a zero capacity would admit nothing", value);
+      return -1;
+    }
+    throttle_config.capacity = r;
+    return 0;
+  }
+  else if (strcmp (key, "throttle-metric") == 0) {
+    if (value[0] == '\0') {
+      nbdkit_error ("throttle-metric: empty value: expected bytes, pages, "
+                    "requests or the path of a shared object");
+      return -1;
+    }
+    metric_spec = value;
+    return 0;
+  }
+  else if (strcmp (key, "throttle-reads") == 0)
+    return parse_bool_param (key, value, &throttle_config.charge_reads);
+  else if (strncmp (key, "throttle-", 9) == 0) {
+    /* A typo must not reach the plugin as an unknown parameter with
+     * a confusing message from it.
+     */
+    nbdkit_error ("unknown parameter %s: see nbdkit-throttle-filter(1)", key);
+    return -1;
+  }
+
+  return next (nxdata, key, value);
+}
+
+static int
+throttle_config_complete (nbdkit_next_config_complete *next,
+                          nbdkit_backend *nxdata)
+{
+  char err[512];
+
+  if (throttle_metric_load (metric_spec, &throttle_config.metric,
+                            err, sizeof err) == -1) {
+    nbdkit_error ("throttle-metric: %s", err);
+    return -1;
+  }
+  if (throttle_config.capacity == 0)
+    throttle_config.capacity = default_capacity ();
+  nbdkit_debug ("throttle: capacity %" PRIu64 " units, metric %s, reads %s",
+                throttle_config.capacity, throttle_config.metric.name,
+                throttle_config.charge_reads ? "charged" : "free");
+
+  return next (nxdata);
+}
+
+#define throttle_config_help \
+  "throttle-capacity=SIZE      Units allowed in flight per export\n" \
+  "                            (default 16M for bytes).\n" \
+  "throttle-metric=bytes|pages|requests|/path/metric.so\n" \
+  "                            How requests are charged (default bytes).\n" \
+  "throttle-reads=true|false   Charge reads too (default false)."
+
+static void
+print_summary (struct throttle_export *exp, void *opaque)
+{
+  struct throttle_stats s;
+
+  throttle_budget_get_stats (&exp->budget, &s);
+  nbdkit_debug ("throttle: summary export=\"%s\" capacity=%" PRIu64
+                " in_flight=%" PRIu64 " peak=%" PRIu64
+                " charged=%" PRIu64 " admitted=%" PRIu64
+                " waited=%" PRIu64 " cancelled=%" PRIu64
+                " clamped=%" PRIu64
+                " wait_total_ms=%.3f wait_max_ms=%.3f",
+                exp->name, s.capacity, s.in_flight, s.peak, s.charged,
+                s.admitted, s.waited, s.cancelled, s.clamped,
+                s.wait_ns_total / 1e6, s.wait_ns_max / 1e6);
+}
+
+static void
+throttle_unload (void)
+{
+  throttle_export_foreach (print_summary, NULL);
+  throttle_export_free_all ();
+  throttle_metric_unload (&throttle_config.metric);
+}
+
+bool
+throttle_cancelled (void *opaque)
+{
+  /* A zero-length sleep returns -1 at once if nbdkit is shutting
+   * down or this thread's client has gone.
+   */
+  return nbdkit_nanosleep (0, 1) == -1;
+}
+
+struct throttle_handle {
+  struct throttle_export *exp;
+};
+
+static void *
+throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
+               int readonly, const char *exportname, int is_tls)
+{
+  struct throttle_handle *h;
+
+  if (next (nxdata, readonly, exportname) == -1)
+    return NULL;
+
+  h = malloc (sizeof *h);
+  if (h == NULL) {
+    nbdkit_error ("malloc: %m");
+    return NULL;
+  }
+  h->exp = throttle_export_get (exportname, throttle_config.capacity);
+  if (h->exp == NULL) {
+    nbdkit_error ("throttle: cannot create the budget of export \"%s\": %m",
+                  exportname);
+    free (h);
+    return NULL;
+  }
+  return h;
+}
+
+static void
+throttle_close (void *handle)
+{
+  free (handle);
+}
+
+static const char *
+op_name (enum throttle_op op)
+{
+  switch (op) {
+  case THROTTLE_OP_READ: return "read";
+  case THROTTLE_OP_WRITE: return "write";
+  case THROTTLE_OP_ZERO: return "zero";
+  case THROTTLE_OP_TRIM: return "trim";
+  default: return "other";
+  }
+}
+
+static uint32_t
+map_flags (uint32_t flags)
+{
+  return (flags & NBDKIT_FLAG_FUA ? THROTTLE_FLAG_FUA : 0) |
+    (flags & NBDKIT_FLAG_MAY_TRIM ? THROTTLE_FLAG_MAY_TRIM : 0) |
+    (flags & NBDKIT_FLAG_FAST_ZERO ? THROTTLE_FLAG_FAST_ZERO : 0) |
+    (flags & NBDKIT_FLAG_REQ_ONE ? THROTTLE_FLAG_REQ_ONE : 0);
+}
+
+/* Charge a request, waiting for credit.  On success *charged holds the
+ * units to credit back, exactly once, when the plugin has returned.
+ */
+static int
+admit (struct throttle_handle *h, enum throttle_op op,
+       uint32_t count, uint64_t offset, uint32_t flags,
+       uint64_t *charged, int *err)
+{
+  const struct throttle_request req = {
+    .op = op, .count = count, .offset = offset, .flags = map_flags (flags),
+    .exportname = h->exp->name,
+  };
+  struct throttle_budget *b = &h->exp->budget;
+  uint64_t need;
+
+  *charged = 0;
+  need = throttle_config.metric.fn (&req);
+  if (need == 0)
+    return 0;
+
+  if (throttle_budget_try_charge (b, need, charged) == 0) {
+    if (throttle_debug_verbose)
+      nbdkit_debug ("throttle: admit %s count=%" PRIu32 " offset=%" PRIu64
+                    " units=%" PRIu64, op_name (op), count, offset, *charged);
+    return 0;
+  }
+
+  if (throttle_debug_verbose)
+    nbdkit_debug ("throttle: wait %s count=%" PRIu32 " offset=%" PRIu64
+                  " units=%" PRIu64, op_name (op), count, offset, need);
+  if (throttle_budget_charge (b, need, throttle_cancelled, NULL,
+                              THROTTLE_POLL_MS, charged) == -1) {
+    nbdkit_error ("throttle: %s of %" PRIu32 " bytes at %" PRIu64
+                  " abandoned while waiting for credit: "
+                  "server shutting down or client gone",
+                  op_name (op), count, offset);
+    *err = ESHUTDOWN;
+    return -1;
+  }
+  if (throttle_debug_verbose)
+    nbdkit_debug ("throttle: admit %s count=%" PRIu32 " offset=%" PRIu64
+                  " units=%" PRIu64 " after waiting",
+                  op_name (op), count, offset, *charged);
+  return 0;
+}
+
+static void
+done (struct throttle_handle *h, uint64_t charged)
+{
+  throttle_budget_credit (&h->exp->budget, charged);
+}
+
+static int
+throttle_pread (nbdkit_next *next, void *handle, void *buf,
+                uint32_t count, uint64_t offset, uint32_t flags, int *err)
+{
+  struct throttle_handle *h = handle;
+  uint64_t charged = 0;
+  int r;
+
+  if (throttle_config.charge_reads &&
+      admit (h, THROTTLE_OP_READ, count, offset, flags, &charged, err) == -1)
+    return -1;
+  r = next->pread (next, buf, count, offset, flags, err);
+  done (h, charged);
+  return r;
+}
+
+static int
+throttle_pwrite (nbdkit_next *next, void *handle, const void *buf,
+                 uint32_t count, uint64_t offset, uint32_t flags, int *err)
+{
+  struct throttle_handle *h = handle;
+  uint64_t charged;
+  int r;
+
+  if (admit (h, THROTTLE_OP_WRITE, count, offset, flags, &charged, err) == -1)
+    return -1;
+  r = next->pwrite (next, buf, count, offset, flags, err);
+  done (h, charged);
+  return r;
+}
+
+static int
+throttle_zero (nbdkit_next *next, void *handle,
+               uint32_t count, uint64_t offset, uint32_t flags, int *err)
+{
+  struct throttle_handle *h = handle;
+  uint64_t charged;
+  int r;
+
+  if (admit (h, THROTTLE_OP_ZERO, count, offset, flags, &charged, err) == -1)
+    return -1;
+  r = next->zero (next, count, offset, flags, err);
+  done (h, charged);
+  return r;
+}
+
+static int
+throttle_trim (nbdkit_next *next, void *handle,
+               uint32_t count, uint64_t offset, uint32_t flags, int *err)
+{
+  struct throttle_handle *h = handle;
+  uint64_t charged;
+  int r;
+
+  if (admit (h, THROTTLE_OP_TRIM, count, offset, flags, &charged, err) == -1)
+    return -1;
+  r = next->trim (next, count, offset, flags, err);
+  done (h, charged);
+  return r;
+}
+
+static struct nbdkit_filter filter = {
+  .name              = "throttle",
+  .longname          = "nbdkit throttle filter",
+  .unload            = throttle_unload,
+  .config            = throttle_config_key,
+  .config_complete   = throttle_config_complete,
+  .config_help       = throttle_config_help,
+  .open              = throttle_open,
+  .close             = throttle_close,
+  .pread             = throttle_pread,
+  .pwrite            = throttle_pwrite,
+  .zero              = throttle_zero,
+  .trim              = throttle_trim,
+};
+
+NBDKIT_REGISTER_FILTER (filter)

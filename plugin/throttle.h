@@ -1,0 +1,30 @@
+/* nbdkit-throttle filter: what the filter's files share. */
+
+#ifndef THROTTLE_H
+#define THROTTLE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "throttle-budget.h"
+#include "throttle-metric.h"
+
+/* -D throttle.verbose=1 */
+extern int throttle_debug_verbose;
+
+/* Configuration, fixed after config_complete. */
+struct throttle_config {
+  uint64_t capacity;          /* 0 = the metric's default */
+  struct throttle_metric metric;
+  bool charge_reads;
+};
+extern struct throttle_config throttle_config;
+
+/* How often a waiter checks whether the server is shutting down or
+ * its client has gone.  SIGTERM must end every wait well within 5 s.
+ */
+#define THROTTLE_POLL_MS 100
+
+extern bool throttle_cancelled (void *opaque);
+
+#endif /* THROTTLE_H */
