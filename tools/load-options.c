@@ -1,0 +1,333 @@
+/* Command line of throttle-load.  Every misuse exits with status 2 and
+ * a message that names the option and the value that was wrong.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "load.h"
+
+enum {
+  OPT_RANDOM = 256, OPT_SEQUENTIAL, OPT_VERIFY, OPT_JSON, OPT_PROGRESS,
+  OPT_OFFSET, OPT_SPAN, OPT_SEED, OPT_TIMEOUT, OPT_HISTOGRAM,
+};
+
+static const char short_opts[] = "c:q:b:r:t:n:U:H:p:e:hV";
+static const struct option long_opts[] = {
+  { "connections", required_argument, NULL, 'c' },
+  { "queue-depth", required_argument, NULL, 'q' },
+  { "block-size",  required_argument, NULL, 'b' },
+  { "read-ratio",  required_argument, NULL, 'r' },
+  { "random",      no_argument,       NULL, OPT_RANDOM },
+  { "sequential",  no_argument,       NULL, OPT_SEQUENTIAL },
+  { "duration",    required_argument, NULL, 't' },
+  { "bytes",       required_argument, NULL, 'n' },
+  { "offset",      required_argument, NULL, OPT_OFFSET },
+  { "span",        required_argument, NULL, OPT_SPAN },
+  { "seed",        required_argument, NULL, OPT_SEED },
+  { "timeout",     required_argument, NULL, OPT_TIMEOUT },
+  { "verify",      no_argument,       NULL, OPT_VERIFY },
+  { "json",        no_argument,       NULL, OPT_JSON },
+  { "progress",    no_argument,       NULL, OPT_PROGRESS },
+  { "histogram",   required_argument, NULL, OPT_HISTOGRAM },
+  { "unix",        required_argument, NULL, 'U' },
+  { "host",        required_argument, NULL, 'H' },
+  { "port",        required_argument, NULL, 'p' },
+  { "export",      required_argument, NULL, 'e' },
+  { "help",        no_argument,       NULL, 'h' },
+  { "version",     no_argument,       NULL, 'V' },
+  { NULL }
+};
+
+static void
+usage (FILE *fp)
+{
+  fprintf (fp,
+"Usage: throttle-load [OPTIONS] URI\n"
+"       throttle-load [OPTIONS] --unix PATH | --host HOST [--port PORT]\n"
+"Drive an NBD server with asynchronous requests and report throughput,\n"
+"latency percentiles and fairness across connections.\n"
+"\n"
+"  -c, --connections N     connections to open (default 1)\n"
+"  -q, --queue-depth N     requests in flight per connection (default 16)\n"
+"  -b, --block-size SIZE   request size, or a weighted mix: 4k:95,1M:5\n"
+"                          (multiples of 512; default 4k)\n"
+"  -r, --read-ratio PCT    percentage of reads, 0..100 (default 0)\n"
+"      --random            random aligned offsets (default)\n"
+"      --sequential        each connection walks its own slice in order\n"
+"  -t, --duration SECS     run this long (default 10)\n"
+"  -n, --bytes SIZE        or transfer this much in total, then stop\n"
+"      --offset SIZE       start of the area used (default 0)\n"
+"      --span SIZE         length of the area used (default: to the end)\n"
+"      --seed N            random seed (default: from the clock)\n"
+"      --timeout SECS      fail if no reply comes for SECS (default 30)\n"
+"      --verify            write a checkable pattern, check every read,\n"
+"                          then read back everything written\n"
+"      --json              print the report as JSON\n"
+"      --progress          print a progress line every second on stderr\n"
+"      --histogram FILE    write the latency distribution (CDF) to FILE\n"
+"  -U, --unix PATH         connect to a Unix socket\n"
+"  -H, --host HOST         connect over TCP (with --port, default 10809)\n"
+"  -e, --export NAME       export name (default \"\")\n"
+"  -h, --help, -V, --version\n"
+"\n"
+"Sizes take the suffixes k, M, G (powers of 1024).  Exit status: 0 on\n"
+"success, 1 if the run failed (connection, request or verify error),\n"
+"2 on a usage error.\n");
+}
+
+static void __attribute__ ((noreturn, format (printf, 1, 2)))
+bad (const char *fmt, ...)
+{
+  va_list ap;
+
+  fprintf (stderr, "throttle-load: ");
+  va_start (ap, fmt);
+  vfprintf (stderr, fmt, ap);
+  va_end (ap);
+  fprintf (stderr, "\nTry 'throttle-load --help' for more information.\n");
+  exit (2);
+}
+
+int
+load_parse_size (const char *s, uint64_t *r)
+{
+  char *end;
+  unsigned long long v;
+  unsigned shift = 0;
+
+  if (*s < '0' || *s > '9')
+    return -1;
+  errno = 0;
+  v = strtoull (s, &end, 10);
+  if (errno)
+    return -1;
+  switch (*end) {
+  case '\0': break;
+  case 'b': case 'B': end++; break;
+  case 'k': case 'K': shift = 10; end++; break;
+  case 'm': case 'M': shift = 20; end++; break;
+  case 'g': case 'G': shift = 30; end++; break;
+  case 't': case 'T': shift = 40; end++; break;
+  default: return -1;
+  }
+  /* Accept "4KiB" and "4KB" too, as people type them. */
+  if (shift && (strcmp (end, "iB") == 0 || strcmp (end, "B") == 0))
+    end += strlen (end);
+  if (*end != '\0')
+    return -1;
+  if (shift && v > (UINT64_MAX >> shift))
+    return -1;
+  *r = (uint64_t) v << shift;
+  return 0;
+}
+
+static unsigned
+parse_uint (const char *opt, const char *s, unsigned min, unsigned max)
+{
+  char *end;
+  unsigned long v;
+
+  errno = 0;
+  v = strtoul (s, &end, 10);
+  if (*s < '0' || *s > '9' || *end != '\0' || errno || v < min || v > max)
+    bad ("%s: '%s' is not a whole number between %u and %u", opt, s, min, max);
+  return v;
+}
+
+static double
+parse_seconds (const char *opt, const char *s)
+{
+  char *end;
+  double v;
+
+  errno = 0;
+  v = strtod (s, &end);
+  if (end == s || *end != '\0' || errno || !isfinite (v) || v <= 0 || v > 1e6)
+    bad ("%s: '%s' is not a number of seconds (0 < SECS <= 1000000)", opt, s);
+  return v;
+}
+
+static uint64_t
+parse_size_opt (const char *opt, const char *s)
+{
+  uint64_t v;
+
+  if (load_parse_size (s, &v) == -1)
+    bad ("%s: '%s' is not a size (examples: 4096, 4k, 1M, 2G)", opt, s);
+  return v;
+}
+
+/* "4k" or "4k:95,1M:5". */
+static void
+parse_mix (const char *s, struct load_config *cfg)
+{
+  char *copy = strdup (s), *save = NULL, *item;
+
+  if (copy == NULL) {
+    perror ("strdup");
+    exit (1);
+  }
+  cfg->nr_sizes = 0;
+  cfg->weight_total = 0;
+  for (item = strtok_r (copy, ",", &save); item;
+       item = strtok_r (NULL, ",", &save)) {
+    char *colon = strchr (item, ':');
+    unsigned weight = 1, i;
+    uint64_t size;
+
+    if (colon) {
+      *colon = '\0';
+      weight = parse_uint ("--block-size weight", colon + 1, 1, 1000000);
+    }
+    if (load_parse_size (item, &size) == -1)
+      bad ("--block-size: '%s' is not a size (examples: 4k, 64k, 1M)", item);
+    if (size == 0 || size % 512 != 0)
+      bad ("--block-size: %s is not a positive multiple of 512", item);
+    if (size > LOAD_MAX_BLOCK)
+      bad ("--block-size: %s is larger than the NBD limit of 32M", item);
+    for (i = 0; i < cfg->nr_sizes; i++)
+      if (cfg->sizes[i].size == size)
+        bad ("--block-size: size %s is listed twice", item);
+    if (cfg->nr_sizes == LOAD_MAX_SIZES)
+      bad ("--block-size: at most %d different sizes", LOAD_MAX_SIZES);
+    cfg->sizes[cfg->nr_sizes].size = size;
+    cfg->sizes[cfg->nr_sizes].weight = weight;
+    cfg->nr_sizes++;
+    cfg->weight_total += weight;
+  }
+  free (copy);
+  if (cfg->nr_sizes == 0)
+    bad ("--block-size: '%s' names no size", s);
+}
+
+void
+load_parse_args (int argc, char **argv, struct load_config *cfg)
+{
+  int c;
+  bool have_duration = false, have_pattern = false;
+  struct timespec ts;
+
+  memset (cfg, 0, sizeof *cfg);
+  cfg->connections = 1;
+  cfg->queue_depth = 16;
+  cfg->sizes[0].size = 4096;
+  cfg->sizes[0].weight = 1;
+  cfg->nr_sizes = 1;
+  cfg->weight_total = 1;
+  cfg->duration = 10;
+  cfg->timeout = 30;
+  cfg->export_name = "";
+  clock_gettime (CLOCK_REALTIME, &ts);
+  cfg->seed = (uint64_t) ts.tv_sec * 1000000007u + ts.tv_nsec;
+
+  while ((c = getopt_long (argc, argv, short_opts, long_opts, NULL)) != -1) {
+    switch (c) {
+    case 'c':
+      cfg->connections = parse_uint ("--connections", optarg,
+                                     1, LOAD_MAX_CONNECTIONS);
+      break;
+    case 'q':
+      cfg->queue_depth = parse_uint ("--queue-depth", optarg,
+                                     1, LOAD_MAX_QUEUE_DEPTH);
+      break;
+    case 'b':
+      parse_mix (optarg, cfg);
+      break;
+    case 'r':
+      cfg->read_pct = parse_uint ("--read-ratio", optarg, 0, 100);
+      break;
+    case OPT_RANDOM:
+    case OPT_SEQUENTIAL:
+      if (have_pattern && cfg->sequential != (c == OPT_SEQUENTIAL))
+        bad ("--random and --sequential exclude each other");
+      have_pattern = true;
+      cfg->sequential = c == OPT_SEQUENTIAL;
+      break;
+    case 't':
+      cfg->duration = parse_seconds ("--duration", optarg);
+      have_duration = true;
+      break;
+    case 'n':
+      cfg->bytes = parse_size_opt ("--bytes", optarg);
+      if (cfg->bytes == 0)
+        bad ("--bytes: must be more than 0");
+      break;
+    case OPT_OFFSET:
+      cfg->offset = parse_size_opt ("--offset", optarg);
+      break;
+    case OPT_SPAN:
+      cfg->span = parse_size_opt ("--span", optarg);
+      if (cfg->span == 0)
+        bad ("--span: must be more than 0");
+      break;
+    case OPT_SEED:
+      cfg->seed = parse_uint ("--seed", optarg, 0, UINT_MAX);
+      break;
+    case OPT_TIMEOUT:
+      cfg->timeout = parse_seconds ("--timeout", optarg);
+      break;
+    case OPT_VERIFY:
+      cfg->verify = true;
+      break;
+    case OPT_JSON:
+      cfg->json = true;
+      break;
+    case OPT_PROGRESS:
+      cfg->progress = true;
+      break;
+    case OPT_HISTOGRAM:
+      cfg->histogram_file = optarg;
+      break;
+    case 'U':
+      cfg->unix_path = optarg;
+      break;
+    case 'H':
+      cfg->host = optarg;
+      break;
+    case 'p':
+      parse_uint ("--port", optarg, 1, 65535);
+      cfg->port = optarg;
+      break;
+    case 'e':
+      cfg->export_name = optarg;
+      break;
+    case 'h':
+      usage (stdout);
+      exit (0);
+    case 'V':
+      printf ("throttle-load %s\n", PACKAGE_VERSION);
+      exit (0);
+    default:
+      /* getopt_long has already said what was wrong. */
+      fprintf (stderr, "Try 'throttle-load --help' for more information.\n");
+      exit (2);
+    }
+  }
+
+  if (optind < argc)
+    cfg->uri = argv[optind++];
+  if (optind < argc)
+    bad ("unexpected argument '%s' (only one URI)", argv[optind]);
+  if (!!cfg->uri + !!cfg->unix_path + !!cfg->host != 1)
+    bad ("name exactly one server: a URI, --unix PATH or --host HOST");
+  if (cfg->port && !cfg->host)
+    bad ("--port needs --host");
+  if (cfg->uri && strcmp (cfg->export_name, "") != 0)
+    bad ("--export: the export name goes into the URI");
+  if (!cfg->port)
+    cfg->port = "10809";
+  if (cfg->bytes && have_duration)
+    bad ("--duration and --bytes exclude each other");
+  if (cfg->bytes)
+    cfg->duration = 0;
+}

@@ -1,0 +1,215 @@
+/* What a run measured: a table for people, JSON for scripts.
+ *
+ * Both print the same numbers.  A report of server-side statistics
+ * (e.g. read from throttle-control) belongs after the client-side
+ * sections, as its own "server" object in the JSON.
+ */
+
+#include <config.h>
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "load.h"
+
+/* Jain's index: (sum x)^2 / (n * sum x^2).  1 when every connection
+ * moved the same amount; 1/n when one moved everything.
+ */
+double
+load_fairness (const struct load_result *res)
+{
+  double sum = 0, sq = 0;
+  unsigned i;
+
+  for (i = 0; i < res->nr_conns; i++) {
+    double x = res->conns[i].bytes;
+    sum += x;
+    sq += x * x;
+  }
+  if (sq == 0)
+    return 0;
+  return sum * sum / (res->nr_conns * sq);
+}
+
+static double
+rate (uint64_t n, double secs)
+{
+  return secs > 0 ? n / secs : 0;
+}
+
+static double
+us (uint64_t ns)
+{
+  return ns / 1000.0;
+}
+
+static unsigned
+largest (const struct load_config *cfg)
+{
+  unsigned i, l = 0;
+
+  for (i = 1; i < cfg->nr_sizes; i++)
+    if (cfg->sizes[i].size > cfg->sizes[l].size)
+      l = i;
+  return l;
+}
+
+static void
+size_str (uint32_t size, char *buf, size_t n)
+{
+  if (size % (1024 * 1024) == 0)
+    snprintf (buf, n, "%" PRIu32 "M", size / (1024 * 1024));
+  else if (size % 1024 == 0)
+    snprintf (buf, n, "%" PRIu32 "k", size / 1024);
+  else
+    snprintf (buf, n, "%" PRIu32, size);
+}
+
+static void
+lat_row (FILE *fp, const char *name, const struct load_hist *h)
+{
+  if (h->count == 0)
+    return;
+  fprintf (fp, "  %-10s %10" PRIu64 " %10.1f %10.1f %10.1f %10.1f %10.1f\n",
+           name, h->count, us (h->sum_ns / h->count),
+           us (load_hist_quantile (h, 0.50)),
+           us (load_hist_quantile (h, 0.99)),
+           us (load_hist_quantile (h, 0.999)),
+           us (h->max_ns));
+}
+
+void
+load_report_human (const struct load_config *cfg,
+                   const struct load_result *res, FILE *fp)
+{
+  unsigned i, l = largest (cfg);
+  char s[32];
+
+  fprintf (fp, "elapsed %.3f s, %" PRIu64 " requests, %" PRIu64 " bytes "
+           "(%" PRIu64 " read, %" PRIu64 " written)\n",
+           res->elapsed, res->ops, res->bytes, res->read_bytes,
+           res->write_bytes);
+  fprintf (fp, "throughput %.2f MiB/s, %.0f IOPS\n\n",
+           rate (res->bytes, res->elapsed) / 1048576,
+           rate (res->ops, res->elapsed));
+
+  fprintf (fp, "  latency us %10s %10s %10s %10s %10s %10s\n",
+           "requests", "mean", "p50", "p99", "p99.9", "max");
+  lat_row (fp, "all", res->all);
+  lat_row (fp, "read", res->read);
+  lat_row (fp, "write", res->write);
+  if (cfg->nr_sizes > 1)
+    for (i = 0; i < cfg->nr_sizes; i++) {
+      size_str (cfg->sizes[i].size, s, sizeof s);
+      lat_row (fp, s, res->by_size[i]);
+    }
+  size_str (cfg->sizes[l].size, s, sizeof s);
+  fprintf (fp, "\nmax latency of the largest size (%s): %.1f us\n", s,
+           us (res->by_size[l]->max_ns));
+
+  fprintf (fp, "\n  connection %10s %14s %12s\n", "requests", "bytes", "MiB/s");
+  for (i = 0; i < res->nr_conns; i++)
+    fprintf (fp, "  %-10u %10" PRIu64 " %14" PRIu64 " %12.2f\n", i,
+             res->conns[i].ops, res->conns[i].bytes,
+             rate (res->conns[i].bytes, res->elapsed) / 1048576);
+  fprintf (fp, "fairness (Jain) %.4f over %u connections\n",
+           load_fairness (res), res->nr_conns);
+  if (cfg->verify)
+    fprintf (fp, "verify: %" PRIu64 " bytes checked, %" PRIu64
+             " bad blocks\n", res->verify_bytes, res->verify_mismatches);
+}
+
+static void
+json_str (FILE *fp, const char *s)
+{
+  fputc ('"', fp);
+  for (; *s; s++) {
+    unsigned char c = *s;
+    if (c == '"' || c == '\\')
+      fprintf (fp, "\\%c", c);
+    else if (c < 0x20)
+      fprintf (fp, "\\u%04x", c);
+    else
+      fputc (c, fp);
+  }
+  fputc ('"', fp);
+}
+
+static void
+json_lat (FILE *fp, const struct load_hist *h)
+{
+  fprintf (fp, "{\"count\": %" PRIu64 ", \"mean\": %.1f, \"p50\": %.1f, "
+           "\"p99\": %.1f, \"p99.9\": %.1f, \"max\": %.1f}",
+           h->count, h->count ? us (h->sum_ns / h->count) : 0,
+           us (load_hist_quantile (h, 0.50)),
+           us (load_hist_quantile (h, 0.99)),
+           us (load_hist_quantile (h, 0.999)), us (h->max_ns));
+}
+
+void
+load_report_json (const struct load_config *cfg,
+                  const struct load_result *res, FILE *fp)
+{
+  unsigned i, l = largest (cfg);
+
+  fprintf (fp, "{\n  \"status\": ");
+  json_str (fp, res->error[0] ? "error" : "ok");
+  if (res->error[0]) {
+    fprintf (fp, ",\n  \"error\": ");
+    json_str (fp, res->error);
+  }
+  fprintf (fp, ",\n  \"config\": {\"connections\": %u, \"queue_depth\": %u, "
+           "\"read_ratio\": %u, \"pattern\": \"%s\", ",
+           cfg->connections, cfg->queue_depth, cfg->read_pct,
+           cfg->sequential ? "sequential" : "random");
+  if (cfg->bytes)
+    fprintf (fp, "\"bytes\": %" PRIu64 ", ", cfg->bytes);
+  else
+    fprintf (fp, "\"duration\": %g, ", cfg->duration);
+  fprintf (fp, "\"verify\": %s, \"seed\": %" PRIu64 ", \"block_sizes\": [",
+           cfg->verify ? "true" : "false", cfg->seed);
+  for (i = 0; i < cfg->nr_sizes; i++)
+    fprintf (fp, "%s{\"size\": %" PRIu32 ", \"weight\": %u}", i ? ", " : "",
+             cfg->sizes[i].size, cfg->sizes[i].weight);
+  fprintf (fp, "]},\n");
+  fprintf (fp, "  \"export_size\": %" PRIu64 ",\n", res->export_size);
+  fprintf (fp, "  \"elapsed\": %.6f,\n", res->elapsed);
+  fprintf (fp, "  \"ops\": %" PRIu64 ", \"bytes\": %" PRIu64 ",\n",
+           res->ops, res->bytes);
+  fprintf (fp, "  \"read_ops\": %" PRIu64 ", \"read_bytes\": %" PRIu64 ", "
+           "\"write_ops\": %" PRIu64 ", \"write_bytes\": %" PRIu64 ",\n",
+           res->read_ops, res->read_bytes, res->write_ops, res->write_bytes);
+  fprintf (fp, "  \"throughput\": %.1f,\n", rate (res->bytes, res->elapsed));
+  fprintf (fp, "  \"iops\": %.1f,\n", rate (res->ops, res->elapsed));
+  fprintf (fp, "  \"latency_us\": ");
+  json_lat (fp, res->all);
+  fprintf (fp, ",\n  \"read_latency_us\": ");
+  json_lat (fp, res->read);
+  fprintf (fp, ",\n  \"write_latency_us\": ");
+  json_lat (fp, res->write);
+  fprintf (fp, ",\n  \"by_size\": [");
+  for (i = 0; i < cfg->nr_sizes; i++) {
+    fprintf (fp, "%s\n    {\"size\": %" PRIu32 ", \"latency_us\": ",
+             i ? "," : "", cfg->sizes[i].size);
+    json_lat (fp, res->by_size[i]);
+    fprintf (fp, "}");
+  }
+  fprintf (fp, "],\n");
+  fprintf (fp, "  \"largest_size\": %" PRIu32 ", "
+           "\"largest_size_max_latency_us\": %.1f,\n",
+           cfg->sizes[l].size, us (res->by_size[l]->max_ns));
+  fprintf (fp, "  \"connections\": [");
+  for (i = 0; i < res->nr_conns; i++)
+    fprintf (fp, "%s\n    {\"id\": %u, \"ops\": %" PRIu64 ", \"bytes\": %"
+             PRIu64 ", \"throughput\": %.1f}", i ? "," : "", i,
+             res->conns[i].ops, res->conns[i].bytes,
+             rate (res->conns[i].bytes, res->elapsed));
+  fprintf (fp, "],\n");
+  fprintf (fp, "  \"fairness\": %.6f,\n", load_fairness (res));
+  fprintf (fp, "  \"verify\": {\"enabled\": %s, \"bytes\": %" PRIu64
+           ", \"mismatches\": %" PRIu64 "}\n",
+           cfg->verify ? "true" : "false", res->verify_bytes,
+           res->verify_mismatches);
+  fprintf (fp, "}\n");
+}
