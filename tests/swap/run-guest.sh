@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# Boots one swap-over-NBD test guest and classifies the run.
+#
+#   run-guest.sh [-w WORKDIR] [-l LOG] [-n BOOT] CONFIG
+#
+# CONFIG is a name from common.sh.  WORKDIR holds initramfs.cpio.gz
+# (built by build-initramfs.sh when missing) and the guest's disk while it
+# runs.  The serial console goes to LOG (default WORKDIR/CONFIG.BOOT.log).
+# Prints one line:
+#
+#   RESULT cfg=C boot=N status=pass|fail writeout=0|1 swapin=0|1 hung=0|1
+#          reason=R wo=SECS si=SECS total=SECS guards=ok|missing|n/a
+#          swapout_mib=M swapin_mib=M log=LOG
+#
+# and exits 0 when the boot passed: both phases completed and verified,
+# the guest really swapped, and (for configs with thr.guards=1) every
+# nbdkit thread carried PF_MEMALLOC_NOIO and PF_LOCAL_THROTTLE with locked
+# memory.  "hung" means the guest's hung-task detector panicked it, or the
+# host gave up: no console output for $SWAP_STALL seconds or no end after
+# $SWAP_TIMEOUT seconds; then a sysrq-t task dump is taken through the
+# qemu monitor before qemu is killed, so the log shows where every thread
+# waits.
+#
+# Environment: SWAP_TIMEOUT (default 420), SWAP_STALL (90), SWAP_MEM
+# (guest MiB, 192), SWAP_DISK_MIB (512), SWAP_EXTRA_APPEND (more kernel
+# arguments, e.g. thr.hungsecs=30), THROTTLE_FILTER, THROTTLE_DISK_PLUGIN
+# (used when the initramfs has to be built).
+
+set -uo pipefail
+
+srcdir=$(cd "$(dirname "$0")" && pwd)
+. "$srcdir/common.sh"
+
+work= log= boot=1
+while getopts w:l:n: opt; do
+    case $opt in
+        w) work=$OPTARG ;;
+        l) log=$OPTARG ;;
+        n) boot=$OPTARG ;;
+        *) echo "usage: run-guest.sh [-w WORKDIR] [-l LOG] [-n BOOT] CONFIG" >&2; exit 2 ;;
+    esac
+done
+shift $((OPTIND - 1))
+cfg=${1:?usage: run-guest.sh [-w WORKDIR] [-l LOG] [-n BOOT] CONFIG}
+args=$(swap_config "$cfg" args) || { echo "run-guest: unknown config $cfg" >&2; exit 2; }
+
+work=${work:-${TMPDIR:-/tmp}/swaptest-$USER}
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+log=${log:-$work/$cfg.$boot.log}
+timeout=${SWAP_TIMEOUT:-420}
+stall=${SWAP_STALL:-90}
+
+qemu=$(command -v qemu-system-x86_64) || { echo "run-guest: no qemu-system-x86_64" >&2; exit 77; }
+kernel=$(swap_kernel)
+[ -n "$kernel" ] || { echo "run-guest: no /boot/vmlinuz-*" >&2; exit 77; }
+if [ ! -f "$work/initramfs.cpio.gz" ]; then
+    "$srcdir/build-initramfs.sh" "$work" >&2 || exit 1
+fi
+
+tmp=$(mktemp -d "$work/run-$cfg-$boot.XXXXXX")
+cleanup ()
+{
+    [ -n "${catpid:-}" ] && kill "$catpid" 2>/dev/null
+    [ -n "${qpid:-}" ] && kill -9 "$qpid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+truncate -s "${SWAP_DISK_MIB:-512}M" "$tmp/disk.img"
+mkfifo "$tmp/mon.in" "$tmp/mon.out"
+cat "$tmp/mon.out" > "$tmp/mon.log" &
+catpid=$!
+
+# rootfstype=ramfs: the initramfs stays in unswappable ramfs, as binaries
+# on a real root file system are never written to swap.  On tmpfs the
+# kernel would swap nbdkit's own text out to the device nbdkit serves.
+append="console=ttyS0 panic=-1 rootfstype=ramfs zswap.enabled=0 mitigations=off thr.cfg=$cfg $args ${SWAP_EXTRA_APPEND:-}"
+
+start=$(date +%s)
+"$qemu" -accel tcg -m "${SWAP_MEM:-192}" -nographic -no-reboot -nic none \
+    -kernel "$kernel" -initrd "$work/initramfs.cpio.gz" \
+    -append "$append" \
+    -drive file="$tmp/disk.img",format=raw,if=virtio,cache=unsafe \
+    -monitor pipe:"$tmp/mon" \
+    < /dev/null > "$log" 2>&1 &
+qpid=$!
+
+host_verdict=
+last_size=-1 last_change=$start
+while kill -0 "$qpid" 2>/dev/null; do
+    sleep 1
+    now=$(date +%s)
+    size=$(stat -c %s "$log" 2>/dev/null || echo 0)
+    if [ "$size" != "$last_size" ]; then
+        last_size=$size last_change=$now
+    fi
+    if [ $((now - start)) -ge "$timeout" ]; then
+        host_verdict=timeout
+    elif [ $((now - last_change)) -ge "$stall" ]; then
+        host_verdict=stall
+    fi
+    if [ -n "$host_verdict" ]; then
+        echo "=== host: $host_verdict after $((now - start)) s, sysrq-t ===" >> "$log"
+        echo "sendkey alt-sysrq-t" > "$tmp/mon.in"
+        # Wait for the dump to stop growing the log (TCG prints slowly).
+        prev=-1
+        for _ in $(seq 30); do
+            sleep 2
+            size=$(stat -c %s "$log")
+            [ "$size" = "$prev" ] && break
+            prev=$size
+        done
+        echo "quit" > "$tmp/mon.in"
+        sleep 2
+        kill -9 "$qpid" 2>/dev/null
+        break
+    fi
+done
+wait "$qpid" 2>/dev/null
+qpid=
+elapsed=$(( $(date +%s) - start ))
+
+# --- classify ------------------------------------------------------------
+tr -d '\r' < "$log" > "$tmp/console"
+c=$tmp/console
+has () { grep -q -- "$1" "$c"; }
+val () { sed -n "s/^.*$1 \([0-9.]*\).*$/\1/p" "$c" | tail -n 1; }
+
+writeout=0 swapin=0 hung=0 reason=
+wo=$(val WRITEOUT-DONE)
+si=$(val SWAPIN-DONE)
+[ -n "$wo" ] && writeout=1
+if [ -n "$si" ] && grep -q '^SWAPTEST-EXIT 0' "$c" && ! has VERIFY-FAILED; then
+    swapin=1
+fi
+pswpout=$(sed -n 's/^SWAPSTATS.*pswpout=\([0-9]*\).*/\1/p' "$c" | tail -n 1)
+pswpin=$(sed -n 's/^SWAPSTATS.*pswpin=\([0-9]*\).*/\1/p' "$c" | tail -n 1)
+swapout_mib=$(( ${pswpout:-0} * 4 / 1024 ))
+swapin_mib=$(( ${pswpin:-0} * 4 / 1024 ))
+
+if has 'blocked for more than'; then
+    hung=1 reason=hung-task
+elif [ -n "$host_verdict" ]; then
+    hung=1 reason=$host_verdict
+elif has 'Kernel panic'; then
+    reason=panic
+elif has VERIFY-FAILED; then
+    reason=verify-failed
+elif has 'Out of memory: Killed process'; then
+    reason=oom
+elif has SETUP-FAILED; then
+    reason="setup-failed:$(sed -n 's/^SETUP-FAILED //p' "$c" | head -n 1 | tr ' ' _)"
+elif [ $swapin = 1 ] && [ $swapout_mib -lt 64 -o $swapin_mib -lt 1 ]; then
+    # A run that never swapped proves nothing.
+    reason=no-swap
+elif [ $swapin = 1 ]; then
+    reason=ok
+else
+    reason=exited-early
+fi
+
+# Guards: every nbdkit thread flagged, memory locked, at the end of the run
+# (a guard set lazily by a worker shows there).  Without the post-run line
+# (the guest hung) the pre-run line is reported.
+guards=n/a
+gline=$(grep '^GUARDS post' "$c" | tail -n 1)
+[ -n "$gline" ] || gline=$(grep '^GUARDS pre' "$c" | tail -n 1)
+case " $args " in
+    *" thr.guards=1 "*)
+        guards=missing
+        if [ -n "$gline" ]; then
+            set -- $(echo "$gline" | sed 's/[a-z_]*=//g')
+            # GUARDS WHEN threads noio local_throttle vmlck_kb oom_score_adj
+            if [ "${3:-0}" -gt 0 ] && [ "$4" = "$3" ] && [ "$5" = "$3" ] &&
+               [ "${6:-0}" -gt 0 ]; then
+                guards=ok
+            fi
+            case "$gline" in "GUARDS pre"*) guards=$guards-pre ;; esac
+        fi
+        ;;
+esac
+
+total=
+if [ -n "$wo" ] && [ -n "$si" ]; then
+    total=$(awk -v a="$wo" -v b="$si" 'BEGIN { printf "%.1f", a + b }')
+fi
+
+status=fail
+if [ "$reason" = ok ] && { [ "$guards" = ok ] || [ "$guards" = n/a ]; }; then
+    status=pass
+fi
+echo "RESULT cfg=$cfg boot=$boot status=$status writeout=$writeout swapin=$swapin hung=$hung reason=$reason wo=${wo:--} si=${si:--} total=${total:--} guards=$guards swapout_mib=$swapout_mib swapin_mib=$swapin_mib elapsed=$elapsed log=$log"
+[ $status = pass ]
