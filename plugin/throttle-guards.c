@@ -1,0 +1,525 @@
+/* nbdkit-throttle filter: the thread and process guards.
+ *
+ * A server whose client is its own kernel must never wait for memory
+ * that only its own progress can free.  The budget bounds what is in
+ * flight; these guards make nbdkit's process fit that bound: the
+ * kernel is told not to recurse into I/O from the server's allocations
+ * (PR_SET_IO_FLUSHER), may let its threads dip into the real-time
+ * reserve (SCHED_FIFO), must not swap out or OOM-kill it, and the
+ * memory nbdkit's core touches per request is faulted in and locked
+ * before the pressure starts.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <malloc.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+
+#include <nbdkit-filter.h>
+
+#include "throttle-guards.h"
+
+/* Linux 5.6 <linux/prctl.h>; Debian 12's glibc headers lack them. */
+#ifndef PR_SET_IO_FLUSHER
+#define PR_SET_IO_FLUSHER 57
+#endif
+#ifndef PR_GET_IO_FLUSHER
+#define PR_GET_IO_FLUSHER 58
+#endif
+#ifndef MCL_ONFAULT
+#define MCL_ONFAULT 4
+#endif
+
+#define CAP_IPC_LOCK_BIT 14
+
+/* The largest request Linux's nbd driver sends with default settings
+ * (max_sectors_kb) before Linux 6.16; sizes the default reserve.
+ */
+#define DEFAULT_MAX_REQUEST (1280 * 1024)
+/* nbdkit's --threads default (DEFAULT_PARALLEL_REQUESTS). */
+#define DEFAULT_THREADS 16
+
+enum guard_mode { GUARD_OFF, GUARD_AUTO, GUARD_ON };
+enum lock_mode { LOCK_OFF, LOCK_POOL, LOCK_ONFAULT };
+
+static enum guard_mode io_flusher_mode = GUARD_AUTO;
+static enum guard_mode rt_mode = GUARD_AUTO;
+static enum guard_mode oom_mode = GUARD_AUTO;
+static enum lock_mode mlock_mode = LOCK_POOL;
+static int64_t reserve_param = -1;      /* -1 = computed */
+static unsigned threads_param = DEFAULT_THREADS;
+static uint64_t max_request;            /* 0 = not bounded by the filter */
+
+/* Decided in get_ready, before any thread that reads them exists. */
+static bool io_flusher_active;
+static bool rt_active;
+static size_t reserve_size;
+
+static __thread bool thread_entered;
+
+static void
+warning (const char *fmt, ...)
+{
+  va_list ap;
+
+  /* nbdkit 1.32 has no warning call; before nbdkit daemonizes stderr
+   * is still the user's terminal.
+   */
+  fprintf (stderr, "nbdkit: throttle: warning: ");
+  va_start (ap, fmt);
+  vfprintf (stderr, fmt, ap);
+  va_end (ap);
+  fputc ('\n', stderr);
+}
+
+static int
+parse_guard (const char *key, const char *value, enum guard_mode *mode)
+{
+  if (strcmp (value, "auto") == 0)
+    *mode = GUARD_AUTO;
+  else if (strcmp (value, "on") == 0)
+    *mode = GUARD_ON;
+  else if (strcmp (value, "off") == 0)
+    *mode = GUARD_OFF;
+  else {
+    nbdkit_error ("%s=%s: expected auto, on or off", key, value);
+    return -1;
+  }
+  return 1;
+}
+
+int
+throttle_guards_config (const char *key, const char *value)
+{
+  if (strcmp (key, "throttle-io-flusher") == 0)
+    return parse_guard (key, value, &io_flusher_mode);
+  if (strcmp (key, "throttle-rt") == 0)
+    return parse_guard (key, value, &rt_mode);
+  if (strcmp (key, "throttle-oom") == 0)
+    return parse_guard (key, value, &oom_mode);
+  if (strcmp (key, "throttle-mlock") == 0) {
+    if (strcmp (value, "pool") == 0)
+      mlock_mode = LOCK_POOL;
+    else if (strcmp (value, "onfault") == 0)
+      mlock_mode = LOCK_ONFAULT;
+    else if (strcmp (value, "off") == 0)
+      mlock_mode = LOCK_OFF;
+    else {
+      nbdkit_error ("%s=%s: expected pool, onfault or off", key, value);
+      return -1;
+    }
+    return 1;
+  }
+  if (strcmp (key, "throttle-reserve") == 0) {
+    int64_t r;
+
+    if (value[0] == '-') {
+      nbdkit_error ("%s=%s: must be a size (e.g. 32M), or 0 for none",
+                    key, value);
+      return -1;
+    }
+    r = nbdkit_parse_size (value);
+    if (r == -1) {
+      nbdkit_error ("%s=%s: not a size (e.g. 32M), or 0 for none",
+                    key, value);
+      return -1;
+    }
+    reserve_param = r;
+    return 1;
+  }
+  if (strcmp (key, "throttle-threads") == 0) {
+    unsigned n;
+    int len = -1;
+
+    if (sscanf (value, "%u%n", &n, &len) != 1 || len != (int) strlen (value) ||
+        value[0] == '-' || n == 0 || n > 1024) {
+      nbdkit_error ("%s=%s: expected nbdkit's --threads value, 1 to 1024",
+                    key, value);
+      return -1;
+    }
+    threads_param = n;
+    return 1;
+  }
+  return 0;
+}
+
+int
+throttle_guards_config_complete (void)
+{
+  return 0;
+}
+
+void
+throttle_guards_set_max_request (uint64_t bytes)
+{
+  max_request = bytes;
+}
+
+bool
+throttle_guards_rt_active (void)
+{
+  return rt_active;
+}
+
+bool
+throttle_guards_lock_pools (void)
+{
+  return mlock_mode != LOCK_OFF;
+}
+
+/* Reads "Key:   value..." from /proc/self/status into buf. */
+static int
+proc_status_field (const char *key, char *buf, size_t len)
+{
+  FILE *fp = fopen ("/proc/self/status", "r");
+  char line[256];
+  size_t klen = strlen (key);
+  int r = -1;
+
+  if (fp == NULL)
+    return -1;
+  while (fgets (line, sizeof line, fp)) {
+    if (strncmp (line, key, klen) == 0 && line[klen] == ':') {
+      const char *v = line + klen + 1;
+
+      v += strspn (v, " \t");
+      snprintf (buf, len, "%.*s", (int) strcspn (v, "\n"), v);
+      r = 0;
+      break;
+    }
+  }
+  fclose (fp);
+  return r;
+}
+
+static bool
+have_cap (int bit)
+{
+  char buf[64];
+  unsigned long long caps;
+
+  if (proc_status_field ("CapEff", buf, sizeof buf) == -1 ||
+      sscanf (buf, "%llx", &caps) != 1)
+    return false;
+  return caps & (1ULL << bit);
+}
+
+static int
+guard_io_flusher (void)
+{
+  int err;
+
+  if (io_flusher_mode == GUARD_OFF)
+    return 0;
+  if (prctl (PR_SET_IO_FLUSHER, 1, 0, 0, 0) == 0) {
+    io_flusher_active = true;
+    return 0;
+  }
+  err = errno;
+  if (io_flusher_mode == GUARD_ON) {
+    nbdkit_error ("throttle-io-flusher=on: prctl (PR_SET_IO_FLUSHER): %s "
+                  "(needs CAP_SYS_RESOURCE and Linux >= 5.6); "
+                  "use throttle-io-flusher=auto or off to start without it",
+                  strerror (err));
+    return -1;
+  }
+  warning ("throttle-io-flusher=auto: PR_SET_IO_FLUSHER not set: %s "
+           "(needs CAP_SYS_RESOURCE): serving without it, "
+           "NOT SAFE for swap on a device this server serves",
+           strerror (err));
+  return 0;
+}
+
+/* -1 (RT throttling disabled), the runtime in us, or -2 if unknown. */
+static long
+rt_runtime_us (void)
+{
+  FILE *fp = fopen ("/proc/sys/kernel/sched_rt_runtime_us", "r");
+  long v = -2;
+
+  if (fp) {
+    if (fscanf (fp, "%ld", &v) != 1)
+      v = -2;
+    fclose (fp);
+  }
+  return v;
+}
+
+static int
+guard_rt (void)
+{
+  const struct sched_param sp = { .sched_priority = 1 };
+  int err;
+
+  if (rt_mode == GUARD_OFF)
+    return 0;
+  /* With throttling off a runaway SCHED_FIFO thread owns its CPU. */
+  if (rt_runtime_us () == -1) {
+    if (rt_mode == GUARD_ON) {
+      nbdkit_error ("throttle-rt=on: the kernel's real-time throttling is "
+                    "disabled (kernel.sched_rt_runtime_us = -1): refusing "
+                    "to run SCHED_FIFO threads that could starve the "
+                    "machine; restore it (e.g. sysctl "
+                    "kernel.sched_rt_runtime_us=950000)");
+      return -1;
+    }
+    warning ("throttle-rt=auto: kernel.sched_rt_runtime_us = -1 "
+             "(real-time throttling disabled): not using SCHED_FIFO");
+    return 0;
+  }
+  if (sched_setscheduler (0, SCHED_FIFO, &sp) == 0) {
+    rt_active = true;
+    return 0;
+  }
+  err = errno;
+  if (rt_mode == GUARD_ON) {
+    nbdkit_error ("throttle-rt=on: sched_setscheduler (SCHED_FIFO, 1): %s "
+                  "(needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1, and "
+                  "real-time runtime in the cgroup); use throttle-rt=auto "
+                  "or off to start without it", strerror (err));
+    return -1;
+  }
+  warning ("throttle-rt=auto: SCHED_FIFO not set: %s (needs CAP_SYS_NICE "
+           "or RLIMIT_RTPRIO >= 1): read replies may hang under memory "
+           "pressure unless vm.min_free_kbytes is raised",
+           strerror (err));
+  return 0;
+}
+
+static int
+guard_oom (void)
+{
+  static const char value[] = "-1000";
+  int fd, err = 0;
+
+  if (oom_mode == GUARD_OFF)
+    return 0;
+  fd = open ("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (fd == -1 || write (fd, value, sizeof value - 1) != sizeof value - 1)
+    err = errno;
+  if (fd >= 0)
+    close (fd);
+  if (err == 0)
+    return 0;
+  if (oom_mode == GUARD_ON) {
+    nbdkit_error ("throttle-oom=on: cannot set oom_score_adj to -1000: %s "
+                  "(needs CAP_SYS_RESOURCE); use throttle-oom=auto or off "
+                  "to start without it", strerror (err));
+    return -1;
+  }
+  warning ("throttle-oom=auto: oom_score_adj not set to -1000: %s "
+           "(needs CAP_SYS_RESOURCE): the OOM killer may kill this server",
+           strerror (err));
+  return 0;
+}
+
+static int
+check_mlock (void)
+{
+  struct rlimit rl;
+
+  if (mlock_mode != LOCK_ONFAULT || have_cap (CAP_IPC_LOCK_BIT))
+    return 0;
+  /* MCL_FUTURE over RLIMIT_MEMLOCK makes later mmap and brk fail, so
+   * malloc would start failing at random in a running server.
+   */
+  if (getrlimit (RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur == RLIM_INFINITY)
+    return 0;
+  nbdkit_error ("throttle-mlock=onfault: needs CAP_IPC_LOCK or an unlimited "
+                "RLIMIT_MEMLOCK (ulimit -l is %llu KiB): with a limit the "
+                "server's later allocations would fail; use "
+                "throttle-mlock=pool",
+                (unsigned long long) rl.rlim_cur / 1024);
+  return -1;
+}
+
+static int
+size_reserve (int thread_model)
+{
+  uint64_t workers, per_request, ram;
+
+  if (reserve_param >= 0)
+    reserve_size = reserve_param;
+  else {
+    /* nbdkit gives each worker thread its own request buffer, which
+     * keeps the size of the largest request that worker has served.
+     * Serialized models serve every request in the connection thread.
+     */
+    workers = thread_model >= NBDKIT_THREAD_MODEL_PARALLEL &&
+      threads_param > 1 ? threads_param : 1;
+    per_request = max_request ? max_request : DEFAULT_MAX_REQUEST;
+    reserve_size = workers * per_request;
+  }
+  ram = (uint64_t) sysconf (_SC_PHYS_PAGES) * sysconf (_SC_PAGESIZE);
+  if (reserve_size > ram / 2) {
+    nbdkit_error ("throttle-reserve: %zu bytes is more than half of RAM "
+                  "(%" PRIu64 " bytes): set throttle-reserve (or "
+                  "throttle-threads) to what nbdkit's workers can need, "
+                  "or 0 for no reserve", reserve_size, ram);
+    return -1;
+  }
+  return 0;
+}
+
+int
+throttle_guards_get_ready (int thread_model)
+{
+  if (guard_io_flusher () == -1 ||
+      guard_rt () == -1 ||
+      guard_oom () == -1 ||
+      check_mlock () == -1 ||
+      size_reserve (thread_model) == -1)
+    return -1;
+  if (throttle_debug_verbose)
+    nbdkit_debug ("throttle: guards: io-flusher %s, SCHED_FIFO %s, "
+                  "mlock %s, reserve %zu bytes planned",
+                  io_flusher_active ? "set" : "not set",
+                  rt_active ? "set" : "not set",
+                  mlock_mode == LOCK_ONFAULT ? "onfault" :
+                  mlock_mode == LOCK_POOL ? "pool" : "off",
+                  reserve_size);
+  return 0;
+}
+
+/* Makes 'size' bytes of the main heap resident (and locked) so that
+ * nbdkit's per-thread request buffers, grown by realloc + memset on a
+ * worker's first large request, land on pages that are already there.
+ */
+static void
+grow_reserve (size_t size)
+{
+  const long page = sysconf (_SC_PAGESIZE);
+  volatile char *p;
+  size_t i;
+
+  /* Big blocks from the heap, not mmap (they would vanish on free);
+   * never give heap memory back; one arena, so every thread allocates
+   * from the heap grown here.  nbdkit has only this thread now.
+   */
+  if (mallopt (M_MMAP_MAX, 0) != 1 ||
+      mallopt (M_TRIM_THRESHOLD, -1) != 1 ||
+      mallopt (M_ARENA_MAX, 1) != 1)
+    warning ("throttle-reserve: mallopt refused a setting: the heap "
+             "reserve may not cover nbdkit's request buffers");
+
+  p = malloc (size);
+  if (p == NULL) {
+    warning ("throttle-reserve: cannot allocate %zu bytes: %m: "
+             "running without the heap reserve", size);
+    return;
+  }
+  /* Through a volatile pointer: GCC deletes malloc + memset + free. */
+  for (i = 0; i < size; i += page)
+    p[i] = 0;
+  p[size - 1] = 0;
+
+  if (mlock_mode != LOCK_OFF) {
+    uintptr_t start = ((uintptr_t) p + page - 1) & ~(uintptr_t) (page - 1);
+    uintptr_t end = ((uintptr_t) p + size) & ~(uintptr_t) (page - 1);
+
+    /* The lock belongs to the pages, not to the allocation: it stays
+     * after free because the heap is never trimmed.
+     */
+    if (end > start && mlock ((void *) start, end - start) == -1)
+      warning ("throttle-mlock=%s: cannot lock the heap reserve of %zu "
+               "bytes: %m (needs CAP_IPC_LOCK or RLIMIT_MEMLOCK): it may "
+               "be swapped out",
+               mlock_mode == LOCK_POOL ? "pool" : "onfault", size);
+  }
+  free ((void *) p);
+}
+
+int
+throttle_guards_after_fork (void)
+{
+  char vmlck[64] = "?", vmrss[64] = "?";
+  struct mallinfo2 mi;
+
+  /* This thread is the copy of the one get_ready changed, and fork
+   * copies the task flags and policy; this checks nothing was lost.
+   */
+  thread_entered = false;
+  throttle_guards_thread_enter ();
+
+  /* Locks are not inherited across fork, so not done in get_ready. */
+  if (mlock_mode == LOCK_ONFAULT &&
+      mlockall (MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) == -1) {
+    nbdkit_error ("throttle-mlock=onfault: mlockall: %m");
+    return -1;
+  }
+
+  if (reserve_size > 0)
+    grow_reserve (reserve_size);
+
+  /* Under MCL_ONFAULT VmLck counts every locked mapping, touched or
+   * not; what is pinned in RAM is at most VmRSS.
+   */
+  proc_status_field ("VmLck", vmlck, sizeof vmlck);
+  proc_status_field ("VmRSS", vmrss, sizeof vmrss);
+  mi = mallinfo2 ();
+  nbdkit_debug ("throttle: guards: io-flusher %s, SCHED_FIFO %s, "
+                "mlock %s, heap reserve %zu bytes (%s), "
+                "free at heap top %zu bytes, VmLck %s, VmRSS %s",
+                io_flusher_active ? "set" : "not set",
+                rt_active ? "set" : "not set",
+                mlock_mode == LOCK_ONFAULT ? "onfault" :
+                mlock_mode == LOCK_POOL ? "pool" : "off",
+                reserve_size,
+                reserve_size == 0 ? "none" :
+                mlock_mode == LOCK_OFF ? "faulted, not locked" :
+                "faulted and locked",
+                mi.keepcost, vmlck, vmrss);
+  return 0;
+}
+
+void
+throttle_guards_thread_enter (void)
+{
+  const struct sched_param sp = { .sched_priority = 1 };
+
+  if (__builtin_expect (thread_entered, true))
+    return;
+  thread_entered = true;
+
+  /* Threads created after get_ready inherit both; these catch a
+   * thread that existed before (or a caller that reset them).
+   */
+  if (io_flusher_active && prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) != 1 &&
+      prctl (PR_SET_IO_FLUSHER, 1, 0, 0, 0) == -1)
+    nbdkit_debug ("throttle: PR_SET_IO_FLUSHER in thread %ld: %m",
+                  (long) gettid ());
+  if (rt_active && sched_getscheduler (0) != SCHED_FIFO &&
+      sched_setscheduler (0, SCHED_FIFO, &sp) == -1)
+    nbdkit_debug ("throttle: SCHED_FIFO in thread %ld: %m",
+                  (long) gettid ());
+  if (throttle_debug_verbose)
+    nbdkit_debug ("throttle: guards: thread %ld: io-flusher %s, policy %s",
+                  (long) gettid (),
+                  !io_flusher_active ? "not set" :
+                  prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) == 1 ? "set" : "lost",
+                  sched_getscheduler (0) == SCHED_FIFO ? "SCHED_FIFO" :
+                  "other");
+}
+
+void
+throttle_guards_unload (void)
+{
+  char vmlck[64] = "?";
+
+  if (throttle_debug_verbose) {
+    proc_status_field ("VmLck", vmlck, sizeof vmlck);
+    nbdkit_debug ("throttle: guards: at unload VmLck %s", vmlck);
+  }
+}

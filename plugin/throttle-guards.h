@@ -1,0 +1,93 @@
+/* nbdkit-throttle filter: the thread and process guards.
+ *
+ * What keeps nbdkit itself from deadlocking when it serves a device
+ * the same machine swaps to: PR_SET_IO_FLUSHER on the threads that
+ * serve requests, SCHED_FIFO for them (the allocator's real-time
+ * reserve), memory locking, OOM-killer protection, and a pre-grown,
+ * locked, never-trimmed heap reserve for nbdkit's own per-thread
+ * request buffers.  See "WHICH GUARD PREVENTS WHICH DEADLOCK" in
+ * nbdkit-throttle-filter(1).
+ *
+ * Call order from the filter (all in nbdkit's main thread except
+ * throttle_guards_thread_enter):
+ *   .config          throttle_guards_config (before rejecting unknown
+ *                    throttle-* keys)
+ *   .config_complete throttle_guards_config_complete
+ *   .get_ready       throttle_guards_get_ready (thread_model)
+ *   .after_fork      throttle_guards_after_fork, after the filter's own
+ *                    pools are allocated (so they do not eat the heap
+ *                    reserve); threads the filter starts inherit the
+ *                    guards either way
+ *   every request    throttle_guards_thread_enter
+ *   background
+ *   threads          throttle_guards_thread_enter at their start
+ *   .unload          throttle_guards_unload
+ */
+
+#ifndef THROTTLE_GUARDS_H
+#define THROTTLE_GUARDS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* -D throttle.verbose=1, defined in throttle.c. */
+extern int throttle_debug_verbose;
+
+/* Returns 1 if key is a guard parameter and value was valid, 0 if key
+ * is not a guard parameter, -1 (after nbdkit_error naming the
+ * parameter) on a bad value.
+ */
+extern int throttle_guards_config (const char *key, const char *value);
+extern int throttle_guards_config_complete (void);
+
+/* Sets PR_SET_IO_FLUSHER, SCHED_FIFO and oom_score_adj on the main
+ * thread: fork and clone copy all three, so nbdkit's daemon and every
+ * thread it creates later inherit them.  Done here rather than in
+ * after_fork because errors and warnings still reach the user's
+ * terminal before nbdkit daemonizes.  Fails for an "on" guard that the
+ * kernel refuses.
+ */
+extern int throttle_guards_get_ready (int thread_model);
+
+/* mlockall(MCL_ONFAULT) (locks are not inherited across nbdkit's
+ * daemonizing fork) and the heap reserve.  Called in the main thread
+ * before any connection thread exists.
+ */
+extern int throttle_guards_after_fork (void);
+
+/* Applies the per-thread guards to the calling thread once; after the
+ * first call in a thread it costs one thread-local load.
+ */
+extern void throttle_guards_thread_enter (void);
+
+extern void throttle_guards_unload (void);
+
+/* The largest request the filter lets reach nbdkit's buffers, if the
+ * filter bounds it; sizes the default heap reserve.  Call before
+ * throttle_guards_get_ready.  0 = not bounded by the filter.
+ */
+extern void throttle_guards_set_max_request (uint64_t bytes);
+
+/* True once the request-serving threads run SCHED_FIFO: the filter
+ * must then charge reads too, so the replies in flight (the allocator's
+ * real-time reserve is what they draw on) stay bounded.
+ */
+extern bool throttle_guards_rt_active (void);
+
+/* True unless throttle-mlock=off: the filter's pools are to be locked. */
+extern bool throttle_guards_lock_pools (void);
+
+#define throttle_guards_config_help \
+  "throttle-io-flusher=auto|on|off  PR_SET_IO_FLUSHER for request threads\n" \
+  "                            (default auto).\n" \
+  "throttle-rt=auto|on|off     Request threads SCHED_FIFO priority 1\n" \
+  "                            (default auto).\n" \
+  "throttle-mlock=pool|onfault|off  What is locked in RAM (default pool).\n" \
+  "throttle-oom=auto|on|off    oom_score_adj -1000 (default auto).\n" \
+  "throttle-reserve=SIZE       Heap reserve for nbdkit's request buffers\n" \
+  "                            (default threads x 1280K).\n" \
+  "throttle-threads=N          nbdkit's --threads, to size the reserve\n" \
+  "                            (default 16)."
+
+#endif /* THROTTLE_GUARDS_H */
