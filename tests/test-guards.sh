@@ -1,0 +1,330 @@
+#!/usr/bin/env bash
+# The thread and process guards of the throttle filter, against a real
+# nbdkit: bad values are refused by name; io-flusher, rt and oom do
+# what the kernel permits (auto), refuse to start without it (on), or
+# stay away (off); mlock and the heap reserve show in VmLck and in the
+# debug output; and the reserve really spares nbdkit's core the page
+# faults of a worker's first large request.
+#
+# Where this machine cannot grant a guard (no CAP_SYS_RESOURCE here),
+# the test asserts the refusal and the warning, and says so; the swap
+# guest (tests/swap/) asserts the granted case.
+
+set -u
+: "${NBDKIT:=nbdkit}"
+
+if [ -z "${THROTTLE_FILTER:-}" ] || [ ! -f "$THROTTLE_FILTER" ]; then
+    echo "$0: SKIP: THROTTLE_FILTER (the built filter) is not set or missing"
+    exit 77
+fi
+PY=
+for p in python3 /usr/bin/python3; do
+    if "$p" -c 'import nbd' 2>/dev/null; then PY=$p; break; fi
+done
+if [ -z "$PY" ]; then
+    echo "$0: SKIP: no python3 with the libnbd module (apt-get install python3-libnbd)"
+    exit 77
+fi
+
+tmp=$(mktemp -d /tmp/test-guards.XXXXXX)
+pid= bg=
+cleanup() {
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null
+    [ -n "$bg" ] && wait "$bg" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+cat > "$tmp/probe.py" <<'EOF'
+# probe.py PID SOCKET threads        -> "tid flags rtprio policy" per thread
+# probe.py PID SOCKET faults BYTES   -> minor faults of one write of BYTES
+import nbd, os, sys
+pid, sock, what = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+def stat(path):
+    return open(path).read().rsplit(")", 1)[1].split()
+h = nbd.NBD()
+h.connect_uri("nbd+unix:///?socket=" + sock)
+h.pread(4096, 0)                  # all worker threads exist from here
+if what == "threads":
+    h.pwrite(bytearray(4096), 0)
+    for t in sorted(os.listdir("/proc/%d/task" % pid)):
+        f = stat("/proc/%d/task/%s/stat" % (pid, t))
+        # fields 9 (flags), 40 (rt_priority), 41 (policy)
+        print(t, f[6], f[37], f[38])
+else:
+    buf = bytearray(int(sys.argv[4]))
+    f0 = int(stat("/proc/%d/stat" % pid)[7])      # field 10, minflt
+    h.pwrite(buf, 0)
+    f1 = int(stat("/proc/%d/stat" % pid)[7])
+    print(f1 - f0)
+h.shutdown()
+EOF
+
+# Capability probes, each in a child so the test shell stays as it is.
+can_io_flusher=no
+"$PY" -c 'import ctypes, sys
+sys.exit(ctypes.CDLL(None, use_errno=True).prctl(57, 1, 0, 0, 0) != 0)' \
+    2>/dev/null && can_io_flusher=yes
+can_oom=no
+sh -c 'echo -1000 > /proc/self/oom_score_adj' 2>/dev/null && can_oom=yes
+can_rt=no
+rt_runtime=$(cat /proc/sys/kernel/sched_rt_runtime_us 2>/dev/null || echo unknown)
+[ "$rt_runtime" != -1 ] && chrt -f 1 true 2>/dev/null && can_rt=yes
+can_drop=no
+[ "$(id -u)" = 0 ] && command -v capsh >/dev/null &&
+    capsh --drop=cap_sys_nice -- -c true 2>/dev/null && can_drop=yes
+echo "this machine: PR_SET_IO_FLUSHER $can_io_flusher, oom_score_adj -1000" \
+     "$can_oom, SCHED_FIFO $can_rt (sched_rt_runtime_us $rt_runtime)," \
+     "capsh drops $can_drop"
+my_oom=$(cat /proc/self/oom_score_adj)
+
+# start PARAMS...: nbdkit (run through ${wrapper[@]}, if set) on the
+# null plugin in the background, serving $tmp/sock; $pid, stderr in
+# $tmp/log.  Returns 1 (with $rc) if nbdkit exited instead.
+wrapper=()
+start() {
+    rm -f "$tmp/sock" "$tmp/pid"
+    "${wrapper[@]}" "$NBDKIT" -f -v -D throttle.verbose=1 --threads=4 \
+        -U "$tmp/sock" -P "$tmp/pid" \
+        --filter="$THROTTLE_FILTER" null size=64M "$@" 2>"$tmp/log" &
+    bg=$!
+    for _ in $(seq 100); do
+        if [ -S "$tmp/sock" ] && [ -s "$tmp/pid" ]; then
+            pid=$(cat "$tmp/pid")
+            return 0
+        fi
+        if ! kill -0 "$bg" 2>/dev/null; then
+            wait "$bg"; rc=$?
+            bg=
+            return 1
+        fi
+        sleep 0.1
+    done
+    echo "nbdkit did not start in 10 s:"; cat "$tmp/log"; exit 1
+}
+must_start() {
+    start "$@" && return 0
+    echo "FAIL: nbdkit $* exited with $rc:"; cat "$tmp/log"; exit 1
+}
+stop() {
+    kill "$pid" 2>/dev/null
+    if [ -n "$bg" ]; then
+        wait "$bg" 2>/dev/null
+    else                          # the daemon is not our child
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
+    pid= bg=
+}
+threads() { "$PY" "$tmp/probe.py" "$pid" "$tmp/sock" threads; }
+vmlck_kb() { awk '/^VmLck:/ { print $2 }' "/proc/$pid/status"; }
+# refuse KEY=VALUE MESSAGE: nbdkit must exit non-zero with an error
+# containing MESSAGE.
+refuse() {
+    local args=("$1")
+    shift
+    if start "${args[@]}"; then
+        stop; fail "${args[*]}: nbdkit started"
+    elif ! grep -F -- "error: $1" "$tmp/log" | grep -q .; then
+        fail "${args[*]}: exit $rc without an error naming '$1':"; cat "$tmp/log"
+    else
+        pass "${args[*]} refused: $(grep -F -- "error: $1" "$tmp/log" | head -1)"
+    fi
+}
+
+# --- bad values are refused, naming the parameter ----------------------
+for kv in throttle-io-flusher=maybe throttle-rt=yes throttle-oom=1 \
+          throttle-mlock=all throttle-reserve=lots throttle-reserve=-1 \
+          throttle-threads=0 throttle-threads=4x; do
+    refuse "$kv" "$kv"
+done
+refuse throttle-reserve=1E "throttle-reserve"
+"$NBDKIT" --filter="$THROTTLE_FILTER" null --help 2>&1 |
+    grep -q 'throttle-io-flusher=auto|on|off' ||
+    fail "--help does not list throttle-io-flusher"
+
+# --- throttle-io-flusher --------------------------------------------------
+# PF_MEMALLOC_NOIO 0x00080000 | PF_LOCAL_THROTTLE 0x00100000
+flagbits=$((0x00080000 | 0x00100000))
+check_flags() {   # want: set|clear
+    local n=0 bad=0 tid flags prio policy
+    while read -r tid flags prio policy; do
+        n=$((n + 1))
+        if [ "$1" = set ] && (( (flags & flagbits) != flagbits )); then
+            bad=$((bad + 1)); echo "  thread $tid flags $(printf %#x "$flags")"
+        elif [ "$1" = clear ] && (( flags & flagbits )); then
+            bad=$((bad + 1)); echo "  thread $tid flags $(printf %#x "$flags")"
+        fi
+    done < <(threads)
+    (( n >= 3 )) || fail "only $n threads: no workers?"
+    (( bad == 0 )) && pass "io-flusher flags $1 on all $n threads" ||
+        fail "io-flusher flags not $1 on $bad of $n threads"
+}
+
+must_start
+if [ $can_io_flusher = yes ]; then
+    check_flags set
+    grep -q 'throttle-io-flusher=auto' "$tmp/log" &&
+        fail "io-flusher=auto warned although PR_SET_IO_FLUSHER is permitted"
+else
+    grep -q 'warning: throttle-io-flusher=auto: PR_SET_IO_FLUSHER not set' \
+         "$tmp/log" && pass "io-flusher=auto warned: $(grep -o 'PR_SET_IO_FLUSHER not set: [^(]*' "$tmp/log")" ||
+        fail "io-flusher=auto did not warn"
+    check_flags clear
+    echo "note: PR_SET_IO_FLUSHER is refused here (no CAP_SYS_RESOURCE):" \
+         "flags asserted absent; tests/swap asserts them set in the guest"
+fi
+stop
+
+if [ $can_io_flusher = yes ]; then
+    must_start throttle-io-flusher=on
+    check_flags set; stop
+else
+    refuse throttle-io-flusher=on "throttle-io-flusher=on"
+fi
+must_start throttle-io-flusher=off
+check_flags clear
+grep -E '(warning|error): throttle-io-flusher' "$tmp/log" &&
+    fail "io-flusher=off still warns about throttle-io-flusher"
+stop
+
+# --- throttle-rt ------------------------------------------------------------
+check_policy() {  # want: fifo|other
+    local n=0 bad=0 tid flags prio policy
+    while read -r tid flags prio policy; do
+        n=$((n + 1))
+        if [ "$1" = fifo ] && { [ "$policy" != 1 ] || [ "$prio" != 1 ]; }; then
+            bad=$((bad + 1)); echo "  thread $tid policy $policy priority $prio"
+        elif [ "$1" = other ] && [ "$policy" != 0 ]; then
+            bad=$((bad + 1)); echo "  thread $tid policy $policy priority $prio"
+        fi
+    done < <(threads)
+    (( bad == 0 )) && pass "rt: all $n threads $1" ||
+        fail "rt: $bad of $n threads not $1"
+}
+must_start
+if [ $can_rt = yes ]; then
+    check_policy fifo
+    grep -q 'SCHED_FIFO set' "$tmp/log" || fail "rt: debug output lacks 'SCHED_FIFO set'"
+else
+    check_policy other
+    grep -q 'warning: throttle-rt=auto' "$tmp/log" || fail "rt=auto did not warn"
+fi
+stop
+must_start throttle-rt=off
+check_policy other; stop
+if [ $can_rt = yes ]; then
+    must_start throttle-rt=on
+    check_policy fifo; stop
+fi
+if [ $can_drop = yes ]; then
+    # Without CAP_SYS_NICE and with RLIMIT_RTPRIO 0 the kernel refuses.
+    wrapper=(capsh --drop=cap_sys_nice -- -c 'ulimit -r 0; exec "$0" "$@"')
+    refuse throttle-rt=on "throttle-rt=on"
+    must_start 
+    check_policy other
+    grep -q 'warning: throttle-rt=auto: SCHED_FIFO not set' "$tmp/log" &&
+        pass "rt=auto without CAP_SYS_NICE warned" ||
+        fail "rt=auto without CAP_SYS_NICE did not warn"
+    stop
+    wrapper=()
+else
+    echo "note: not root or no capsh: rt=on refusal not tested"
+fi
+
+# --- throttle-oom -------------------------------------------------------------
+must_start
+adj=$(cat "/proc/$pid/oom_score_adj")
+if [ $can_oom = yes ]; then
+    [ "$adj" = -1000 ] && pass "oom_score_adj -1000" ||
+        fail "oom=auto: oom_score_adj is $adj"
+else
+    [ "$adj" = "$my_oom" ] || fail "oom=auto: oom_score_adj changed to $adj"
+    grep -q 'warning: throttle-oom=auto: oom_score_adj not set' "$tmp/log" &&
+        pass "oom=auto warned: oom_score_adj stays $adj (no CAP_SYS_RESOURCE)" ||
+        fail "oom=auto did not warn"
+fi
+stop
+if [ $can_oom = no ]; then
+    refuse throttle-oom=on "throttle-oom=on"
+fi
+must_start throttle-oom=off
+grep -E '(warning|error): throttle-oom' "$tmp/log" &&
+    fail "oom=off still warns about throttle-oom"
+[ "$(cat "/proc/$pid/oom_score_adj")" = "$my_oom" ] || fail "oom=off changed oom_score_adj"
+stop
+
+# --- throttle-mlock and the heap reserve ------------------------------------
+# The default reserve: threads (16) x 1280 KiB; throttle-threads scales it.
+must_start
+grep -q 'heap reserve 20971520 bytes (faulted and locked)' "$tmp/log" &&
+    pass "default reserve 20 MiB, locked" || fail "default reserve not reported as 20971520 bytes locked"
+stop
+must_start throttle-threads=4
+grep -q 'heap reserve 5242880 bytes' "$tmp/log" || fail "throttle-threads=4 reserve is not 5 MiB"
+stop
+
+# pool: the reserve is locked, and VmLck says so.
+must_start throttle-mlock=pool throttle-reserve=8M
+lck=$(vmlck_kb)
+(( lck >= 8188 )) && pass "mlock=pool, reserve 8M: VmLck $lck kB" ||
+    fail "mlock=pool, reserve 8M: VmLck $lck kB < 8188"
+grep -Eq 'guards:.*VmLck [1-9][0-9]* kB' "$tmp/log" || fail "mlock=pool: VmLck not in the debug output"
+stop
+
+# onfault: mlockall in after_fork; the debug output reports VmLck.
+must_start throttle-mlock=onfault throttle-reserve=0
+lck=$(vmlck_kb)
+dbg=$(grep -Eo 'guards:.*VmLck [0-9]+ kB' "$tmp/log" | grep -Eo 'VmLck [0-9]+' | cut -d' ' -f2)
+(( lck > 0 )) && (( ${dbg:-0} > 0 )) &&
+    pass "mlock=onfault: VmLck $lck kB, debug output reports $dbg kB" ||
+    fail "mlock=onfault: VmLck $lck kB, debug output '${dbg:-none}'"
+stop
+
+# off: nothing locked, even with a reserve.
+must_start throttle-mlock=off throttle-reserve=8M
+lck=$(vmlck_kb)
+(( lck == 0 )) && pass "mlock=off: VmLck 0" || fail "mlock=off: VmLck $lck kB"
+grep -q 'heap reserve 8388608 bytes (faulted, not locked)' "$tmp/log" ||
+    fail "mlock=off: reserve not reported as faulted, not locked"
+stop
+
+# Locks are not inherited across nbdkit's daemonizing fork: without -f
+# the daemon must still hold them.
+rm -f "$tmp/sock" "$tmp/pid"
+"$NBDKIT" -U "$tmp/sock" -P "$tmp/pid" --filter="$THROTTLE_FILTER" \
+    null size=64M throttle-reserve=8M 2>"$tmp/log" || { cat "$tmp/log"; fail "daemon did not start"; }
+for _ in $(seq 50); do [ -s "$tmp/pid" ] && break; sleep 0.1; done
+pid=$(cat "$tmp/pid")
+lck=$(vmlck_kb)
+(( lck >= 8188 )) && pass "daemonized: VmLck $lck kB" || fail "daemonized: VmLck $lck kB < 8188"
+stop
+
+if [ $can_drop = yes ]; then
+    wrapper=(capsh --drop=cap_ipc_lock -- -c 'ulimit -l 64; exec "$0" "$@"')
+    refuse throttle-mlock=onfault "throttle-mlock=onfault"
+    wrapper=()
+fi
+
+# The reserve's purpose: a worker's first large request must not fault
+# in nbdkit's request buffer.  Without the reserve the same write costs
+# a fault per page, which shows the measurement sees them.
+big=$((16 * 1024 * 1024))
+must_start throttle-reserve=0
+f0=$("$PY" "$tmp/probe.py" "$pid" "$tmp/sock" faults $big)
+stop
+must_start throttle-reserve=32M
+f1=$("$PY" "$tmp/probe.py" "$pid" "$tmp/sock" faults $big)
+stop
+echo "minor faults of a first 16 MiB write: $f0 without the reserve, $f1 with 32M"
+(( f0 >= 4000 )) || fail "without the reserve only $f0 faults: the measurement is blind"
+(( f1 < 64 )) && pass "reserve: $f1 faults (< 64)" || fail "reserve: $f1 faults (>= 64)"
+
+if (( failures )); then
+    echo "$0: $failures failure(s)"
+    exit 1
+fi
+echo "$0: all passed"
