@@ -1,0 +1,389 @@
+/* nbdkit-throttle: a preallocated pool of fixed-size buffers.
+ *
+ * The kernel's mempool keeps a reserve beside a normal allocator and
+ * falls back to the reserve under pressure.  A userspace server that
+ * must keep running while the machine swaps *through* it cannot call
+ * the allocator at all once the pressure starts, so here the reserve
+ * is the whole pool: every buffer, and the bookkeeping that tracks
+ * them, lives in one mapping made, touched and locked at creation.
+ * Afterwards alloc and free only move pointers under a mutex.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/mman.h>
+
+#include "throttle-mempool.h"
+
+#define DEFAULT_POLL_MS 100
+
+/* Lives on the waiting thread's stack; linked into the pool's FIFO. */
+struct mempool_waiter {
+  struct mempool_waiter *prev, *next;
+  pthread_cond_t cond;
+  void *granted;                /* set by free, under the lock */
+};
+
+struct throttle_mempool {
+  pthread_mutex_t lock;
+  struct mempool_waiter *head, *tail;
+  size_t nr_waiters;
+  bool shutdown;
+
+  size_t nr;                    /* elements */
+  size_t size;                  /* element size, page multiple */
+  size_t nr_free;               /* entries of free_stack in use */
+  void **free_stack;
+  unsigned char *held;          /* held[i]: element i is out */
+  unsigned char *buffers;       /* nr * size bytes, page aligned */
+
+  void *map;                    /* the one mapping holding all of it */
+  size_t map_len;
+  size_t locked;
+};
+
+static size_t
+round_up (size_t n, size_t to)
+{
+  return (n + to - 1) / to * to;
+}
+
+/* The compiler may drop stores to memory it can prove is never read, so
+ * write through a volatile pointer: every page must really be faulted
+ * in now.  MAP_POPULATE is not enough: under mlockall(MCL_ONFAULT) it
+ * populates nothing.
+ */
+static void
+prefault (void *p, size_t len, size_t page)
+{
+  volatile unsigned char *v = p;
+  size_t i;
+
+  for (i = 0; i < len; i += page)
+    v[i] = 0;
+}
+
+struct throttle_mempool *
+throttle_mempool_create (size_t nr, size_t size, bool lock)
+{
+  long page_l = sysconf (_SC_PAGESIZE);
+  size_t page = page_l > 0 ? (size_t) page_l : 4096;
+  size_t meta, buf_bytes, map_len, i;
+  struct throttle_mempool *pool;
+  pthread_mutexattr_t ma;
+  void *map;
+  int err;
+
+  if (nr == 0 || size == 0) {
+    errno = EINVAL;
+    return NULL;
+  }
+  if (size > SIZE_MAX - page) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  size = round_up (size, page);
+  if (nr > SIZE_MAX / size || nr > SIZE_MAX / sizeof (void *) / 2) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  buf_bytes = nr * size;
+
+  meta = sizeof *pool;
+  meta = round_up (meta, sizeof (void *)) + nr * sizeof (void *);
+  meta += nr;                   /* held[] */
+  meta = round_up (meta, page);
+  if (buf_bytes > SIZE_MAX - meta) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  map_len = meta + buf_bytes;
+
+  map = mmap (NULL, map_len, PROT_READ|PROT_WRITE,
+              MAP_PRIVATE|MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED)
+    return NULL;
+  prefault (map, map_len, page);
+
+  if (lock && mlock (map, map_len) == -1) {
+    err = errno;
+    munmap (map, map_len);
+    errno = err;
+    return NULL;
+  }
+
+  pool = map;
+  pool->free_stack = (void **) ((unsigned char *) map +
+                                round_up (sizeof *pool, sizeof (void *)));
+  pool->held = (unsigned char *) (pool->free_stack + nr);
+  pool->buffers = (unsigned char *) map + meta;
+  pool->nr = nr;
+  pool->size = size;
+  pool->map = map;
+  pool->map_len = map_len;
+  pool->locked = lock ? map_len : 0;
+  pool->head = pool->tail = NULL;
+  pool->nr_waiters = 0;
+  pool->shutdown = false;
+
+  /* Pop order is ascending address: the first buffers handed out are
+   * the first in memory, which makes dumps easier to read.
+   */
+  for (i = 0; i < nr; ++i) {
+    pool->free_stack[i] = pool->buffers + (nr - 1 - i) * size;
+    pool->held[i] = 0;
+  }
+  pool->nr_free = nr;
+
+  pthread_mutexattr_init (&ma);
+  pthread_mutexattr_settype (&ma, PTHREAD_MUTEX_ERRORCHECK);
+  err = pthread_mutex_init (&pool->lock, &ma);
+  pthread_mutexattr_destroy (&ma);
+  if (err != 0) {
+    munmap (map, map_len);
+    errno = err;
+    return NULL;
+  }
+  return pool;
+}
+
+void
+throttle_mempool_destroy (struct throttle_mempool *pool)
+{
+  if (pool == NULL)
+    return;
+  pthread_mutex_destroy (&pool->lock);
+  /* munmap also drops the lock on these pages. */
+  munmap (pool->map, pool->map_len);
+}
+
+static size_t
+index_of (struct throttle_mempool *pool, void *buf, const char *what)
+{
+  unsigned char *p = buf;
+  size_t off;
+
+  if (p < pool->buffers || p >= pool->buffers + pool->nr * pool->size ||
+      (off = (size_t) (p - pool->buffers)) % pool->size != 0) {
+    fprintf (stderr, "throttle_mempool_%s: %p is not a buffer of pool %p\n",
+             what, buf, (void *) pool);
+    abort ();
+  }
+  return off / pool->size;
+}
+
+/* Called with the lock held and nr_free > 0. */
+static void *
+pop (struct throttle_mempool *pool)
+{
+  void *buf = pool->free_stack[--pool->nr_free];
+
+  pool->held[index_of (pool, buf, "alloc")] = 1;
+  return buf;
+}
+
+static void
+unlink_waiter (struct throttle_mempool *pool, struct mempool_waiter *w)
+{
+  if (w->prev) w->prev->next = w->next; else pool->head = w->next;
+  if (w->next) w->next->prev = w->prev; else pool->tail = w->prev;
+  w->prev = w->next = NULL;
+  pool->nr_waiters--;
+}
+
+/* Called with the lock held; 'buf' is already marked held.  Hand it
+ * to the oldest waiter, or put it back.
+ */
+static void
+give_back_locked (struct throttle_mempool *pool, void *buf)
+{
+  struct mempool_waiter *w = pool->head;
+
+  if (w != NULL) {
+    unlink_waiter (pool, w);
+    w->granted = buf;
+    /* Signal under the lock: the waiter's condvar is on its stack and
+     * may be gone as soon as it can see 'granted'.
+     */
+    pthread_cond_signal (&w->cond);
+    return;
+  }
+  pool->held[index_of (pool, buf, "free")] = 0;
+  pool->free_stack[pool->nr_free++] = buf;
+}
+
+static void
+deadline_after (struct timespec *ts, unsigned ms)
+{
+  clock_gettime (CLOCK_MONOTONIC, ts);
+  ts->tv_sec += ms / 1000;
+  ts->tv_nsec += (long) (ms % 1000) * 1000000;
+  if (ts->tv_nsec >= 1000000000) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000;
+  }
+}
+
+void *
+throttle_mempool_alloc (struct throttle_mempool *pool,
+                        throttle_cancel_fn cancel, void *opaque,
+                        unsigned poll_ms)
+{
+  struct mempool_waiter w;
+  pthread_condattr_t ca;
+  struct timespec deadline;
+  void *buf = NULL;
+  bool cancelled = false;
+  int r;
+
+  pthread_mutex_lock (&pool->lock);
+  if (pool->shutdown) {
+    pthread_mutex_unlock (&pool->lock);
+    return NULL;
+  }
+  /* A free buffer implies an empty queue (free hands buffers to
+   * waiters first), so taking it here overtakes nobody.
+   */
+  if (pool->nr_free > 0) {
+    buf = pop (pool);
+    pthread_mutex_unlock (&pool->lock);
+    return buf;
+  }
+
+  if (poll_ms == 0)
+    poll_ms = DEFAULT_POLL_MS;
+  pthread_condattr_init (&ca);
+  pthread_condattr_setclock (&ca, CLOCK_MONOTONIC);
+  pthread_cond_init (&w.cond, &ca);
+  pthread_condattr_destroy (&ca);
+  w.granted = NULL;
+  w.next = NULL;
+  w.prev = pool->tail;
+  if (pool->tail) pool->tail->next = &w; else pool->head = &w;
+  pool->tail = &w;
+  pool->nr_waiters++;
+
+  for (;;) {
+    if (w.granted || pool->shutdown || cancelled)
+      break;
+    if (cancel == NULL) {
+      pthread_cond_wait (&w.cond, &pool->lock);
+      continue;
+    }
+    deadline_after (&deadline, poll_ms);
+    do
+      r = pthread_cond_timedwait (&w.cond, &pool->lock, &deadline);
+    while (r == 0 && !w.granted && !pool->shutdown);
+    if (r != ETIMEDOUT || w.granted || pool->shutdown)
+      continue;
+    /* The callback may take other locks or even look at this pool;
+     * never call it with the pool locked.  We stay queued meanwhile,
+     * so a buffer may be granted to us while it runs.
+     */
+    pthread_mutex_unlock (&pool->lock);
+    cancelled = cancel (opaque);
+    pthread_mutex_lock (&pool->lock);
+  }
+
+  if (w.granted && !pool->shutdown && !cancelled)
+    buf = w.granted;
+  else if (w.granted)
+    /* Granted, but the wait was abandoned meanwhile: pass the buffer
+     * on so that it is not lost.
+     */
+    give_back_locked (pool, w.granted);
+  else
+    unlink_waiter (pool, &w);
+  pthread_mutex_unlock (&pool->lock);
+  pthread_cond_destroy (&w.cond);
+  return buf;
+}
+
+void *
+throttle_mempool_try_alloc (struct throttle_mempool *pool)
+{
+  void *buf = NULL;
+
+  pthread_mutex_lock (&pool->lock);
+  if (!pool->shutdown && pool->nr_free > 0)
+    buf = pop (pool);
+  pthread_mutex_unlock (&pool->lock);
+  return buf;
+}
+
+void
+throttle_mempool_free (struct throttle_mempool *pool, void *buf)
+{
+  size_t i;
+
+  if (buf == NULL)
+    return;
+  pthread_mutex_lock (&pool->lock);
+  i = index_of (pool, buf, "free");
+  if (!pool->held[i]) {
+    fprintf (stderr, "throttle_mempool_free: buffer %p of pool %p freed "
+             "but not held (double free?)\n", buf, (void *) pool);
+    abort ();
+  }
+  give_back_locked (pool, buf);
+  pthread_mutex_unlock (&pool->lock);
+}
+
+void
+throttle_mempool_shutdown (struct throttle_mempool *pool)
+{
+  struct mempool_waiter *w;
+
+  pthread_mutex_lock (&pool->lock);
+  pool->shutdown = true;
+  for (w = pool->head; w != NULL; w = w->next)
+    pthread_cond_signal (&w->cond);
+  pthread_mutex_unlock (&pool->lock);
+}
+
+size_t
+throttle_mempool_size (const struct throttle_mempool *pool)
+{
+  return pool->size;
+}
+
+size_t
+throttle_mempool_nr (const struct throttle_mempool *pool)
+{
+  return pool->nr;
+}
+
+size_t
+throttle_mempool_in_use (struct throttle_mempool *pool)
+{
+  size_t n;
+
+  pthread_mutex_lock (&pool->lock);
+  n = pool->nr - pool->nr_free;
+  pthread_mutex_unlock (&pool->lock);
+  return n;
+}
+
+size_t
+throttle_mempool_waiters (struct throttle_mempool *pool)
+{
+  size_t n;
+
+  pthread_mutex_lock (&pool->lock);
+  n = pool->nr_waiters;
+  pthread_mutex_unlock (&pool->lock);
+  return n;
+}
+
+size_t
+throttle_mempool_bytes_locked (const struct throttle_mempool *pool)
+{
+  return pool->locked;
+}
