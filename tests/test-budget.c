@@ -1,0 +1,472 @@
+/* Unit tests of lib/throttle-budget.c, including a regression test for
+ * each flaw of the 2007 writeout-throttling patch.
+ */
+
+#include <config.h>
+
+#include <check.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "throttle-budget.h"
+
+static void
+msleep (unsigned ms)
+{
+  struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+  nanosleep (&ts, NULL);
+}
+
+static struct throttle_stats
+stats_of (struct throttle_budget *b)
+{
+  struct throttle_stats s;
+  throttle_budget_get_stats (b, &s);
+  return s;
+}
+
+/* Wait (bounded) until the budget has 'n' waiters queued. */
+static void
+wait_for_waiters (struct throttle_budget *b, uint64_t n)
+{
+  int i;
+  for (i = 0; i < 5000 && stats_of (b).waiters != n; i++)
+    msleep (1);
+  ck_assert_uint_eq (stats_of (b).waiters, n);
+}
+
+START_TEST (test_basic)
+{
+  struct throttle_budget b;
+  uint64_t c1, c2;
+
+  ck_assert_int_eq (throttle_budget_init (&b, 100), 0);
+  ck_assert_int_eq (throttle_budget_charge (&b, 60, NULL, NULL, 0, &c1), 0);
+  ck_assert_uint_eq (c1, 60);
+  ck_assert_int_eq (throttle_budget_try_charge (&b, 50, &c2), -1);
+  ck_assert_int_eq (throttle_budget_try_charge (&b, 40, &c2), 0);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 100);
+  throttle_budget_credit (&b, c1);
+  throttle_budget_credit (&b, c2);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 0);
+  ck_assert_uint_eq (stats_of (&b).peak, 100);
+  ck_assert_uint_eq (stats_of (&b).admitted, 2);
+  ck_assert_uint_eq (stats_of (&b).charged, 100);
+  ck_assert_uint_eq (stats_of (&b).waited, 0);
+  throttle_budget_destroy (&b);
+}
+END_TEST
+
+START_TEST (test_zero_capacity_refused)
+{
+  struct throttle_budget b;
+
+  ck_assert_int_eq (throttle_budget_init (&b, 0), -1);
+  ck_assert_int_eq (throttle_budget_init (&b, 1), 0);
+  ck_assert_int_eq (throttle_budget_set_capacity (&b, 0), -1);
+  throttle_budget_destroy (&b);
+}
+END_TEST
+
+START_TEST (test_zero_need_is_free)
+{
+  struct throttle_budget b;
+  uint64_t c = 99;
+
+  throttle_budget_init (&b, 10);
+  ck_assert_int_eq (throttle_budget_charge (&b, 0, NULL, NULL, 0, &c), 0);
+  ck_assert_uint_eq (c, 0);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 0);
+  throttle_budget_destroy (&b);
+}
+END_TEST
+
+/* A request larger than the capacity is clamped and runs alone. */
+START_TEST (test_clamp)
+{
+  struct throttle_budget b;
+  uint64_t c, c2;
+
+  throttle_budget_init (&b, 100);
+  ck_assert_int_eq (throttle_budget_charge (&b, 1000, NULL, NULL, 0, &c), 0);
+  ck_assert_uint_eq (c, 100);
+  ck_assert_uint_eq (stats_of (&b).clamped, 1);
+  ck_assert_int_eq (throttle_budget_try_charge (&b, 1, &c2), -1);
+  throttle_budget_credit (&b, c);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 0);
+  throttle_budget_destroy (&b);
+}
+END_TEST
+
+/* --- FIFO: a large waiter is not overtaken by later small ones. ------ */
+
+struct order_arg {
+  struct throttle_budget *b;
+  uint64_t need;
+  int id;
+  atomic_int *next_slot;
+  int *order;
+  atomic_bool *hold;           /* keep the units while *hold */
+};
+
+static void *
+order_thread (void *vp)
+{
+  struct order_arg *a = vp;
+  uint64_t c;
+
+  ck_assert_int_eq (throttle_budget_charge (a->b, a->need, NULL, NULL, 0, &c), 0);
+  a->order[atomic_fetch_add (a->next_slot, 1)] = a->id;
+  while (atomic_load (a->hold))
+    msleep (1);
+  throttle_budget_credit (a->b, c);
+  return NULL;
+}
+
+START_TEST (test_fifo_no_starvation)
+{
+  struct throttle_budget b;
+  pthread_t large, small[8];
+  struct order_arg la, sa[8];
+  atomic_int slot = 0;
+  atomic_bool hold_large = true, hold_small = false;
+  int order[9];
+  uint64_t held;
+  int i;
+
+  throttle_budget_init (&b, 10);
+  /* Hold 8 of 10 units: 2 stay free all along. */
+  ck_assert_int_eq (throttle_budget_charge (&b, 8, NULL, NULL, 0, &held), 0);
+
+  la = (struct order_arg) { &b, 10, 100, &slot, order, &hold_large };
+  pthread_create (&large, NULL, order_thread, &la);
+  wait_for_waiters (&b, 1);
+
+  /* Small requests arrive after the large one.  Each would fit in the
+   * 2 free units; the seed patch admitted them and starved the large
+   * request.  Here they must queue behind it.
+   */
+  for (i = 0; i < 8; i++) {
+    sa[i] = (struct order_arg) { &b, 1, i, &slot, order, &hold_small };
+    pthread_create (&small[i], NULL, order_thread, &sa[i]);
+  }
+  wait_for_waiters (&b, 9);
+  msleep (50);
+  ck_assert_int_eq (atomic_load (&slot), 0);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 8);
+
+  throttle_budget_credit (&b, held);
+  /* The large request is granted first, and alone. */
+  for (i = 0; i < 5000 && atomic_load (&slot) == 0; i++)
+    msleep (1);
+  msleep (20);
+  ck_assert_int_eq (atomic_load (&slot), 1);
+  ck_assert_int_eq (order[0], 100);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 10);
+
+  atomic_store (&hold_large, false);
+  pthread_join (large, NULL);
+  for (i = 0; i < 8; i++)
+    pthread_join (small[i], NULL);
+  ck_assert_int_eq (atomic_load (&slot), 9);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 0);
+  ck_assert_uint_eq (stats_of (&b).waited, 9);
+  throttle_budget_destroy (&b);
+}
+END_TEST
+
+/* A later request that would fit must not barge past a queued waiter
+ * through the non-blocking path either.
+ */
+START_TEST (test_try_charge_no_barging)
+{
+  struct throttle_budget b;
+  pthread_t t;
+  atomic_int slot = 0;
+  atomic_bool hold = false;
+  int order[1];
+  struct order_arg a;
+  uint64_t held, c;
+
+  throttle_budget_init (&b, 10);
+  throttle_budget_charge (&b, 5, NULL, NULL, 0, &held);
+  a = (struct order_arg) { &b, 10, 1, &slot, order, &hold };
+  pthread_create (&t, NULL, order_thread, &a);
+  wait_for_waiters (&b, 1);
+  ck_assert_int_eq (throttle_budget_try_charge (&b, 1, &c), -1);
+  throttle_budget_credit (&b, held);
+  pthread_join (t, NULL);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 0);
+  throttle_budget_destroy (&b);
+}
+END_TEST
+
+/* --- cancellation ---------------------------------------------------- */
+
+struct cancel_arg {
+  struct throttle_budget *b;
+  uint64_t need;
+  atomic_bool cancel;
+  int result;
+  uint64_t charged;
+};
+
+static bool
+cancel_cb (void *opaque)
+{
+  struct cancel_arg *a = opaque;
+  return atomic_load (&a->cancel);
+}
+
+static void *
+cancel_thread (void *vp)
+{
+  struct cancel_arg *a = vp;
+
+  a->result = throttle_budget_charge (a->b, a->need, cancel_cb, a, 5,
+                                      &a->charged);
+  return NULL;
+}
+
+/* The seed patch's interruptible wait leaked credit.  A cancelled wait
+ * returns -1 holding nothing, and lets the waiter behind it in.
+ */
+START_TEST (test_cancel_leaks_nothing)
+{
+  struct throttle_budget b;
+  struct cancel_arg head = { .need = 10 }, behind = { .need = 3 };
+  pthread_t t1, t2;
+  uint64_t held;
+
+  throttle_budget_init (&b, 10);
+  head.b = behind.b = &b;
+  throttle_budget_charge (&b, 6, NULL, NULL, 0, &held);
+  pthread_create (&t1, NULL, cancel_thread, &head);
+  wait_for_waiters (&b, 1);
+  pthread_create (&t2, NULL, cancel_thread, &behind);
+  wait_for_waiters (&b, 2);
+
+  /* 4 units are free: 'behind' fits but is blocked by 'head' (FIFO)
+   * until 'head' gives up.
+   */
+  atomic_store (&head.cancel, true);
+  pthread_join (t1, NULL);
+  ck_assert_int_eq (head.result, -1);
+  ck_assert_uint_eq (head.charged, 0);
+  pthread_join (t2, NULL);
+  ck_assert_int_eq (behind.result, 0);
+  ck_assert_uint_eq (behind.charged, 3);
+
+  ck_assert_uint_eq (stats_of (&b).in_flight, 9);
+  ck_assert_uint_eq (stats_of (&b).cancelled, 1);
+  ck_assert_uint_eq (stats_of (&b).waiters, 0);
+  throttle_budget_credit (&b, held);
+  throttle_budget_credit (&b, behind.charged);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 0);
+  throttle_budget_destroy (&b);
+}
+END_TEST
+
+START_TEST (test_shutdown_wakes_waiters)
+{
+  struct throttle_budget b;
+  struct cancel_arg a[4];
+  pthread_t t[4];
+  uint64_t held, c;
+  int i;
+
+  throttle_budget_init (&b, 10);
+  throttle_budget_charge (&b, 10, NULL, NULL, 0, &held);
+  for (i = 0; i < 4; i++) {
+    a[i] = (struct cancel_arg) { .b = &b, .need = 1 };
+    pthread_create (&t[i], NULL, cancel_thread, &a[i]);
+  }
+  wait_for_waiters (&b, 4);
+  throttle_budget_shutdown (&b);
+  for (i = 0; i < 4; i++) {
+    pthread_join (t[i], NULL);
+    ck_assert_int_eq (a[i].result, -1);
+  }
+  /* Later waits fail at once; units still held can be returned. */
+  ck_assert_int_eq (throttle_budget_charge (&b, 1, NULL, NULL, 0, &c), -1);
+  throttle_budget_credit (&b, held);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 0);
+  throttle_budget_destroy (&b);
+}
+END_TEST
+
+/* --- runtime capacity ------------------------------------------------ */
+
+START_TEST (test_set_capacity)
+{
+  struct throttle_budget b;
+  struct cancel_arg w = { .need = 5 };
+  pthread_t t;
+  uint64_t held;
+
+  throttle_budget_init (&b, 10);
+  w.b = &b;
+  throttle_budget_charge (&b, 8, NULL, NULL, 0, &held);
+  /* Lowering never revokes credit already held. */
+  throttle_budget_set_capacity (&b, 4);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 8);
+  pthread_create (&t, NULL, cancel_thread, &w);
+  wait_for_waiters (&b, 1);
+  /* Raising admits the waiter at once. */
+  throttle_budget_set_capacity (&b, 13);
+  pthread_join (t, NULL);
+  ck_assert_int_eq (w.result, 0);
+  ck_assert_uint_eq (w.charged, 5);
+  throttle_budget_credit (&b, held);
+  throttle_budget_credit (&b, w.charged);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 0);
+  throttle_budget_destroy (&b);
+}
+END_TEST
+
+/* The seed patch zeroed a request's charge before crediting it, so the
+ * credit was lost.  Crediting more than is held is the mirror bug; it
+ * would silently raise the capacity, so it aborts.
+ */
+START_TEST (test_over_credit_aborts)
+{
+  struct throttle_budget b;
+  uint64_t c;
+
+  throttle_budget_init (&b, 10);
+  throttle_budget_charge (&b, 3, NULL, NULL, 0, &c);
+  throttle_budget_credit (&b, c + 1);
+}
+END_TEST
+
+/* --- many threads ---------------------------------------------------- */
+
+#define CAPACITY 1000
+#define THREADS 16
+#define ITERS 20000
+
+static struct throttle_budget hammer_b;
+static atomic_long hammer_inflight;     /* what the "backend" sees */
+static atomic_long hammer_peak;
+static atomic_long hammer_violations;
+static atomic_ulong hammer_charged, hammer_credited;
+static atomic_long hammer_cancelled;
+
+static bool
+random_cancel (void *opaque)
+{
+  unsigned *seed = opaque;
+  return rand_r (seed) % 4 == 0;
+}
+
+static void *
+hammer_thread (void *vp)
+{
+  unsigned seed = (unsigned) (uintptr_t) vp;
+  int i;
+
+  for (i = 0; i < ITERS; i++) {
+    uint64_t need = 1 + rand_r (&seed) % 1500;   /* some above the capacity */
+    uint64_t c;
+    long now, peak;
+    bool use_cancel = rand_r (&seed) % 8 == 0;
+
+    if (throttle_budget_charge (&hammer_b, need,
+                                use_cancel ? random_cancel : NULL, &seed,
+                                1, &c) == -1) {
+      atomic_fetch_add (&hammer_cancelled, 1);
+      continue;
+    }
+    atomic_fetch_add (&hammer_charged, c);
+    now = atomic_fetch_add (&hammer_inflight, (long) c) + (long) c;
+    if (now > CAPACITY)
+      atomic_fetch_add (&hammer_violations, 1);
+    peak = atomic_load (&hammer_peak);
+    while (now > peak && !atomic_compare_exchange_weak (&hammer_peak, &peak, now))
+      ;
+    if (rand_r (&seed) % 16 == 0)
+      sched_yield ();
+    atomic_fetch_sub (&hammer_inflight, (long) c);
+    atomic_fetch_add (&hammer_credited, c);
+    throttle_budget_credit (&hammer_b, c);
+  }
+  return NULL;
+}
+
+/* The seed patch's check-then-subtract race let two threads both pass
+ * the check.  Assert 'in flight <= capacity' at every instant, as seen
+ * by the holders themselves, and that every unit comes back.
+ */
+START_TEST (test_hammer)
+{
+  pthread_t t[THREADS];
+  struct throttle_stats s;
+  int i;
+
+  throttle_budget_init (&hammer_b, CAPACITY);
+  for (i = 0; i < THREADS; i++)
+    pthread_create (&t[i], NULL, hammer_thread, (void *) (uintptr_t) (i + 1));
+  for (i = 0; i < THREADS; i++)
+    pthread_join (t[i], NULL);
+
+  s = stats_of (&hammer_b);
+  ck_assert_int_eq (atomic_load (&hammer_violations), 0);
+  ck_assert_int_le (atomic_load (&hammer_peak), CAPACITY);
+  ck_assert_uint_le (s.peak, CAPACITY);
+  ck_assert_uint_eq (s.in_flight, 0);
+  ck_assert_uint_eq (s.waiters, 0);
+  ck_assert_uint_eq (atomic_load (&hammer_charged), atomic_load (&hammer_credited));
+  ck_assert_uint_eq (s.charged, atomic_load (&hammer_charged));
+  ck_assert_uint_eq (s.admitted + s.cancelled, (uint64_t) THREADS * ITERS);
+  ck_assert_uint_eq (s.cancelled, (uint64_t) atomic_load (&hammer_cancelled));
+  /* The load is far above the capacity: the budget must have bound. */
+  ck_assert_uint_gt (s.waited, 0);
+  /* ... without serializing more than it must. */
+  ck_assert_uint_gt (s.peak, CAPACITY / 2);
+  /* The whole capacity is available again. */
+  {
+    uint64_t c;
+    ck_assert_int_eq (throttle_budget_try_charge (&hammer_b, CAPACITY, &c), 0);
+    throttle_budget_credit (&hammer_b, c);
+  }
+  throttle_budget_destroy (&hammer_b);
+}
+END_TEST
+
+static Suite *
+budget_suite (void)
+{
+  Suite *s = suite_create ("budget");
+  TCase *tc = tcase_create ("core");
+
+  tcase_set_timeout (tc, 30);
+  tcase_add_test (tc, test_basic);
+  tcase_add_test (tc, test_zero_capacity_refused);
+  tcase_add_test (tc, test_zero_need_is_free);
+  tcase_add_test (tc, test_clamp);
+  tcase_add_test (tc, test_fifo_no_starvation);
+  tcase_add_test (tc, test_try_charge_no_barging);
+  tcase_add_test (tc, test_cancel_leaks_nothing);
+  tcase_add_test (tc, test_shutdown_wakes_waiters);
+  tcase_add_test (tc, test_set_capacity);
+  tcase_add_test_raise_signal (tc, test_over_credit_aborts, SIGABRT);
+  tcase_add_test (tc, test_hammer);
+  suite_add_tcase (s, tc);
+  return s;
+}
+
+int
+main (void)
+{
+  SRunner *sr = srunner_create (budget_suite ());
+  int failed;
+
+  srunner_run_all (sr, CK_NORMAL);
+  failed = srunner_ntests_failed (sr);
+  srunner_free (sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
