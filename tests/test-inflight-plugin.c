@@ -1,0 +1,150 @@
+/* A test backend that records what the throttle let through: each
+ * request sleeps, and the plugin tracks the peak bytes and requests in
+ * flight across all connections.  At unload it writes them to
+ * statefile=PATH.  Data is not stored (reads return zeroes).
+ */
+
+#include <config.h>
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#define NBDKIT_API_VERSION 2
+#include <nbdkit-plugin.h>
+
+#define THREAD_MODEL NBDKIT_THREAD_MODEL_PARALLEL
+
+static int64_t size = 1024 * 1024 * 1024;
+static unsigned delay_ms = 20;
+static const char *statefile;
+
+static atomic_llong bytes_now, bytes_peak;
+static atomic_llong reqs_now, reqs_peak;
+static atomic_llong writes, bytes_written, zeroes, trims;
+
+static int
+inflight_config (const char *key, const char *value)
+{
+  if (strcmp (key, "size") == 0) {
+    if ((size = nbdkit_parse_size (value)) == -1)
+      return -1;
+  }
+  else if (strcmp (key, "delay-ms") == 0) {
+    if (nbdkit_parse_unsigned ("delay-ms", value, &delay_ms) == -1)
+      return -1;
+  }
+  else if (strcmp (key, "statefile") == 0)
+    statefile = value;
+  else {
+    nbdkit_error ("unknown parameter %s", key);
+    return -1;
+  }
+  return 0;
+}
+
+static void
+inflight_unload (void)
+{
+  FILE *fp;
+
+  if (statefile == NULL || (fp = fopen (statefile, "w")) == NULL)
+    return;
+  fprintf (fp, "peak_bytes=%lld\npeak_requests=%lld\nwrites=%lld\n"
+           "bytes_written=%lld\nzeroes=%lld\ntrims=%lld\nbytes_now=%lld\n",
+           atomic_load (&bytes_peak), atomic_load (&reqs_peak),
+           atomic_load (&writes), atomic_load (&bytes_written),
+           atomic_load (&zeroes), atomic_load (&trims),
+           atomic_load (&bytes_now));
+  fclose (fp);
+}
+
+static void *
+inflight_open (int readonly)
+{
+  return NBDKIT_HANDLE_NOT_NEEDED;
+}
+
+static int64_t
+inflight_get_size (void *handle)
+{
+  return size;
+}
+
+static void
+raise_peak (atomic_llong *peak, long long now)
+{
+  long long p = atomic_load (peak);
+
+  while (now > p && !atomic_compare_exchange_weak (peak, &p, now))
+    ;
+}
+
+/* Hold 'bytes' in flight for the delay.  nbdkit_nanosleep ends early
+ * on shutdown, as a real slow backend would be interrupted.
+ */
+static int
+hold (long long bytes)
+{
+  int r;
+
+  raise_peak (&bytes_peak, atomic_fetch_add (&bytes_now, bytes) + bytes);
+  raise_peak (&reqs_peak, atomic_fetch_add (&reqs_now, 1) + 1);
+  r = nbdkit_nanosleep (delay_ms / 1000, (delay_ms % 1000) * 1000000);
+  atomic_fetch_sub (&bytes_now, bytes);
+  atomic_fetch_sub (&reqs_now, 1);
+  return r;
+}
+
+static int
+inflight_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
+                uint32_t flags)
+{
+  memset (buf, 0, count);
+  return 0;
+}
+
+static int
+inflight_pwrite (void *handle, const void *buf, uint32_t count,
+                 uint64_t offset, uint32_t flags)
+{
+  atomic_fetch_add (&writes, 1);
+  atomic_fetch_add (&bytes_written, count);
+  return hold (count);
+}
+
+static int
+inflight_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  atomic_fetch_add (&zeroes, 1);
+  return hold (0);
+}
+
+static int
+inflight_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  atomic_fetch_add (&trims, 1);
+  return hold (0);
+}
+
+static int
+inflight_flush (void *handle, uint32_t flags)
+{
+  return 0;
+}
+
+static struct nbdkit_plugin plugin = {
+  .name              = "inflight",
+  .version           = PACKAGE_VERSION,
+  .config            = inflight_config,
+  .unload            = inflight_unload,
+  .open              = inflight_open,
+  .get_size          = inflight_get_size,
+  .pread             = inflight_pread,
+  .pwrite            = inflight_pwrite,
+  .zero              = inflight_zero,
+  .trim              = inflight_trim,
+  .flush             = inflight_flush,
+};
+
+NBDKIT_REGISTER_PLUGIN (plugin)
