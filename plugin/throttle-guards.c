@@ -44,8 +44,9 @@
 
 #define CAP_IPC_LOCK_BIT 14
 
-/* The largest request Linux's nbd driver sends with default settings
- * (max_sectors_kb) before Linux 6.16; sizes the default reserve.
+/* The largest request Linux's nbd driver sends with the default
+ * max_sectors_kb of Debian 12's Linux 6.1 (newer kernels allow up to
+ * 4 MiB); sizes the default reserve.
  */
 #define DEFAULT_MAX_REQUEST (1280 * 1024)
 /* nbdkit's --threads default (DEFAULT_PARALLEL_REQUESTS). */
@@ -65,7 +66,9 @@ static uint64_t max_request;            /* 0 = not bounded by the filter */
 /* Decided in get_ready, before any thread that reads them exists. */
 static bool io_flusher_active;
 static bool rt_active;
+static bool oom_active;
 static size_t reserve_size;
+static bool reserve_locked;
 
 static __thread bool thread_entered;
 
@@ -216,31 +219,62 @@ have_cap (int bit)
   return caps & (1ULL << bit);
 }
 
+/* A guard the kernel refused: fatal for "on", a warning for "auto". */
 static int
-guard_io_flusher (void)
+refused (enum guard_mode mode, const char *key, const char *what, int err,
+         const char *consequence)
 {
-  int err;
-
-  if (io_flusher_mode == GUARD_OFF)
-    return 0;
-  if (prctl (PR_SET_IO_FLUSHER, 1, 0, 0, 0) == 0) {
-    io_flusher_active = true;
-    return 0;
-  }
-  err = errno;
-  if (io_flusher_mode == GUARD_ON) {
-    nbdkit_error ("throttle-io-flusher=on: prctl (PR_SET_IO_FLUSHER): %s "
-                  "(needs CAP_SYS_RESOURCE and Linux >= 5.6); "
-                  "use throttle-io-flusher=auto or off to start without it",
-                  strerror (err));
+  if (mode == GUARD_ON) {
+    nbdkit_error ("%s=on: %s: %s; use %s=auto or off to start without it",
+                  key, what, strerror (err), key);
     return -1;
   }
-  warning ("throttle-io-flusher=auto: PR_SET_IO_FLUSHER not set: %s "
-           "(needs CAP_SYS_RESOURCE): serving without it, "
-           "NOT SAFE for swap on a device this server serves",
-           strerror (err));
+  warning ("%s=auto: %s: %s: %s", key, what, strerror (err), consequence);
   return 0;
 }
+
+#define IO_FLUSHER_WHAT \
+  "cannot set PR_SET_IO_FLUSHER (needs CAP_SYS_RESOURCE, Linux >= 5.6)"
+#define IO_FLUSHER_CONSEQUENCE \
+  "serving without it, NOT SAFE for swap on a device this server serves"
+#define RT_WHAT \
+  "cannot set SCHED_FIFO (needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1, " \
+  "and real-time runtime in the cgroup)"
+#define RT_CONSEQUENCE \
+  "read replies may hang under memory pressure unless " \
+  "vm.min_free_kbytes is raised"
+#define OOM_WHAT \
+  "cannot set oom_score_adj to -1000 (needs CAP_SYS_RESOURCE)"
+#define OOM_CONSEQUENCE "the OOM killer may kill this server"
+
+/* Each returns 0 or an errno. */
+static int
+set_io_flusher (int on)
+{
+  return prctl (PR_SET_IO_FLUSHER, on, 0, 0, 0) == 0 ? 0 : errno;
+}
+
+static int
+set_policy (int policy, const struct sched_param *sp)
+{
+  return sched_setscheduler (0, policy, sp) == 0 ? 0 : errno;
+}
+
+static int
+set_oom_score_adj (const char *value)
+{
+  int fd, err = 0;
+  ssize_t len = strlen (value);
+
+  fd = open ("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (fd == -1 || write (fd, value, len) != len)
+    err = errno;
+  if (fd >= 0)
+    close (fd);
+  return err;
+}
+
+static const struct sched_param fifo_1 = { .sched_priority = 1 };
 
 /* -1 (RT throttling disabled), the runtime in us, or -2 if unknown. */
 static long
@@ -257,71 +291,109 @@ rt_runtime_us (void)
   return v;
 }
 
+/* Tries each process guard and undoes it at once: nbdkit forks the
+ * --run command from this thread, which must not inherit them.  The
+ * guards are set for real in after_fork; trying them here is what lets
+ * "on" refuse to start, and "auto" warn, while stderr is still the
+ * user's terminal.
+ */
 static int
-guard_rt (void)
+probe_guards (void)
 {
-  const struct sched_param sp = { .sched_priority = 1 };
   int err;
 
-  if (rt_mode == GUARD_OFF)
-    return 0;
-  /* With throttling off a runaway SCHED_FIFO thread owns its CPU. */
-  if (rt_runtime_us () == -1) {
-    if (rt_mode == GUARD_ON) {
-      nbdkit_error ("throttle-rt=on: the kernel's real-time throttling is "
-                    "disabled (kernel.sched_rt_runtime_us = -1): refusing "
-                    "to run SCHED_FIFO threads that could starve the "
-                    "machine; restore it (e.g. sysctl "
-                    "kernel.sched_rt_runtime_us=950000)");
-      return -1;
+  if (io_flusher_mode != GUARD_OFF) {
+    err = set_io_flusher (1);
+    if (err == 0) {
+      set_io_flusher (0);
+      io_flusher_active = true;
     }
-    warning ("throttle-rt=auto: kernel.sched_rt_runtime_us = -1 "
-             "(real-time throttling disabled): not using SCHED_FIFO");
-    return 0;
+    else if (refused (io_flusher_mode, "throttle-io-flusher",
+                      IO_FLUSHER_WHAT, err, IO_FLUSHER_CONSEQUENCE) == -1)
+      return -1;
   }
-  if (sched_setscheduler (0, SCHED_FIFO, &sp) == 0) {
-    rt_active = true;
-    return 0;
+
+  if (rt_mode != GUARD_OFF) {
+    /* With throttling off a runaway SCHED_FIFO thread owns its CPU. */
+    if (rt_runtime_us () == -1) {
+      if (rt_mode == GUARD_ON) {
+        nbdkit_error ("throttle-rt=on: the kernel's real-time throttling is "
+                      "disabled (kernel.sched_rt_runtime_us = -1): refusing "
+                      "to run SCHED_FIFO threads that could starve the "
+                      "machine; restore it (e.g. sysctl "
+                      "kernel.sched_rt_runtime_us=950000)");
+        return -1;
+      }
+      warning ("throttle-rt=auto: kernel.sched_rt_runtime_us = -1 "
+               "(real-time throttling disabled): not using SCHED_FIFO");
+    }
+    else {
+      int policy = sched_getscheduler (0);
+      struct sched_param old;
+
+      if (policy == -1 || sched_getparam (0, &old) == -1)
+        err = errno;
+      else
+        err = set_policy (SCHED_FIFO, &fifo_1);
+      if (err == 0) {
+        set_policy (policy, &old);
+        rt_active = true;
+      }
+      else if (refused (rt_mode, "throttle-rt", RT_WHAT, err,
+                        RT_CONSEQUENCE) == -1)
+        return -1;
+    }
   }
-  err = errno;
-  if (rt_mode == GUARD_ON) {
-    nbdkit_error ("throttle-rt=on: sched_setscheduler (SCHED_FIFO, 1): %s "
-                  "(needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1, and "
-                  "real-time runtime in the cgroup); use throttle-rt=auto "
-                  "or off to start without it", strerror (err));
-    return -1;
+
+  if (oom_mode != GUARD_OFF) {
+    char old[32] = "0";
+    FILE *fp = fopen ("/proc/self/oom_score_adj", "r");
+
+    if (fp) {
+      if (fscanf (fp, "%31s", old) != 1)
+        strcpy (old, "0");
+      fclose (fp);
+    }
+    err = set_oom_score_adj ("-1000");
+    if (err == 0) {
+      set_oom_score_adj (old);    /* raising it needs no privilege */
+      oom_active = true;
+    }
+    else if (refused (oom_mode, "throttle-oom", OOM_WHAT, err,
+                      OOM_CONSEQUENCE) == -1)
+      return -1;
   }
-  warning ("throttle-rt=auto: SCHED_FIFO not set: %s (needs CAP_SYS_NICE "
-           "or RLIMIT_RTPRIO >= 1): read replies may hang under memory "
-           "pressure unless vm.min_free_kbytes is raised",
-           strerror (err));
   return 0;
 }
 
+/* Sets on this thread (nbdkit's main thread, in after_fork) what the
+ * probe found permitted.  fork and clone copy the task flags, the
+ * policy and oom_score_adj, so every thread created later inherits
+ * them.  Fails only if an "on" guard is refused now, e.g. after -u
+ * dropped the capabilities.
+ */
 static int
-guard_oom (void)
+apply_guards (void)
 {
-  static const char value[] = "-1000";
-  int fd, err = 0;
+  int err;
 
-  if (oom_mode == GUARD_OFF)
-    return 0;
-  fd = open ("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-  if (fd == -1 || write (fd, value, sizeof value - 1) != sizeof value - 1)
-    err = errno;
-  if (fd >= 0)
-    close (fd);
-  if (err == 0)
-    return 0;
-  if (oom_mode == GUARD_ON) {
-    nbdkit_error ("throttle-oom=on: cannot set oom_score_adj to -1000: %s "
-                  "(needs CAP_SYS_RESOURCE); use throttle-oom=auto or off "
-                  "to start without it", strerror (err));
-    return -1;
+  if (io_flusher_active && (err = set_io_flusher (1)) != 0) {
+    io_flusher_active = false;
+    if (refused (io_flusher_mode, "throttle-io-flusher", IO_FLUSHER_WHAT,
+                 err, IO_FLUSHER_CONSEQUENCE) == -1)
+      return -1;
   }
-  warning ("throttle-oom=auto: oom_score_adj not set to -1000: %s "
-           "(needs CAP_SYS_RESOURCE): the OOM killer may kill this server",
-           strerror (err));
+  if (rt_active && (err = set_policy (SCHED_FIFO, &fifo_1)) != 0) {
+    rt_active = false;
+    if (refused (rt_mode, "throttle-rt", RT_WHAT, err, RT_CONSEQUENCE) == -1)
+      return -1;
+  }
+  if (oom_active && (err = set_oom_score_adj ("-1000")) != 0) {
+    oom_active = false;
+    if (refused (oom_mode, "throttle-oom", OOM_WHAT, err,
+                 OOM_CONSEQUENCE) == -1)
+      return -1;
+  }
   return 0;
 }
 
@@ -376,17 +448,16 @@ size_reserve (int thread_model)
 int
 throttle_guards_get_ready (int thread_model)
 {
-  if (guard_io_flusher () == -1 ||
-      guard_rt () == -1 ||
-      guard_oom () == -1 ||
+  if (probe_guards () == -1 ||
       check_mlock () == -1 ||
       size_reserve (thread_model) == -1)
     return -1;
   if (throttle_debug_verbose)
-    nbdkit_debug ("throttle: guards: io-flusher %s, SCHED_FIFO %s, "
-                  "mlock %s, reserve %zu bytes planned",
-                  io_flusher_active ? "set" : "not set",
-                  rt_active ? "set" : "not set",
+    nbdkit_debug ("throttle: guards planned: io-flusher %s, SCHED_FIFO %s, "
+                  "oom_score_adj %s, mlock %s, reserve %zu bytes",
+                  io_flusher_active ? "yes" : "no",
+                  rt_active ? "yes" : "no",
+                  oom_active ? "-1000" : "unchanged",
                   mlock_mode == LOCK_ONFAULT ? "onfault" :
                   mlock_mode == LOCK_POOL ? "pool" : "off",
                   reserve_size);
@@ -432,7 +503,9 @@ grow_reserve (size_t size)
     /* The lock belongs to the pages, not to the allocation: it stays
      * after free because the heap is never trimmed.
      */
-    if (end > start && mlock ((void *) start, end - start) == -1)
+    if (end > start && mlock ((void *) start, end - start) == 0)
+      reserve_locked = true;
+    else
       warning ("throttle-mlock=%s: cannot lock the heap reserve of %zu "
                "bytes: %m (needs CAP_IPC_LOCK or RLIMIT_MEMLOCK): it may "
                "be swapped out",
@@ -447,15 +520,15 @@ throttle_guards_after_fork (void)
   char vmlck[64] = "?", vmrss[64] = "?";
   struct mallinfo2 mi;
 
-  /* This thread is the copy of the one get_ready changed, and fork
-   * copies the task flags and policy; this checks nothing was lost.
-   */
-  thread_entered = false;
-  throttle_guards_thread_enter ();
+  if (apply_guards () == -1)
+    return -1;
 
-  /* Locks are not inherited across fork, so not done in get_ready. */
+  /* Locks are not inherited across fork, so not done in get_ready;
+   * and -u may have dropped CAP_IPC_LOCK since.
+   */
   if (mlock_mode == LOCK_ONFAULT &&
-      mlockall (MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) == -1) {
+      (check_mlock () == -1 ||
+       mlockall (MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) == -1)) {
     nbdkit_error ("throttle-mlock=onfault: mlockall: %m");
     return -1;
   }
@@ -470,16 +543,16 @@ throttle_guards_after_fork (void)
   proc_status_field ("VmRSS", vmrss, sizeof vmrss);
   mi = mallinfo2 ();
   nbdkit_debug ("throttle: guards: io-flusher %s, SCHED_FIFO %s, "
-                "mlock %s, heap reserve %zu bytes (%s), "
+                "oom_score_adj %s, mlock %s, heap reserve %zu bytes (%s), "
                 "free at heap top %zu bytes, VmLck %s, VmRSS %s",
                 io_flusher_active ? "set" : "not set",
                 rt_active ? "set" : "not set",
+                oom_active ? "-1000" : "unchanged",
                 mlock_mode == LOCK_ONFAULT ? "onfault" :
                 mlock_mode == LOCK_POOL ? "pool" : "off",
                 reserve_size,
                 reserve_size == 0 ? "none" :
-                mlock_mode == LOCK_OFF ? "faulted, not locked" :
-                "faulted and locked",
+                reserve_locked ? "faulted and locked" : "faulted, not locked",
                 mi.keepcost, vmlck, vmrss);
   return 0;
 }
@@ -487,21 +560,19 @@ throttle_guards_after_fork (void)
 void
 throttle_guards_thread_enter (void)
 {
-  const struct sched_param sp = { .sched_priority = 1 };
-
   if (__builtin_expect (thread_entered, true))
     return;
   thread_entered = true;
 
-  /* Threads created after get_ready inherit both; these catch a
-   * thread that existed before (or a caller that reset them).
+  /* Threads created after after_fork inherit both; these catch a
+   * thread that existed before (or code that reset them).
    */
   if (io_flusher_active && prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) != 1 &&
       prctl (PR_SET_IO_FLUSHER, 1, 0, 0, 0) == -1)
     nbdkit_debug ("throttle: PR_SET_IO_FLUSHER in thread %ld: %m",
                   (long) gettid ());
   if (rt_active && sched_getscheduler (0) != SCHED_FIFO &&
-      sched_setscheduler (0, SCHED_FIFO, &sp) == -1)
+      sched_setscheduler (0, SCHED_FIFO, &fifo_1) == -1)
     nbdkit_debug ("throttle: SCHED_FIFO in thread %ld: %m",
                   (long) gettid ());
   if (throttle_debug_verbose)

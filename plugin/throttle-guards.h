@@ -14,10 +14,10 @@
  *                    throttle-* keys)
  *   .config_complete throttle_guards_config_complete
  *   .get_ready       throttle_guards_get_ready (thread_model)
- *   .after_fork      throttle_guards_after_fork, after the filter's own
+ *   .after_fork      throttle_guards_after_fork: after the filter's own
  *                    pools are allocated (so they do not eat the heap
- *                    reserve); threads the filter starts inherit the
- *                    guards either way
+ *                    reserve), before it starts background threads
+ *                    (so they inherit the guards)
  *   every request    throttle_guards_thread_enter
  *   background
  *   threads          throttle_guards_thread_enter at their start
@@ -41,18 +41,19 @@ extern int throttle_debug_verbose;
 extern int throttle_guards_config (const char *key, const char *value);
 extern int throttle_guards_config_complete (void);
 
-/* Sets PR_SET_IO_FLUSHER, SCHED_FIFO and oom_score_adj on the main
- * thread: fork and clone copy all three, so nbdkit's daemon and every
- * thread it creates later inherit them.  Done here rather than in
- * after_fork because errors and warnings still reach the user's
- * terminal before nbdkit daemonizes.  Fails for an "on" guard that the
- * kernel refuses.
+/* Tries PR_SET_IO_FLUSHER, SCHED_FIFO and oom_score_adj and undoes
+ * them (nbdkit forks the --run command from this thread), checks
+ * mlock limits and sizes the heap reserve.  Fails for an "on" guard
+ * the kernel refuses, while errors and warnings still reach the user's
+ * terminal, before nbdkit daemonizes.
  */
 extern int throttle_guards_get_ready (int thread_model);
 
-/* mlockall(MCL_ONFAULT) (locks are not inherited across nbdkit's
- * daemonizing fork) and the heap reserve.  Called in the main thread
- * before any connection thread exists.
+/* Sets the guards on the main thread (fork and clone copy task flags,
+ * policy and oom_score_adj, so every thread created later inherits
+ * them), mlockall(MCL_ONFAULT) (locks are not inherited across fork)
+ * and the heap reserve.  Call in the main thread before any
+ * connection thread exists.
  */
 extern int throttle_guards_after_fork (void);
 
@@ -69,9 +70,11 @@ extern void throttle_guards_unload (void);
  */
 extern void throttle_guards_set_max_request (uint64_t bytes);
 
-/* True once the request-serving threads run SCHED_FIFO: the filter
- * must then charge reads too, so the replies in flight (the allocator's
- * real-time reserve is what they draw on) stay bounded.
+/* True if the request-serving threads run SCHED_FIFO: the filter must
+ * then charge reads too, so the replies in flight (the allocator's
+ * real-time reserve is what they draw on) stay bounded.  Valid from
+ * throttle_guards_get_ready on; it can only turn false in after_fork
+ * (-u dropped CAP_SYS_NICE), and charging reads then is harmless.
  */
 extern bool throttle_guards_rt_active (void);
 
