@@ -58,7 +58,10 @@ round_up (size_t n, size_t to)
 /* The compiler may drop stores to memory it can prove is never read, so
  * write through a volatile pointer: every page must really be faulted
  * in now.  MAP_POPULATE is not enough: under mlockall(MCL_ONFAULT) it
- * populates nothing.
+ * populates nothing.  Storing back the byte that is there keeps the
+ * bookkeeping intact when this runs again after fork, and the store
+ * (not just a read, which would map the shared zero page) gives the
+ * process its own copy of every page.
  */
 static void
 prefault (void *p, size_t len, size_t page)
@@ -67,7 +70,7 @@ prefault (void *p, size_t len, size_t page)
   size_t i;
 
   for (i = 0; i < len; i += page)
-    v[i] = 0;
+    v[i] = v[i];
 }
 
 struct throttle_mempool *
@@ -152,6 +155,17 @@ throttle_mempool_create (size_t nr, size_t size, bool lock)
     return NULL;
   }
   return pool;
+}
+
+int
+throttle_mempool_relock (struct throttle_mempool *pool)
+{
+  long page_l = sysconf (_SC_PAGESIZE);
+
+  prefault (pool->map, pool->map_len, page_l > 0 ? (size_t) page_l : 4096);
+  if (pool->locked && mlock (pool->map, pool->map_len) == -1)
+    return -1;
+  return 0;
 }
 
 void

@@ -30,6 +30,14 @@ struct throttle_mempool;
  */
 extern struct throttle_mempool *throttle_mempool_create (size_t nr, size_t size,
                                                          bool lock);
+/* Touch every page again with a write, and mlock the pool again if it
+ * was created locked.  Memory locks are not inherited across fork, and
+ * after fork the pages are shared copy-on-write with the parent: call
+ * this in the child (e.g. nbdkit's .after_fork) so that the first use
+ * of a buffer under pressure neither faults nor copies.  Call it while
+ * no buffer is held.  Returns 0, or -1 with errno set if mlock failed.
+ */
+extern int throttle_mempool_relock (struct throttle_mempool *pool);
 /* Unmaps everything.  The caller ensures nobody waits or holds a buffer. */
 extern void throttle_mempool_destroy (struct throttle_mempool *pool);
 

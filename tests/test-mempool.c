@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <linux/capability.h>
 
 #include <check.h>
@@ -528,6 +529,61 @@ START_TEST (test_locked)
 }
 END_TEST
 
+/* Locks are not inherited across fork; relock restores them in the
+ * child (nbdkit daemonizes after .get_ready) and keeps the pool usable.
+ */
+START_TEST (test_relock_after_fork)
+{
+  struct throttle_mempool *pool =
+    throttle_mempool_create (LOCK_NR, LOCK_SIZE, true);
+  size_t locked;
+  pid_t pid;
+  int status;
+
+  ck_assert_ptr_nonnull (pool);
+  locked = throttle_mempool_bytes_locked (pool);
+  pid = fork ();
+  ck_assert_int_ne (pid, -1);
+  if (pid == 0) {
+    long before = status_kb ("VmLck"), after;
+    void *b;
+
+    if (before >= (long) (locked / 1024))
+      _exit (10);               /* the lock was inherited?? */
+    if (throttle_mempool_relock (pool) == -1)
+      _exit (11);
+    after = status_kb ("VmLck");
+    if (after - before < (long) (locked / 1024))
+      _exit (12);
+    b = throttle_mempool_try_alloc (pool);
+    if (b == NULL || throttle_mempool_in_use (pool) != 1)
+      _exit (13);
+    throttle_mempool_free (pool, b);
+    _exit (0);
+  }
+  ck_assert_int_eq (waitpid (pid, &status, 0), pid);
+  ck_assert_msg (WIFEXITED (status) && WEXITSTATUS (status) == 0,
+                 "child failed with status 0x%x", status);
+  throttle_mempool_destroy (pool);
+}
+END_TEST
+
+/* Relock of an unlocked pool just re-touches it. */
+START_TEST (test_relock_unlocked)
+{
+  struct throttle_mempool *pool = throttle_mempool_create (4, 8192, false);
+  void *b;
+
+  ck_assert_int_eq (throttle_mempool_relock (pool), 0);
+  ck_assert_uint_eq (throttle_mempool_bytes_locked (pool), 0);
+  b = throttle_mempool_try_alloc (pool);
+  ck_assert_ptr_nonnull (b);
+  ck_assert_uint_eq (throttle_mempool_in_use (pool), 1);
+  throttle_mempool_free (pool, b);
+  throttle_mempool_destroy (pool);
+}
+END_TEST
+
 /* Failing to lock is an error that leaves nothing mapped.  Forces the
  * failure by dropping CAP_IPC_LOCK (in this forked test only) and
  * lowering RLIMIT_MEMLOCK.
@@ -611,12 +667,15 @@ main (void)
   tcase_add_test_raise_signal (tc, test_free_foreign_aborts, SIGABRT);
   tcase_add_test_raise_signal (tc, test_double_free_aborts, SIGABRT);
   tcase_add_test (tc, test_prefaulted_under_onfault);
+  tcase_add_test (tc, test_relock_unlocked);
   if (can_lock ((size_t) LOCK_NR * LOCK_SIZE, &why)) {
     tcase_add_test (tc, test_locked);
     tcase_add_test (tc, test_lock_failure);
+    tcase_add_test (tc, test_relock_after_fork);
   }
   else
-    printf ("SKIP: test_locked, test_lock_failure: %s\n", why);
+    printf ("SKIP: test_locked, test_lock_failure, test_relock_after_fork: "
+            "%s\n", why);
   suite_add_tcase (s, tc);
 
   sr = srunner_create (s);
