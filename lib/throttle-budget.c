@@ -198,6 +198,17 @@ throttle_budget_charge (struct throttle_budget *b, uint64_t need,
     }
   }
 
+  /* Ask once more after a grant.  At shutdown or when the client has
+   * gone, the request ahead fails fast and credits its units, and
+   * without this check they would pass straight to the next waiter,
+   * which would run a request nobody will read the reply of.
+   */
+  if (w.granted && cancel && !w.cancelled) {
+    pthread_mutex_unlock (&b->lock);
+    w.cancelled = cancel (opaque);
+    pthread_mutex_lock (&b->lock);
+  }
+
   if (w.granted && !w.cancelled && !b->shutdown) {
     *charged = w.need;
     r = 0;

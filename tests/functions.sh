@@ -1,0 +1,88 @@
+# Shared helpers for the integration tests (bash).
+
+set -e
+set -o pipefail
+
+: "${NBDKIT:=nbdkit}"
+# The system python has the nbd module; a python earlier on PATH may not.
+PY=/usr/bin/python3
+srcdir="${abs_srcdir:-$(cd "$(dirname "$0")" && pwd)}"
+
+requires ()
+{
+  if ! "$@" >/dev/null 2>&1; then
+    echo "$0: SKIP: missing requirement: $*"
+    exit 77
+  fi
+}
+
+requires_file ()
+{
+  if [ ! -e "$1" ]; then
+    echo "$0: SKIP: $1 has not been built"
+    exit 77
+  fi
+}
+
+fail ()
+{
+  echo "$0: FAIL: $*" >&2
+  exit 1
+}
+
+# A scratch directory removed at exit, and nbdkit servers killed at exit.
+tmp=$(mktemp -d /var/tmp/throttle-test.XXXXXX)
+_pids=()
+_cleanup ()
+{
+  local p
+  for p in "${_pids[@]}"; do kill -9 "$p" 2>/dev/null || :; done
+  rm -rf "$tmp"
+}
+trap _cleanup EXIT
+
+# start_nbdkit NAME ARGS...: run nbdkit in the foreground of a background
+# job on $tmp/NAME.sock, logging to $tmp/NAME.log.  Sets $pid and $uri.
+start_nbdkit ()
+{
+  local name=$1; shift
+  local sock=$tmp/$name.sock i
+  rm -f "$sock"
+  "$NBDKIT" -f -v -U "$sock" "$@" >"$tmp/$name.log" 2>&1 &
+  pid=$!
+  _pids+=("$pid")
+  for i in $(seq 100); do
+    [ -S "$sock" ] && break
+    if ! kill -0 "$pid" 2>/dev/null; then
+      cat "$tmp/$name.log"
+      fail "nbdkit $name did not start"
+    fi
+    sleep 0.1
+  done
+  [ -S "$sock" ] || fail "nbdkit $name: no socket after 10 s"
+  uri="nbd+unix:///?socket=$sock"
+}
+
+# stop_nbdkit PID [SECS]: SIGTERM, and fail unless it exits in SECS (5).
+stop_nbdkit ()
+{
+  local p=$1 secs=${2:-5} i
+  kill -TERM "$p"
+  for i in $(seq $((secs * 10))); do
+    kill -0 "$p" 2>/dev/null || { wait "$p" 2>/dev/null || :; return 0; }
+    sleep 0.1
+  done
+  fail "nbdkit (pid $p) still running $secs s after SIGTERM"
+}
+
+# summary LOG FIELD: a field of the filter's unload summary.
+summary ()
+{
+  sed -n "s/.*throttle: summary .* $2=\([0-9.]*\).*/\1/p" "$1" | tail -1
+}
+
+# statefield FILE FIELD: a field written by the test plugin at unload.
+statefield ()
+{
+  sed -n "s/^$2=//p" "$1"
+}

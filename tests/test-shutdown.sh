@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# SIGTERM to an nbdkit whose requests are blocked in the throttle exits
+# within 5 seconds, and the waits give back nothing they did not hold.
+source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
+requires_file "$THROTTLE_FILTER"
+requires_file "$TEST_PLUGIN"
+requires $PY -c 'import nbd'
+
+# One 64K write fills the capacity and sleeps 60 s in the backend; the
+# other 15 wait for credit.
+start_nbdkit shutdown --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
+  delay-ms=60000 statefile="$tmp/shutdown.state" throttle-capacity=64K \
+  -D throttle.verbose=1
+$PY "$srcdir/client.py" "$uri" --conns 2 --depth 8 --count 8 --timeout 120 \
+  >"$tmp/client.out" 2>&1 &
+client=$!
+for i in $(seq 100); do
+  grep -q "throttle: wait" "$tmp/shutdown.log" 2>/dev/null && break
+  sleep 0.1
+done
+grep -q "throttle: wait" "$tmp/shutdown.log" || fail "no request waited"
+sleep 0.5
+start=$(date +%s.%N)
+stop_nbdkit $pid 5
+end=$(date +%s.%N)
+echo "nbdkit exited $(echo "$end - $start" | bc) s after SIGTERM"
+wait $client || :
+cat "$tmp/client.out"
+writes=$(statefield "$tmp/shutdown.state" writes)
+[ "$writes" -eq 1 ] || fail "expected 1 write at the backend, saw $writes"
+[ "$(summary "$tmp/shutdown.log" in_flight)" = 0 ] || fail "units left in flight"
+[ "$(summary "$tmp/shutdown.log" cancelled)" -ge 1 ] || fail "no wait was cancelled"
+grep -q "abandoned while waiting for credit" "$tmp/shutdown.log" ||
+  fail "no clear error for the abandoned waits"
