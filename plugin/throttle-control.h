@@ -1,0 +1,63 @@
+/* nbdkit-throttle filter: the control socket (throttle-control=SOCKET)
+ * and the periodic statistics (throttle-stats-interval=SECS).
+ *
+ * Both are served by one thread of their own running a libev loop, so
+ * that no operator, however slow or broken his client, can stall the
+ * data path: the loop only ever takes the registry's and a budget's
+ * locks for the time of a copy.
+ *
+ * Call order, from throttle.c:
+ *   .config           throttle_control_config, before the filter's own keys
+ *   .config_complete  throttle_control_config_complete (binds the socket,
+ *                     so that misuse is reported before nbdkit forks)
+ *   .after_fork       throttle_control_after_fork (starts the thread:
+ *                     threads do not survive nbdkit's daemonizing fork)
+ *   .unload           throttle_control_unload, FIRST, before
+ *                     throttle_export_free_all (the thread reads the
+ *                     exports' budgets)
+ */
+
+#ifndef THROTTLE_CONTROL_H
+#define THROTTLE_CONTROL_H
+
+#include <stddef.h>
+
+#include "throttle-export.h"
+
+/* 1 if key is one of ours and its value is good, 0 if it is not ours,
+ * -1 (after nbdkit_error naming the parameter) if the value is bad.
+ */
+extern int throttle_control_config (const char *key, const char *value);
+extern int throttle_control_config_complete (void);
+extern int throttle_control_after_fork (void);
+extern void throttle_control_unload (void);
+
+#define throttle_control_config_help \
+  "throttle-control=SOCKET     Serve stats and runtime changes on this\n" \
+  "                            Unix socket (mode 0600).\n" \
+  "throttle-stats-interval=SECS\n" \
+  "                            Log stats every SECS seconds (with -v)."
+
+/* Extra statistics, for writeback mode (pool use, pending writes, the
+ * sticky error).  The function is called from the control thread once
+ * with exp == NULL for members of the top-level object, then once per
+ * export.  It writes into buf (len bytes, at least 4096) zero or more
+ * complete JSON members separated by commas, without a leading or
+ * trailing comma, e.g.
+ *   "pool_used":1048576,"pending_writes":3,"error":null
+ * and NUL-terminates them.  Output that does not fit is dropped whole.
+ * It must not block: it runs while the export registry is locked.
+ * Register before after_fork (e.g. in config_complete); NULL removes it.
+ */
+typedef void (*throttle_control_extra_stats_fn) (struct throttle_export *exp,
+                                                 char *buf, size_t len);
+extern void throttle_control_set_extra_stats (throttle_control_extra_stats_fn);
+
+/* Write s into out (len bytes) as a JSON string with its quotes.
+ * Returns the length it needs (excluding the NUL), like snprintf, so a
+ * result >= len means truncated.  For the extra-stats function.
+ */
+extern size_t throttle_control_json_string (char *out, size_t len,
+                                            const char *s);
+
+#endif /* THROTTLE_CONTROL_H */
