@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Backend errors return their credit: with nbdkit's error filter under
+# the throttle failing writes, zeroes and trims, afterwards the whole
+# capacity is available again.
+source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
+requires_file "$THROTTLE_FILTER"
+requires $PY -c 'import nbd'
+
+touch "$tmp/errors-on"
+start_nbdkit err --filter="$THROTTLE_FILTER" --filter=error memory 64M \
+  error=EIO error-rate=30% error-file="$tmp/errors-on" \
+  throttle-capacity=128K
+$PY "$srcdir/client.py" "$uri" --conns 4 --depth 16 --count 64 \
+  --op write,zero,trim >"$tmp/client.out"
+cat "$tmp/client.out"
+failed=$(sed -n 's/.*failed=\([0-9]*\).*/\1/p' "$tmp/client.out")
+[ "$failed" -gt 0 ] || fail "the error filter injected no errors"
+
+# Errors off: a request of exactly the capacity must be admitted.  A
+# single leaked unit would block it forever (the client times out).
+rm "$tmp/errors-on"
+$PY "$srcdir/client.py" "$uri" --conns 1 --depth 1 --size 131072 --count 1 \
+  --timeout 10 || fail "the full capacity is not available after errors"
+stop_nbdkit $pid
+[ "$(summary "$tmp/err.log" in_flight)" = 0 ] || fail "units left in flight"
+echo "$failed requests failed; in flight afterwards: 0"
