@@ -19,7 +19,9 @@
 #include <nbdkit-filter.h>
 
 #include "throttle.h"
+#include "throttle-control.h"
 #include "throttle-export.h"
+#include "throttle-guards.h"
 
 /* -D throttle.verbose=1: log every admission that waited, and every
  * charge.
@@ -59,29 +61,31 @@ static int
 throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
                      const char *key, const char *value)
 {
-  if (strcmp (key, "throttle-capacity") == 0) {
-    int64_t r;
+  int r;
 
-    /* nbdkit_parse_size accepts "-1" as 0 - 1 nowhere, but be explicit
-     * so the message names the parameter whatever it printed.
+  if (strcmp (key, "throttle-capacity") == 0) {
+    int64_t size;
+
+    /* Reject a sign ourselves so that the message names the
+     * parameter, whatever nbdkit_parse_size would have printed.
      */
     if (value[0] == '-') {
       nbdkit_error ("throttle-capacity=%s: must be a positive size "
                     "(e.g. 64M)", value);
       return -1;
     }
-    r = nbdkit_parse_size (value);
-    if (r == -1) {
+    size = nbdkit_parse_size (value);
+    if (size == -1) {
       nbdkit_error ("throttle-capacity=%s: not a size (e.g. 16M, 4096)",
                     value);
       return -1;
     }
-    if (r == 0) {
+    if (size == 0) {
       nbdkit_error ("throttle-capacity=%s: must be greater than 0: "
                     "a zero capacity would admit nothing", value);
       return -1;
     }
-    throttle_config.capacity = r;
+    throttle_config.capacity = size;
     return 0;
   }
   else if (strcmp (key, "throttle-metric") == 0) {
@@ -95,6 +99,9 @@ throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
   }
   else if (strcmp (key, "throttle-reads") == 0)
     return parse_bool_param (key, value, &throttle_config.charge_reads);
+  else if ((r = throttle_guards_config (key, value)) != 0 ||
+           (r = throttle_control_config (key, value)) != 0)
+    return r == 1 ? 0 : -1;
   else if (strncmp (key, "throttle-", 9) == 0) {
     /* A typo must not reach the plugin as an unknown parameter with
      * a confusing message from it.
@@ -119,6 +126,9 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   }
   if (throttle_config.capacity == 0)
     throttle_config.capacity = default_capacity ();
+  if (throttle_guards_config_complete () == -1 ||
+      throttle_control_config_complete () == -1)
+    return -1;
   nbdkit_debug ("throttle: capacity %" PRIu64 " units, metric %s, reads %s",
                 throttle_config.capacity, throttle_config.metric.name,
                 throttle_config.charge_reads ? "charged" : "free");
@@ -131,7 +141,33 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   "                            (default 16M for bytes).\n" \
   "throttle-metric=bytes|pages|requests|/path/metric.so\n" \
   "                            How requests are charged (default bytes).\n" \
-  "throttle-reads=true|false   Charge reads too (default false)."
+  "throttle-reads=true|false   Charge reads too (default false).\n" \
+  throttle_guards_config_help "\n" \
+  throttle_control_config_help
+
+static int
+throttle_get_ready (int thread_model)
+{
+  if (throttle_guards_get_ready (thread_model) == -1)
+    return -1;
+  /* Real-time threads may draw on the allocator's reserve for their
+   * replies; bounding reads keeps that draw bounded too.
+   */
+  if (throttle_guards_rt_active () && !throttle_config.charge_reads) {
+    throttle_config.charge_reads = true;
+    nbdkit_debug ("throttle: request threads are real-time: reads are charged");
+  }
+  return 0;
+}
+
+static int
+throttle_after_fork (nbdkit_backend *backend)
+{
+  /* Guards first: threads started after them inherit them. */
+  if (throttle_guards_after_fork () == -1)
+    return -1;
+  return throttle_control_after_fork ();
+}
 
 static void
 print_summary (struct throttle_export *exp, void *opaque)
@@ -153,6 +189,8 @@ print_summary (struct throttle_export *exp, void *opaque)
 static void
 throttle_unload (void)
 {
+  throttle_control_unload ();
+  throttle_guards_unload ();
   throttle_export_foreach (print_summary, NULL);
   throttle_export_free_all ();
   throttle_metric_unload (&throttle_config.metric);
@@ -237,6 +275,7 @@ admit (struct throttle_handle *h, enum throttle_op op,
   struct throttle_budget *b = &h->exp->budget;
   uint64_t need;
 
+  throttle_guards_thread_enter ();
   *charged = 0;
   need = throttle_config.metric.fn (&req);
   if (need == 0)
@@ -342,6 +381,8 @@ static struct nbdkit_filter filter = {
   .config            = throttle_config_key,
   .config_complete   = throttle_config_complete,
   .config_help       = throttle_config_help,
+  .get_ready         = throttle_get_ready,
+  .after_fork        = throttle_after_fork,
   .open              = throttle_open,
   .close             = throttle_close,
   .pread             = throttle_pread,
