@@ -1,0 +1,102 @@
+#!/bin/bash
+# nbdkit-throttle: one entry point for a fresh Debian 12 machine.
+#
+#   ./dev.sh demo     install what is missing, build, run the main job
+#   ./dev.sh check    install what is missing, build, run every test
+#   ./dev.sh bench    install what is missing, build, run the benchmarks
+#   ./dev.sh deps     only install what is missing
+#
+# Builds out of tree in ./build (THROTTLE_BUILDDIR to change).
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")" && pwd)
+builddir=${THROTTLE_BUILDDIR:-$top/build}
+
+# Every Debian package the build, the tests, the guest test and the
+# benchmarks use.
+PACKAGES=(
+  build-essential autoconf automake libtool pkg-config perl bc
+  nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin python3-libnbd
+  libev-dev check
+  fio qemu-utils
+  qemu-system-x86 linux-image-amd64 busybox-static nbd-client
+  cpio xz-utils zstd kmod
+  gnuplot-nox
+)
+
+deps ()
+{
+  local missing=() p
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+      missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "dev.sh: installing ${missing[*]}"
+  local sudo=
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
+    --no-install-recommends "${missing[@]}"
+}
+
+build ()
+{
+  cd "$top"
+  autoreconf -fi >"$top/autoreconf.log" 2>&1 ||
+    { cat "$top/autoreconf.log"; exit 1; }
+  mkdir -p "$builddir"
+  cd "$builddir"
+  [ -f Makefile ] || "$top/configure" -q ${THROTTLE_CONFIGURE_ARGS:-}
+  make -j"$(nproc)" >/dev/null
+}
+
+demo ()
+{
+  local sock=$builddir/demo.sock ctl=$builddir/demo.ctl log=$builddir/demo.log
+  local filter=$builddir/plugin/.libs/nbdkit-throttle-filter.so
+  rm -f "$sock" "$ctl"
+  echo "== nbdkit --filter=throttle memory 1G throttle-capacity=1M"
+  echo "   driven by throttle-load: 4 connections x 32 requests, 90% 4K + 10% 1M writes, 10 s"
+  nbdkit -f -v -U "$sock" --filter="$filter" memory 1G \
+    throttle-capacity=1M throttle-control="$ctl" >"$log" 2>&1 &
+  local pid=$!
+  trap 'kill $pid 2>/dev/null || :' EXIT
+  for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
+  "$builddir/tools/throttle-load" --unix "$sock" --connections 4 \
+    --queue-depth 32 --block-size 4k:90,1M:10 --read-ratio 0 --random \
+    --duration 10 --verify
+  echo
+  echo "== what the throttle did (control socket: stats)"
+  /usr/bin/python3 - "$ctl" <<'PY'
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+s.sendall(b"stats\n"); data = b""
+while not data.endswith(b"\n"):
+    data += s.recv(65536)
+for e in json.loads(data)["exports"]:
+    print(f"export {e['name']!r}: capacity {e['capacity']} bytes")
+    print(f"  units charged     {e['charged']}")
+    print(f"  peak in flight    {e['peak']}  (capacity {e['capacity']})")
+    print(f"  admitted          {e['admitted']}, of which waited {e['waited']}")
+    print(f"  time waiting      total {e['wait_ns_total']/1e9:.3f} s, "
+          f"max {e['wait_ns_max']/1e6:.1f} ms")
+PY
+  kill $pid; wait $pid 2>/dev/null || :
+  trap - EXIT
+  grep "throttle: summary" "$log" | sed 's/^.*throttle: /== nbdkit at exit: /'
+}
+
+case "${1:-}" in
+  deps) deps ;;
+  demo) deps; build; demo ;;
+  check)
+    deps; build
+    cd "$builddir"
+    make check
+    # The same unit and integration tests under ASan+UBSan and TSan.
+    "$top/tests/run-sanitizers.sh"
+    ;;
+  bench) deps; build; cd "$builddir"; make bench ;;
+  *) sed -n '2,9p' "$0"; exit 2 ;;
+esac
