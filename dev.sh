@@ -94,6 +94,9 @@ case "${1:-}" in
     deps; build
     cd "$builddir"
     make check
+    # The short name --filter=throttle works once installed.
+    make install >/dev/null
+    make installcheck
     # The same unit and integration tests under ASan+UBSan and TSan.
     "$top/tests/run-sanitizers.sh"
     ;;

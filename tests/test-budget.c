@@ -109,7 +109,7 @@ struct order_arg {
   uint64_t need;
   int id;
   atomic_int *next_slot;
-  int *order;
+  atomic_int *order;
   atomic_bool *hold;           /* keep the units while *hold */
 };
 
@@ -120,7 +120,7 @@ order_thread (void *vp)
   uint64_t c;
 
   ck_assert_int_eq (throttle_budget_charge (a->b, a->need, NULL, NULL, 0, &c), 0);
-  a->order[atomic_fetch_add (a->next_slot, 1)] = a->id;
+  atomic_store (&a->order[atomic_fetch_add (a->next_slot, 1)], a->id);
   while (atomic_load (a->hold))
     msleep (1);
   throttle_budget_credit (a->b, c);
@@ -134,7 +134,7 @@ START_TEST (test_fifo_no_starvation)
   struct order_arg la, sa[8];
   atomic_int slot = 0;
   atomic_bool hold_large = true, hold_small = false;
-  int order[9];
+  atomic_int order[9];
   uint64_t held;
   int i;
 
@@ -165,7 +165,7 @@ START_TEST (test_fifo_no_starvation)
     msleep (1);
   msleep (20);
   ck_assert_int_eq (atomic_load (&slot), 1);
-  ck_assert_int_eq (order[0], 100);
+  ck_assert_int_eq (atomic_load (&order[0]), 100);
   ck_assert_uint_eq (stats_of (&b).in_flight, 10);
 
   atomic_store (&hold_large, false);
@@ -188,7 +188,7 @@ START_TEST (test_try_charge_no_barging)
   pthread_t t;
   atomic_int slot = 0;
   atomic_bool hold = false;
-  int order[1];
+  atomic_int order[1];
   struct order_arg a;
   uint64_t held, c;
 
