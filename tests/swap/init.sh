@@ -28,7 +28,7 @@ fail ()
 # Defaults, then thr.KEY=VALUE from the command line.
 THR_cfg=unnamed THR_plugin=file THR_filter=0 THR_mode= THR_conns=1
 THR_minfree=0 THR_guards=0 THR_hungsecs=20 THR_size= THR_verbose=1
-THR_memsize=64M THR_args=
+THR_memsize=48M THR_args=
 for word in $(cat /proc/cmdline); do
     case "$word" in
         thr.*=*)
@@ -40,6 +40,8 @@ for word in $(cat /proc/cmdline); do
             ;;
     esac
 done
+# ramfs (0x858458f6) keeps the initramfs out of swap; see run-guest.sh.
+echo "ROOTFS type=0x$(stat -f -c %t /)"
 echo "GUEST-CONFIG cfg=$THR_cfg plugin=$THR_plugin filter=$THR_filter mode=$THR_mode conns=$THR_conns minfree=$THR_minfree guards=$THR_guards"
 
 # virtio_ring before virtio; the order file lists dependencies first.

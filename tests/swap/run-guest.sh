@@ -16,12 +16,13 @@
 # the guest really swapped, and (for configs with thr.guards=1) every
 # nbdkit thread carried PF_MEMALLOC_NOIO and PF_LOCAL_THROTTLE with locked
 # memory.  "hung" means the guest's hung-task detector panicked it, or the
-# host gave up: no console output for $SWAP_STALL seconds or no end after
+# host gave up: an nbd request unanswered for $SWAP_STUCK (60) seconds, no
+# console output for $SWAP_STALL seconds or no end after
 # $SWAP_TIMEOUT seconds; then a sysrq-t task dump is taken through the
 # qemu monitor before qemu is killed, so the log shows where every thread
 # waits.
 #
-# Environment: SWAP_TIMEOUT (default 420), SWAP_STALL (90), SWAP_MEM
+# Environment: SWAP_TIMEOUT (default 300), SWAP_STALL (90), SWAP_MEM
 # (guest MiB, 192), SWAP_DISK_MIB (512), SWAP_EXTRA_APPEND (more kernel
 # arguments, e.g. thr.hungsecs=30), THROTTLE_FILTER, THROTTLE_DISK_PLUGIN
 # (used when the initramfs has to be built).
@@ -48,8 +49,10 @@ work=${work:-${TMPDIR:-/tmp}/swaptest-$USER}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 log=${log:-$work/$cfg.$boot.log}
-timeout=${SWAP_TIMEOUT:-420}
+timeout=${SWAP_TIMEOUT:-300}
 stall=${SWAP_STALL:-90}
+stuck=${SWAP_STUCK:-60}
+stuck_re=$(seq -s "|" "$stuck" 30 3000)
 
 qemu=$(command -v qemu-system-x86_64) || { echo "run-guest: no qemu-system-x86_64" >&2; exit 77; }
 kernel=$(swap_kernel)
@@ -78,12 +81,14 @@ catpid=$!
 append="console=ttyS0 panic=-1 rootfstype=ramfs zswap.enabled=0 mitigations=off thr.cfg=$cfg $args ${SWAP_EXTRA_APPEND:-}"
 
 start=$(date +%s)
+# Append: the host adds its own lines to the log while qemu writes.
+: > "$log"
 "$qemu" -accel tcg -m "${SWAP_MEM:-192}" -nographic -no-reboot -nic none \
     -kernel "$kernel" -initrd "$work/initramfs.cpio.gz" \
     -append "$append" \
     -drive file="$tmp/disk.img",format=raw,if=virtio,cache=unsafe \
     -monitor pipe:"$tmp/mon" \
-    < /dev/null > "$log" 2>&1 &
+    < /dev/null >> "$log" 2>&1 &
 qpid=$!
 
 host_verdict=
@@ -91,11 +96,18 @@ last_size=-1 last_change=$start
 while kill -0 "$qpid" 2>/dev/null; do
     sleep 1
     now=$(date +%s)
-    size=$(stat -c %s "$log" 2>/dev/null || echo 0)
+    # Progress is console output other than the kernel's periodic
+    # complaints, which a hung guest keeps printing.
+    size=$(grep -Evc 'Possible stuck request|clocksource' "$log" 2>/dev/null)
     if [ "$size" != "$last_size" ]; then
         last_size=$size last_change=$now
     fi
-    if [ $((now - start)) -ge "$timeout" ]; then
+    # The nbd driver reports a request unanswered for 30, 60, ... s: a
+    # server that has not answered one for $stuck s has deadlocked, even
+    # when no task is blocked in D state for the hung-task detector.
+    if grep -Eq "Possible stuck request.*Runtime ($stuck_re) seconds" "$log"; then
+        host_verdict=stuck-request
+    elif [ $((now - start)) -ge "$timeout" ]; then
         host_verdict=timeout
     elif [ $((now - last_change)) -ge "$stall" ]; then
         host_verdict=stall
@@ -131,7 +143,7 @@ writeout=0 swapin=0 hung=0 reason=
 wo=$(val WRITEOUT-DONE)
 si=$(val SWAPIN-DONE)
 [ -n "$wo" ] && writeout=1
-if [ -n "$si" ] && grep -q '^SWAPTEST-EXIT 0' "$c" && ! has VERIFY-FAILED; then
+if [ -n "$si" ] && grep -q 'SWAPTEST-EXIT 0' "$c" && ! has VERIFY-FAILED; then
     swapin=1
 fi
 pswpout=$(sed -n 's/^SWAPSTATS.*pswpout=\([0-9]*\).*/\1/p' "$c" | tail -n 1)
@@ -150,7 +162,7 @@ elif has VERIFY-FAILED; then
 elif has 'Out of memory: Killed process'; then
     reason=oom
 elif has SETUP-FAILED; then
-    reason="setup-failed:$(sed -n 's/^SETUP-FAILED //p' "$c" | head -n 1 | tr ' ' _)"
+    reason="setup-failed:$(sed -n 's/^.*SETUP-FAILED //p' "$c" | head -n 1 | tr ' ' _)"
 elif [ $swapin = 1 ] && [ $swapout_mib -lt 64 -o $swapin_mib -lt 1 ]; then
     # A run that never swapped proves nothing.
     reason=no-swap
@@ -164,8 +176,8 @@ fi
 # (a guard set lazily by a worker shows there).  Without the post-run line
 # (the guest hung) the pre-run line is reported.
 guards=n/a
-gline=$(grep '^GUARDS post' "$c" | tail -n 1)
-[ -n "$gline" ] || gline=$(grep '^GUARDS pre' "$c" | tail -n 1)
+gline=$(grep -o 'GUARDS post.*' "$c" | tail -n 1)
+[ -n "$gline" ] || gline=$(grep -o 'GUARDS pre.*' "$c" | tail -n 1)
 case " $args " in
     *" thr.guards=1 "*)
         guards=missing

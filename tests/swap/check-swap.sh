@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# The swap-over-NBD guest suite (make check-swap).  See README.md.
+#
+# Boots every configuration of common.sh the number of times it lists,
+# two guests at a time, and prints a table.  Exits 1 when a MUST
+# configuration (the throttle filter over the disk plugin at defaults)
+# failed a boot or could not run, 77 when the machine cannot boot a guest,
+# 0 otherwise.  The other configurations are recorded, never fail.
+#
+# Environment: THROTTLE_FILTER, THROTTLE_DISK_PLUGIN (the built .so files),
+# abs_builddir (the work directory goes under it),
+# THROTTLE_SWAP_ALLOW_MISSING=1 (development: run what can run when the
+# filter or the disk plugin is not built, without failing),
+# SWAP_CONFIGS (names to run, default all), SWAP_BOOTS (boots per config,
+# overrides the table), SWAP_JOBS (guests at a time, 2),
+# SWAP_BUDGET (seconds after which no recorded-only boot starts, 900),
+# and the SWAP_* variables of run-guest.sh.
+
+set -uo pipefail
+
+srcdir=$(cd "$(dirname "$0")" && pwd)
+. "$srcdir/common.sh"
+
+skip () { echo "check-swap: SKIP: $*"; exit 77; }
+
+command -v qemu-system-x86_64 >/dev/null ||
+    skip "qemu-system-x86_64 not installed (Debian: qemu-system-x86)"
+[ -n "$(swap_kernel)" ] || skip "no /boot/vmlinuz-* (Debian: linux-image-amd64)"
+[ -f "/lib/modules/$(swap_kernel_version)/modules.dep" ] ||
+    skip "no modules for $(swap_kernel) (Debian: linux-image-amd64)"
+command -v busybox >/dev/null && file -L "$(command -v busybox)" | grep -q 'statically linked' ||
+    skip "no static busybox (Debian: busybox-static)"
+command -v nbd-client >/dev/null || [ -x /usr/sbin/nbd-client ] ||
+    skip "nbd-client not installed (Debian: nbd-client)"
+command -v nbdkit >/dev/null || skip "nbdkit not installed"
+echo 'int main(void){return 0;}' | gcc -static -x c -o /dev/null - 2>/dev/null ||
+    skip "gcc cannot link statically (Debian: libc6-dev)"
+
+missing=
+[ -n "${THROTTLE_FILTER:-}" ] && [ -f "$THROTTLE_FILTER" ] ||
+    missing="$missing throttle filter (THROTTLE_FILTER=${THROTTLE_FILTER:-unset});"
+[ -n "${THROTTLE_DISK_PLUGIN:-}" ] && [ -f "$THROTTLE_DISK_PLUGIN" ] ||
+    missing="$missing disk plugin (THROTTLE_DISK_PLUGIN=${THROTTLE_DISK_PLUGIN:-unset});"
+have_filter=0; [ -n "${THROTTLE_FILTER:-}" ] && [ -f "$THROTTLE_FILTER" ] && have_filter=1
+have_disk=0; [ -n "${THROTTLE_DISK_PLUGIN:-}" ] && [ -f "$THROTTLE_DISK_PLUGIN" ] && have_disk=1
+
+work=${abs_builddir:-$PWD}/swap-work
+rm -rf "$work"
+mkdir -p "$work"
+"$srcdir/build-initramfs.sh" "$work" || { echo "check-swap: FAIL: cannot build the initramfs"; exit 1; }
+
+# --- the jobs: MUST boots first, then the recorded ones, round robin -----
+configs=${SWAP_CONFIGS:-$(swap_configs | awk '{ print $1 }')}
+unrunnable=
+jobs_must=() jobs_rec=()
+maxboots=0
+for c in $configs; do
+    args=$(swap_config "$c" args) || { echo "check-swap: unknown config $c"; exit 1; }
+    boots=${SWAP_BOOTS:-$(swap_config "$c" boots)}
+    [ "$boots" -gt "$maxboots" ] && maxboots=$boots
+done
+for ((b = 1; b <= maxboots; b++)); do
+    for c in $configs; do
+        args=$(swap_config "$c" args)
+        boots=${SWAP_BOOTS:-$(swap_config "$c" boots)}
+        [ $b -le "$boots" ] || continue
+        case " $args " in
+            *" thr.plugin=disk "*) [ $have_disk = 1 ] || { unrunnable="$unrunnable $c"; continue; } ;;
+        esac
+        case " $args " in
+            *" thr.filter=1 "*) [ $have_filter = 1 ] || { unrunnable="$unrunnable $c"; continue; } ;;
+        esac
+        if [ "$(swap_config "$c" must)" = 1 ]; then
+            jobs_must+=("$c $b")
+        else
+            jobs_rec+=("$c $b")
+        fi
+    done
+done
+unrunnable=$(echo $unrunnable | tr ' ' '\n' | sort -u | tr '\n' ' ')
+
+results=$work/results
+: > "$results"
+start=$(date +%s)
+budget=${SWAP_BUDGET:-900}
+njobs=${SWAP_JOBS:-2}
+running=0
+skipped_rec=0
+
+run_one ()
+{
+    local c=$1 b=$2 line
+    line=$("$srcdir/run-guest.sh" -w "$work" -n "$b" "$c" 2>&1 | grep '^RESULT')
+    [ -n "$line" ] || line="RESULT cfg=$c boot=$b status=fail writeout=0 swapin=0 hung=0 reason=harness-error log=-"
+    echo "$line" >> "$results"
+    echo "check-swap: $(( $(date +%s) - start )) s: ${line#RESULT }"
+}
+
+for job in "${jobs_must[@]}" -- "${jobs_rec[@]}"; do
+    [ "$job" = -- ] && { rec=1; continue; }
+    if [ "${rec:-0}" = 1 ] && [ $(( $(date +%s) - start )) -ge "$budget" ]; then
+        skipped_rec=$((skipped_rec + 1))
+        continue
+    fi
+    if [ $running -ge "$njobs" ]; then
+        wait -n
+        running=$((running - 1))
+    fi
+    run_one $job &
+    running=$((running + 1))
+done
+wait
+elapsed=$(( $(date +%s) - start ))
+
+# --- the table -------------------------------------------------------------
+field () { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
+median ()
+{
+    sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "-";
+                    else if (NR % 2) print v[(NR + 1) / 2];
+                    else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+echo
+echo "Swap over NBD, $(swap_kernel_version), ${SWAP_MEM:-192} MiB guest, $elapsed s"
+printf '%-34s %-8s %5s %8s %8s %5s %6s %9s %9s\n' \
+    configuration kind boots writeout swap-in hung other "wo-med-s" "tot-med-s"
+fail=0
+failed_logs=
+for c in $configs; do
+    must=$(swap_config "$c" must)
+    args=$(swap_config "$c" args)
+    kind=recorded; [ "$must" = 1 ] && kind=MUST
+    rows=$(grep " cfg=$c " "$results")
+    n=$(printf '%s' "$rows" | grep -c . || true)
+    if [ "$n" = 0 ]; then
+        if echo " $unrunnable " | grep -q " $c "; then
+            # Whether this fails the suite is decided below, with
+            # THROTTLE_SWAP_ALLOW_MISSING.
+            printf '%-34s %-8s %s\n' "$c" "$kind" "could not run:$missing"
+        else
+            printf '%-34s %-8s %s\n' "$c" "$kind" "not run (time budget)"
+        fi
+        continue
+    fi
+    wo=$(printf '%s\n' "$rows" | grep -c ' writeout=1 ' || true)
+    si=$(printf '%s\n' "$rows" | grep -c ' swapin=1 ' || true)
+    hung=$(printf '%s\n' "$rows" | grep -c ' hung=1 ' || true)
+    other=$(printf '%s\n' "$rows" | grep ' status=fail ' | grep -vc ' hung=1 ' || true)
+    wom=$(printf '%s\n' "$rows" | field wo | grep -v '^-$' | median)
+    totm=$(printf '%s\n' "$rows" | field total | grep -v '^-$' | median)
+    passed=$(printf '%s\n' "$rows" | grep -c ' status=pass ' || true)
+    verdict=
+    if [ "$must" = 1 ]; then
+        if [ "$passed" = "$n" ]; then verdict=PASS; else verdict=FAIL; fail=1; fi
+    fi
+    printf '%-34s %-8s %5s %8s %8s %5s %6s %9s %9s %s\n' \
+        "$c" "$kind" "$n" "$wo" "$si" "$hung" "$other" "$wom" "$totm" "$verdict"
+    case " $args " in
+        *" thr.guards=1 "*)
+            gok=$(printf '%s\n' "$rows" | grep -c ' guards=ok ' || true)
+            gv=
+            if [ "$must" = 1 ]; then
+                if [ "$gok" = "$n" ]; then gv=PASS; else gv=FAIL; fi
+            fi
+            printf '%-34s %-8s %5s %8s %s\n' "  guards: every thread NOIO+THROTTLE, VmLck>0" \
+                "$kind" "$n" "$gok ok" "$gv"
+            ;;
+    esac
+    if [ "$must" = 1 ] && [ "$verdict" = FAIL ]; then
+        failed_logs="$failed_logs $(printf '%s\n' "$rows" | grep ' status=fail ' | field log)"
+    fi
+done
+echo
+echo "Per boot (logs in $work):"
+sed 's/^RESULT /  /' "$results" | sort
+[ $skipped_rec -gt 0 ] && echo "check-swap: $skipped_rec recorded-only boots not started: past the ${budget} s budget"
+
+if [ -n "$missing" ]; then
+    echo "check-swap: the MUST configurations could not run, missing:$missing"
+    if [ "${THROTTLE_SWAP_ALLOW_MISSING:-0}" = 1 ]; then
+        echo "check-swap: THROTTLE_SWAP_ALLOW_MISSING=1: not failing for that"
+    else
+        fail=1
+    fi
+fi
+
+if [ $fail = 1 ]; then
+    for l in $failed_logs; do
+        [ -f "$l" ] || continue
+        echo
+        echo "================ $l (markers, then the console from the first sign of trouble) ================"
+        tr -d '\r' < "$l" | grep -E '^(GUEST-CONFIG|SYSCTL|NBDKIT-CMD|SWAP-ON|GUARDS|SWAPTEST|WRITEOUT-DONE|SWAPIN-DONE|VERIFY|SETUP-FAILED|SWAPSTATS|nbdkit: .*(error|throttle))'
+        tr -d '\r' < "$l" | sed -n '/blocked for more than\|=== host:\|Kernel panic\|Out of memory\|VERIFY-FAILED\|SETUP-FAILED/,$p' | head -n 400
+    done
+    echo "check-swap: FAIL"
+    exit 1
+fi
+echo "check-swap: PASS"
+exit 0
