@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The control socket, against a real nbdkit under load: the socket is
+# private (0600 whatever the umask), never replaces a file that is not a
+# socket nor a socket another server serves, but does replace a stale
+# one; stats agree with what the clients and the backend saw; set
+# capacity takes effect both ways; bad input, silent, flooding and
+# vanishing clients get an error or are dropped while the server keeps
+# serving; throttle-stats-interval logs stats; the socket is removed at
+# exit.  The live part is tests/control-client.py.
+source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
+requires_file "$THROTTLE_FILTER"
+requires_file "$TEST_PLUGIN"
+requires $PY -c 'import nbd'
+
+ctl=$tmp/ctl.sock
+client=$srcdir/control-client.py
+
+# expect_refusal WHAT PATTERN ARGS...: nbdkit must exit non-zero at once
+# with an error matching PATTERN.
+expect_refusal ()
+{
+  local what=$1 pattern=$2 r=0; shift 2
+  timeout 20 "$NBDKIT" -f -U "$tmp/refused.sock" \
+    --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" "$@" \
+    >"$tmp/refused.log" 2>&1 || r=$?
+  cat "$tmp/refused.log"
+  [ "$r" -ne 0 ] && [ "$r" -ne 124 ] ||
+    fail "$what: nbdkit did not refuse (exit $r)"
+  grep -q -- "$pattern" "$tmp/refused.log" ||
+    fail "$what: no error matching '$pattern'"
+  echo "ok: $what refused"
+}
+
+expect_refusal "throttle-stats-interval=abc" "throttle-stats-interval=abc" \
+  throttle-stats-interval=abc
+expect_refusal "throttle-stats-interval=0" "throttle-stats-interval=0" \
+  throttle-stats-interval=0
+expect_refusal "throttle-control= (empty)" "throttle-control: empty" \
+  throttle-control=
+expect_refusal "a control path too long" "too long" \
+  throttle-control="$tmp/$(printf 'x%.0s' $(seq 120))"
+
+# A regular file is never replaced, and is left as it was.
+echo precious > "$tmp/file"
+expect_refusal "a regular file as the socket" "not a socket" \
+  throttle-control="$tmp/file"
+[ "$(cat "$tmp/file")" = precious ] || fail "the regular file was changed"
+[ -f "$tmp/file" ] || fail "the regular file is gone"
+
+# The socket is 0600 even when nbdkit inherits umask 000.
+old_umask=$(umask)
+umask 000
+start_nbdkit live --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
+  delay-ms=50 statefile="$tmp/live.state" throttle-capacity=1M \
+  throttle-control="$ctl" throttle-stats-interval=0.5 \
+  -D throttle.control_timeout=2
+umask "$old_umask"
+live=$pid
+for i in $(seq 50); do [ -S "$ctl" ] && break; sleep 0.1; done
+[ -S "$ctl" ] || fail "no control socket at $ctl"
+mode=$(stat -c %a "$ctl")
+[ "$mode" = 600 ] || fail "control socket mode is $mode, expected 600"
+echo "ok: control socket mode $mode under umask 000"
+
+# A socket that a live server serves is not taken over.
+expect_refusal "a socket another server serves" "another process" \
+  throttle-control="$ctl"
+$PY "$client" send "$ctl" help | grep -q '"commands"' ||
+  fail "the first server lost its control socket"
+echo "ok: the first server still answers on its socket"
+
+# The live test: load, stats, set capacity, bad input.
+$PY "$client" live "$tmp/live.sock" "$ctl" | tee "$tmp/live.out" ||
+  fail "the live control test failed (see above)"
+total=$(sed -n 's/^total_writes=//p' "$tmp/live.out")
+[ -n "$total" ] || fail "the live test did not report its writes"
+
+stop_nbdkit $live
+backend=$(statefield "$tmp/live.state" writes)
+echo "writes: clients $total, throttle admitted (see above), backend $backend"
+[ "$backend" = "$total" ] ||
+  fail "the backend saw $backend writes, the control socket said $total"
+echo "ok: the backend saw the $total writes the stats counted"
+[ ! -e "$ctl" ] || fail "the control socket was not removed at exit"
+echo "ok: control socket removed at exit"
+
+# throttle-stats-interval=0.5: periodic one-line JSON in the debug log.
+n=$(grep -c 'throttle: stats {' "$tmp/live.log" || :)
+[ "$n" -ge 4 ] || fail "expected periodic stats in the log, found $n lines"
+grep 'throttle: stats {' "$tmp/live.log" | tail -1 |
+  sed 's/.*throttle: stats //' |
+  $PY -c 'import json, sys
+d = json.load(sys.stdin)
+e = [x for x in d["exports"] if x["name"] == ""][0]
+assert e["admitted"] > 0, e' ||
+  fail "the periodic stats line is not the expected JSON"
+echo "ok: $n periodic stats lines, the last one valid JSON"
+
+# A stale socket (its server gone) is replaced.
+$PY -c 'import socket, sys
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.close()' "$ctl"
+[ -S "$ctl" ] || fail "could not make a stale socket"
+start_nbdkit stale --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
+  throttle-control="$ctl"
+for i in $(seq 50); do
+  $PY "$client" send "$ctl" help 2>/dev/null | grep -q '"commands"' && break
+  sleep 0.1
+done
+$PY "$client" send "$ctl" help | grep -q '"commands"' ||
+  fail "the stale socket was not replaced by a served one"
+echo "ok: a stale socket is replaced"
+stop_nbdkit $pid
+[ ! -e "$ctl" ] || fail "the control socket was not removed at exit"
+
+echo "PASS"
