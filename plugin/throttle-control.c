@@ -820,7 +820,7 @@ bind_socket (void)
     return -1;
   }
   if (chmod (socket_path, 0600) == -1 || lstat (socket_path, &st) == -1 ||
-      listen (fd, 16) == -1) {
+      listen (fd, MAX_CLIENTS) == -1) {
     nbdkit_error ("throttle-control=%s: %m", socket_path);
     unlink (socket_path);
     close (fd);

@@ -45,8 +45,10 @@ class Control:
 
     def __init__(self, path):
         self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.s.settimeout(TIMEOUT)
+        # Blocking: a Unix socket with a full backlog makes a connect
+        # with a timeout fail at once with EAGAIN instead of waiting.
         self.s.connect(path)
+        self.s.settimeout(TIMEOUT)
         self.buf = b""
 
     def send(self, data):
