@@ -114,6 +114,7 @@ elapsed=$(( $(date +%s) - start ))
 
 # --- the table -------------------------------------------------------------
 field () { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
+clean () { tr -d '\r' | sed 's/\x1b\[[0-9;]*m//g'; }
 median ()
 {
     sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "-";
@@ -168,7 +169,9 @@ for c in $configs; do
             ;;
     esac
     if [ "$must" = 1 ] && [ "$verdict" = FAIL ]; then
-        failed_logs="$failed_logs $(printf '%s\n' "$rows" | grep ' status=fail ' | field log)"
+        # The first failed boot of each configuration is printed; the
+        # others are in the per-boot lines.
+        failed_logs="$failed_logs $(printf '%s\n' "$rows" | grep ' status=fail ' | field log | head -n 1)"
     fi
 done
 echo
@@ -190,8 +193,8 @@ if [ $fail = 1 ]; then
         [ -f "$l" ] || continue
         echo
         echo "================ $l (markers, then the console from the first sign of trouble) ================"
-        tr -d '\r' < "$l" | grep -E '^(GUEST-CONFIG|SYSCTL|NBDKIT-CMD|SWAP-ON|GUARDS|SWAPTEST|WRITEOUT-DONE|SWAPIN-DONE|VERIFY|SETUP-FAILED|SWAPSTATS|nbdkit: .*(error|throttle))'
-        tr -d '\r' < "$l" | sed -n '/blocked for more than\|=== host:\|Kernel panic\|Out of memory\|VERIFY-FAILED\|SETUP-FAILED/,$p' | head -n 400
+        clean < "$l" | grep -E '^(ROOTFS|GUEST-CONFIG|SYSCTL|NBDKIT-CMD|SWAP-ON|GUARDS|SWAPTEST|WRITEOUT-DONE|SWAPIN-DONE|VERIFY|SETUP-FAILED|SWAPSTATS|nbdkit: .*(error|guards))'
+        clean < "$l" | sed -n '/blocked for more than\|=== host:\|Kernel panic\|Out of memory\|VERIFY-FAILED\|SETUP-FAILED/,$p' | head -n 400
     done
     echo "check-swap: FAIL"
     exit 1

@@ -28,7 +28,7 @@ fail ()
 # Defaults, then thr.KEY=VALUE from the command line.
 THR_cfg=unnamed THR_plugin=file THR_filter=0 THR_mode= THR_conns=1
 THR_minfree=0 THR_guards=0 THR_hungsecs=20 THR_size= THR_verbose=1
-THR_memsize=48M THR_args=
+THR_memsize=32M THR_args=
 for word in $(cat /proc/cmdline); do
     case "$word" in
         thr.*=*)

@@ -134,7 +134,8 @@ qpid=
 elapsed=$(( $(date +%s) - start ))
 
 # --- classify ------------------------------------------------------------
-tr -d '\r' < "$log" > "$tmp/console"
+# Without carriage returns and nbdkit's colour escapes, markers start lines.
+tr -d '\r' < "$log" | sed 's/\x1b\[[0-9;]*m//g' > "$tmp/console"
 c=$tmp/console
 has () { grep -q -- "$1" "$c"; }
 val () { sed -n "s/^.*$1 \([0-9.]*\).*$/\1/p" "$c" | tail -n 1; }
@@ -163,7 +164,7 @@ elif has 'Out of memory: Killed process'; then
     reason=oom
 elif has SETUP-FAILED; then
     reason="setup-failed:$(sed -n 's/^.*SETUP-FAILED //p' "$c" | head -n 1 | tr ' ' _)"
-elif [ $swapin = 1 ] && [ $swapout_mib -lt 64 -o $swapin_mib -lt 1 ]; then
+elif [ $swapin = 1 ] && { [ $swapout_mib -lt "${SWAP_MIN_OUT_MIB:-16}" ] || [ $swapin_mib -lt "${SWAP_MIN_IN_MIB:-4}" ]; }; then
     # A run that never swapped proves nothing.
     reason=no-swap
 elif [ $swapin = 1 ]; then
