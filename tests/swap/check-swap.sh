@@ -49,6 +49,16 @@ rm -rf "$work"
 mkdir -p "$work"
 "$srcdir/build-initramfs.sh" "$work" || { echo "check-swap: FAIL: cannot build the initramfs"; exit 1; }
 
+# The workload's verifier must be able to fail: on the host, a clean run
+# passes and a run with one damaged word reports exactly that page.
+st=$work/root/usr/bin/swaptest
+if ! "$st" 8 | grep -q '^SWAPIN-DONE' ||
+   SWAPTEST_CORRUPT_PAGE=100 "$st" 8 | grep -q '^SWAPIN-DONE' ||
+   ! SWAPTEST_CORRUPT_PAGE=100 "$st" 8 | grep -q '^VERIFY-FAILED page=100 '; then
+    echo "check-swap: FAIL: swaptest's self-test on the host failed"
+    exit 1
+fi
+
 # --- the jobs: MUST boots first, then the recorded ones, round robin -----
 configs=${SWAP_CONFIGS:-$(swap_configs | awk '{ print $1 }')}
 unrunnable=

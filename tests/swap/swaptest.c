@@ -132,6 +132,15 @@ main (int argc, char *argv[])
   wo_secs = now () - t0;
   printf ("WRITEOUT-DONE %.1f\n", wo_secs);
 
+  /* Self-test of the verifier (check-swap.sh runs it on the host): damage
+   * one word so that the swap-in phase must report it.
+   */
+  if (getenv ("SWAPTEST_CORRUPT_PAGE") != NULL) {
+    p = strtoul (getenv ("SWAPTEST_CORRUPT_PAGE"), NULL, 10);
+    if (p < npages)
+      mem[p * words + words / 2] ^= 1;
+  }
+
   t0 = now ();
   for (p = 0; p < npages; p++) {
     uint64_t *pg = mem + p * words;
