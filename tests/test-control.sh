@@ -112,4 +112,32 @@ echo "ok: a stale socket is replaced"
 stop_nbdkit $pid
 [ ! -e "$ctl" ] || fail "the control socket was not removed at exit"
 
+# Daemonized (no -f): the socket is bound before nbdkit forks and served
+# by the thread started after the fork, the parent's exit leaves it in
+# place, and a relative path survives the daemon's chdir to /.  A
+# silent control client does not hold up the shutdown.
+(cd "$tmp" && "$NBDKIT" -P "$tmp/d.pid" -U "$tmp/d.sock" \
+   --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" throttle-control=d.ctl) ||
+  fail "daemonized nbdkit did not start"
+for i in $(seq 50); do [ -s "$tmp/d.pid" ] && break; sleep 0.1; done
+dpid=$(cat "$tmp/d.pid")
+_pids+=("$dpid")
+[ -S "$tmp/d.ctl" ] || fail "no control socket after daemonizing"
+$PY "$client" send "$tmp/d.ctl" help | grep -q '"commands"' ||
+  fail "the daemon does not serve its control socket"
+echo "ok: a daemonized nbdkit serves the control socket (relative path)"
+$PY -c 'import socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+time.sleep(20)' "$tmp/d.ctl" &
+silent=$!
+sleep 0.5
+kill -TERM "$dpid"
+for i in $(seq 50); do kill -0 "$dpid" 2>/dev/null || break; sleep 0.1; done
+kill "$silent" 2>/dev/null || :
+wait "$silent" 2>/dev/null || :
+! kill -0 "$dpid" 2>/dev/null ||
+  fail "the daemon still runs 5 s after SIGTERM with a control client open"
+[ ! -e "$tmp/d.ctl" ] || fail "the daemon did not remove its control socket"
+echo "ok: SIGTERM with a silent control client: exits, socket removed"
+
 echo "PASS"
