@@ -76,6 +76,11 @@ struct run {
   bool stop_issuing;
   bool failed;
   bool closing;                 /* no callback may touch state any more */
+  /* The server is alive and answering, so let it finish what is in
+   * flight before we leave (nbdkit 1.32 can abort when a client
+   * vanishes with replies pending).
+   */
+  bool server_alive;
 
   uint64_t area_start, area_len;
   uint32_t max_size;
@@ -571,6 +576,7 @@ io_cb (struct ev_loop *loop, ev_io *w, int revents)
     return;
   }
   if (conn->req_errno) {
+    run->server_alive = true;
     fail (run, "connection %u: the server failed a %s: %s",
           conn->id, conn->req_what, strerror (conn->req_errno));
     return;
@@ -781,10 +787,12 @@ load_run (const struct load_config *cfg, struct load_result *res)
   if (!run.failed && run.phase != DONE)
     ev_run (run.loop, 0);
 
-  if (!run.failed && res->verify_mismatches)
+  if (!run.failed && res->verify_mismatches) {
+    run.server_alive = true;
     fail (&run, "verify: %" PRIu64 " blocks of %d bytes hold wrong data "
           "(the first at offset %" PRIu64 ")", res->verify_mismatches,
           VERIFY_UNIT, run.first_mismatch);
+  }
 
   res->elapsed = (run.end_ns > run.start_ns ? run.end_ns - run.start_ns : 0)
     / 1e9;
@@ -801,7 +809,9 @@ load_run (const struct load_config *cfg, struct load_result *res)
 
     if (conn->nbd) {
       ev_io_stop (run.loop, &conn->io);
-      if (!run.failed && nbd_aio_is_ready (conn->nbd))
+      if ((!run.failed || run.server_alive) &&
+          !nbd_aio_is_dead (conn->nbd) && !nbd_aio_is_closed (conn->nbd) &&
+          !nbd_aio_is_connecting (conn->nbd))
         nbd_shutdown (conn->nbd, 0);
       nbd_close (conn->nbd);
     }

@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# throttle-load against real nbdkit servers: the numbers it reports add
+# up, --verify catches wrong data, and every kind of failure (bad
+# arguments, no server, failed requests, a server that dies or hangs)
+# ends in a clear message and a non-zero exit, never a hang or a crash.
+
+set -u
+: "${THROTTLE_LOAD:?THROTTLE_LOAD must point to the built throttle-load}"
+NBDKIT=${NBDKIT:-nbdkit}
+LOAD=$THROTTLE_LOAD
+
+command -v python3 >/dev/null || {
+  echo "$0: SKIP: python3 is needed to check the JSON (apt-get install python3)"
+  exit 77
+}
+[ -x "$LOAD" ] || { echo "$0: FAIL: $LOAD is not built"; exit 1; }
+
+tmp=$(mktemp -d /tmp/test-load.XXXXXX)
+pids=()
+cleanup () {
+  local p
+  for p in "${pids[@]}"; do
+    kill -CONT "$p" 2>/dev/null
+    kill "$p" 2>/dev/null
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+failures=0
+fail () { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass () { echo "ok: $*"; }
+
+# start NAME ARGS...: an nbdkit on $tmp/NAME.sock; its pid in $tmp/NAME.pid.
+start () {
+  local name=$1; shift
+  # --exit-with-parent implies --foreground: nothing outlives the test.
+  "$NBDKIT" --exit-with-parent -U "$tmp/$name.sock" -P "$tmp/$name.pid" "$@" \
+    2>"$tmp/$name.log" &
+  pids+=($!)
+  local i
+  for i in $(seq 100); do
+    [ -s "$tmp/$name.pid" ] && [ -S "$tmp/$name.sock" ] && return 0
+    kill -0 $! 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "FAIL: nbdkit $* did not start"
+  exit 1
+}
+
+# run NAME EXPECTED_RC ARGS...: throttle-load under a watchdog; output in
+# $tmp/NAME.out and $tmp/NAME.err.  A hang is a failure.
+run () {
+  local name=$1 want=$2; shift 2
+  timeout 60 "$LOAD" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
+  local rc=$?
+  if [ $rc = 124 ]; then
+    fail "$name: throttle-load hung (killed after 60 s)"; return 1
+  fi
+  if [ $rc -ge 128 ]; then
+    fail "$name: throttle-load crashed (exit $rc)"; cat "$tmp/$name.err"; return 1
+  fi
+  if [ $rc != "$want" ]; then
+    fail "$name: exit $rc, expected $want"; cat "$tmp/$name.err"; return 1
+  fi
+  return 0
+}
+
+# expect_err NAME REGEX: stderr of run NAME says what went wrong.
+expect_err () {
+  if grep -Eq -- "$2" "$tmp/$1.err"; then
+    pass "$1: $(head -1 "$tmp/$1.err")"
+  else
+    fail "$1: stderr does not match /$2/:"; cat "$tmp/$1.err"
+  fi
+}
+
+# check_json NAME PYTHON-ASSERTIONS: j is the parsed report.
+check_json () {
+  local name=$1 code=$2
+  if python3 - "$tmp/$name.out" <<EOF
+import json, sys
+j = json.load(open(sys.argv[1]))
+def lat_ok(l):
+    assert l["p50"] <= l["p99"] <= l["p99.9"] <= l["max"], l
+$code
+EOF
+  then pass "$name: JSON checks"
+  else fail "$name: JSON checks"; cat "$tmp/$name.out"
+  fi
+}
+
+# --- usage errors: exit 2 and name the option --------------------------
+run noserver 2 -t 1 && expect_err noserver "exactly one server"
+run qd0 2 -q 0 nbd://x && expect_err qd0 "queue-depth.*'0'"
+run badsize 2 -b 4k:95,1X:5 nbd://x && expect_err badsize "block-size.*'1X'"
+run odd 2 -b 1000 nbd://x && expect_err odd "multiple of 512"
+run huge 2 -b 64M nbd://x && expect_err huge "32M"
+run both 2 -t 1 -n 1M nbd://x && expect_err both "exclude"
+run ratio 2 -r 101 nbd://x && expect_err ratio "read-ratio"
+run unknown 2 --frobnicate nbd://x && expect_err unknown "frobnicate"
+run twouri 2 nbd://x nbd://y && expect_err twouri "unexpected argument"
+
+# --- no server ----------------------------------------------------------
+run nosock 1 -t 1 --unix "$tmp/nothing.sock" &&
+  expect_err nosock "cannot connect.*No such file"
+run refused 1 -t 1 nbd://127.0.0.1:1 && expect_err refused "cannot connect.*refused"
+run scheme 1 -t 1 "bogus://x" && expect_err scheme "cannot connect"
+
+# --- a working server: the report adds up -------------------------------
+start mem memory 256M
+uri="nbd+unix:///?socket=$tmp/mem.sock"
+
+if run mix 0 --json -t 1 -c 4 -q 8 -b 4k:90,1M:10 -r 30 "$uri"; then
+  check_json mix '
+assert j["status"] == "ok"
+assert j["config"]["connections"] == 4 and j["config"]["queue_depth"] == 8
+assert j["export_size"] == 256 << 20
+assert 0.9 < j["elapsed"] < 5, j["elapsed"]
+assert j["ops"] > 100
+assert j["read_ops"] > 0 and j["write_ops"] > 0
+assert j["read_bytes"] + j["write_bytes"] == j["bytes"]
+assert j["read_ops"] + j["write_ops"] == j["ops"]
+c = j["connections"]
+assert len(c) == 4
+assert sum(x["bytes"] for x in c) == j["bytes"]
+assert sum(x["ops"] for x in c) == j["ops"]
+assert all(x["ops"] > 0 for x in c)
+# Jain: in [1/n, 1], and recomputable from the per-connection bytes
+b = [x["bytes"] for x in c]
+jain = sum(b) ** 2 / (len(b) * sum(x * x for x in b))
+assert abs(j["fairness"] - jain) < 1e-4 and 0.25 <= j["fairness"] <= 1
+assert abs(j["throughput"] - j["bytes"] / j["elapsed"]) < 0.01 * j["throughput"]
+lat_ok(j["latency_us"]); lat_ok(j["read_latency_us"]); lat_ok(j["write_latency_us"])
+assert j["latency_us"]["count"] == j["ops"]
+s = {x["size"]: x["latency_us"] for x in j["by_size"]}
+assert set(s) == {4096, 1 << 20}
+assert s[4096]["count"] + s[1 << 20]["count"] == j["ops"]
+assert s[1 << 20]["count"] > 0
+assert j["largest_size"] == 1 << 20
+assert j["largest_size_max_latency_us"] == s[1 << 20]["max"]
+assert j["latency_us"]["max"] == max(s[4096]["max"], s[1 << 20]["max"])
+# 10% of requests are 1M: the bytes are dominated by them
+assert s[1 << 20]["count"] * (1 << 20) + s[4096]["count"] * 4096 == j["bytes"]
+'
+fi
+
+# --bytes: stops after the amount, overshooting by at most what was in flight.
+if run bytes 0 --json -n 64M -c 2 -q 4 -b 64k --sequential "$uri"; then
+  check_json bytes '
+assert j["status"] == "ok"
+assert 64 << 20 <= j["bytes"] <= (64 << 20) + 2 * 4 * (64 << 10), j["bytes"]
+assert j["config"]["bytes"] == 64 << 20 and j["config"]["pattern"] == "sequential"
+'
+fi
+
+# The human table.
+if run table 0 -t 0.5 -c 2 "$uri"; then
+  if grep -q "fairness (Jain)" "$tmp/table.out" &&
+     grep -q "^throughput .* MiB/s" "$tmp/table.out" &&
+     grep -Eq "^  all +[0-9]+" "$tmp/table.out"; then
+    pass "table: has throughput, latency and fairness"
+  else
+    fail "table: missing lines"; cat "$tmp/table.out"
+  fi
+fi
+
+# --histogram: a CDF that ends at 1 and --progress lines.
+if run hist 0 -t 1.5 --progress --histogram "$tmp/lat.dat" "$uri"; then
+  if tail -1 "$tmp/lat.dat" | awk '{ exit !($3 == 1.0) }' &&
+     [ "$(grep -vc '^#' "$tmp/lat.dat")" -gt 3 ]; then
+    pass "hist: CDF written"
+  else
+    fail "hist: bad CDF"; cat "$tmp/lat.dat"
+  fi
+  expect_err hist "throttle-load: +1\.[0-9]s .*MiB/s.*IOPS"
+fi
+
+# --verify passes on a server that keeps data ...
+if run verify 0 --json --verify -t 1 -c 2 -q 8 -b 4k:80,64k:20 -r 50 \
+     --span 16M "$uri"; then
+  check_json verify '
+assert j["status"] == "ok"
+v = j["verify"]
+assert v["enabled"] and v["mismatches"] == 0
+# the read-back pass alone covers every byte written at least once
+assert v["bytes"] > 0
+'
+fi
+run verifyseq 0 --verify -n 32M -b 1M --sequential -c 2 "$uri" &&
+  pass "verifyseq: sequential write + read-back"
+
+# ... and fails on one that throws writes away.
+start null null 64M
+run verifynull 1 --verify -t 0.5 --unix "$tmp/null.sock" &&
+  expect_err verifynull "verify: [0-9]+ blocks of 512 bytes hold wrong data"
+
+# A read-only export without -r 100.
+start ro -r memory 64M
+run ro 1 -t 0.5 --unix "$tmp/ro.sock" && expect_err ro "read-only"
+
+# --- the server fails requests -----------------------------------------
+start err --filter=error memory 64M error-pwrite-rate=0.01 error-pwrite=EIO
+run err 1 -t 5 -q 8 --unix "$tmp/err.sock" &&
+  expect_err err "server failed a write of 4096 bytes at offset [0-9]+: Input/output error"
+run errjson 1 --json -t 5 -q 8 --unix "$tmp/err.sock" &&
+  check_json errjson '
+assert j["status"] == "error" and "Input/output error" in j["error"]
+'
+
+# --- the server dies mid-run -------------------------------------------
+start dies memory 64M
+dies_pid=$(cat "$tmp/dies.pid")
+( sleep 1; kill -9 "$dies_pid" ) &
+killer=$!
+run dies 1 -t 20 -c 2 -q 8 --unix "$tmp/dies.sock" &&
+  expect_err dies "connection was lost"
+wait $killer
+
+# --- the server hangs: --timeout turns it into an error ----------------
+start hangs memory 64M
+hang_pid=$(cat "$tmp/hangs.pid")
+( sleep 1; kill -STOP "$hang_pid" ) &
+killer=$!
+run hangs 1 -t 20 -q 8 --timeout 2 --unix "$tmp/hangs.sock" &&
+  expect_err hangs "no reply from the server for 2 seconds"
+wait $killer
+kill -CONT "$hang_pid"
+
+if [ $failures -gt 0 ]; then
+  echo "$0: $failures check(s) failed"
+  exit 1
+fi
+echo "$0: all checks passed"
