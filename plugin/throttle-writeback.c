@@ -473,6 +473,7 @@ wb_destroy (struct throttle_wb *wb)
   pthread_mutex_destroy (&wb->alloc_lock);
 }
 
+/* Returns 1 if the backend does not take writes at all. */
 static int
 open_writer_ctx (struct throttle_wb *wb, struct wb_writer *w,
                  nbdkit_backend *backend, const char *exportname)
@@ -489,10 +490,10 @@ open_writer_ctx (struct throttle_wb *wb, struct wb_writer *w,
   if (w->ctx->prepare (w->ctx) == -1 ||
       w->ctx->get_size (w->ctx) == -1)
     return -1;
-  if (w->ctx->can_write (w->ctx) != 1) {
-    nbdkit_error ("throttle: writeback: the backend refuses writes on a "
-                  "context of its own for export \"%s\"", exportname);
-    return -1;
+  switch (w->ctx->can_write (w->ctx)) {
+  case 1: break;
+  case 0: return 1;
+  default: return -1;
   }
   if (w == &wb->writers[0]) {
     wb->writer_flush = w->ctx->can_flush (w->ctx) == 1;
@@ -503,9 +504,12 @@ open_writer_ctx (struct throttle_wb *wb, struct wb_writer *w,
   return 0;
 }
 
+/* NULL with *read_only set if the backend takes no writes: nothing
+ * to write behind then, and nbdkit refuses the client's writes itself.
+ */
 static struct throttle_wb *
 wb_create (struct throttle_export *exp, nbdkit_backend *backend,
-           const char *exportname)
+           const char *exportname, bool *read_only)
 {
   struct throttle_wb *wb;
   size_t i, max_write;
@@ -569,8 +573,11 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
 
     w->wb = wb;
     w->bounce = throttle_mempool_try_alloc (wb->bounce_pool);
-    if (open_writer_ctx (wb, w, backend, exportname) == -1)
-      goto fail;
+    switch (open_writer_ctx (wb, w, backend, exportname)) {
+    case 0: break;
+    case 1: *read_only = true; /* fallthrough */
+    default: goto fail;
+    }
   }
   for (i = 0; i < nr_threads; ++i) {
     struct wb_writer *w = &wb->writers[i];
@@ -602,36 +609,55 @@ throttle_writeback_open (struct throttle_export *exp, nbdkit_context *context,
 {
   static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
   struct throttle_wb *wb;
+  bool read_only = false;
 
-  c->wb = NULL;
+  c->exp = NULL;
   c->seen_errors = 0;
-  if (!writeback || readonly)
+  if (!writeback)
     return 0;
+  c->exp = exp;
 
+  /* A read-only connection creates nothing, but still sees (through
+   * c->exp) the pending writes of the export's other connections.
+   */
   pthread_mutex_lock (&create_lock);
   wb = exp->wb;
-  if (wb == NULL) {
-    wb = wb_create (exp, nbdkit_context_get_backend (context), exportname);
+  if (wb == NULL && !readonly) {
+    wb = wb_create (exp, nbdkit_context_get_backend (context), exportname,
+                    &read_only);
     if (wb == NULL) {
       pthread_mutex_unlock (&create_lock);
+      if (read_only) {
+        nbdkit_debug ("throttle: writeback: export \"%s\" takes no writes",
+                      exportname);
+        return 0;
+      }
       return -1;
     }
     pthread_mutex_lock (&all_lock);
     wb->next_all = all_wbs;
     all_wbs = wb;
     pthread_mutex_unlock (&all_lock);
-    exp->wb = wb;
+    __atomic_store_n (&exp->wb, wb, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock (&create_lock);
+  if (wb == NULL)
+    return 0;
 
   pthread_mutex_lock (&wb->lock);
-  c->wb = wb;
   /* A failure nobody has heard of yet is told to the next flush on any
    * connection, even one opened after it.
    */
   c->seen_errors = wb->error_seq - (wb->error_unreported ? 1 : 0);
   pthread_mutex_unlock (&wb->lock);
   return 0;
+}
+
+/* The export's writeback state, once a writable connection made it. */
+static struct throttle_wb *
+conn_wb (const struct throttle_wb_conn *c)
+{
+  return c->exp ? __atomic_load_n (&c->exp->wb, __ATOMIC_ACQUIRE) : NULL;
 }
 
 /* Called with wb->lock held: wait until no write older than seq is
@@ -667,7 +693,7 @@ barrier_remove (struct throttle_wb *wb, struct wb_barrier *b)
  */
 #define ORDERED(c, count, offset, call)                                 \
   do {                                                                  \
-    struct throttle_wb *wb_ = (c)->wb;                                  \
+    struct throttle_wb *wb_ = conn_wb (c);                              \
     struct wb_barrier b_;                                               \
     int r_;                                                             \
                                                                         \
@@ -694,10 +720,12 @@ pwrite_direct (struct throttle_wb_conn *c, nbdkit_next *next,
                const void *buf, uint32_t count, uint64_t offset,
                uint32_t flags, int *err)
 {
-  if (c->wb) {
-    pthread_mutex_lock (&c->wb->lock);
-    c->wb->direct++;
-    pthread_mutex_unlock (&c->wb->lock);
+  struct throttle_wb *wb = conn_wb (c);
+
+  if (wb) {
+    pthread_mutex_lock (&wb->lock);
+    wb->direct++;
+    pthread_mutex_unlock (&wb->lock);
   }
   ORDERED (c, count, offset,
            next->pwrite (next, buf, count, offset, flags, err));
@@ -709,7 +737,7 @@ throttle_writeback_pwrite (struct throttle_wb_conn *c,
                            const void *buf, uint32_t count, uint64_t offset,
                            uint32_t flags, uint64_t charged, int *err)
 {
-  struct throttle_wb *wb = c->wb;
+  struct throttle_wb *wb = conn_wb (c);
   size_t n = (count + WB_ELEM - 1) / WB_ELEM, i;
   void *bufs[WB_MAX_WRITE / WB_ELEM];
   const unsigned char *src = buf;
@@ -795,7 +823,7 @@ throttle_writeback_pread (struct throttle_wb_conn *c, nbdkit_next *next,
                           void *buf, uint32_t count, uint64_t offset,
                           uint32_t flags, int *err)
 {
-  struct throttle_wb *wb = c->wb;
+  struct throttle_wb *wb = conn_wb (c);
   uint64_t end = offset + count;
   struct wb_barrier b;
   struct wb_rec *r;
@@ -891,7 +919,7 @@ int
 throttle_writeback_flush (struct throttle_wb_conn *c, nbdkit_next *next,
                           uint32_t flags, int *err)
 {
-  struct throttle_wb *wb = c->wb;
+  struct throttle_wb *wb = conn_wb (c);
   int flush_err = 0;
   size_t i;
 
@@ -953,7 +981,7 @@ throttle_writeback_flush (struct throttle_wb_conn *c, nbdkit_next *next,
 int
 throttle_writeback_finalize (struct throttle_wb_conn *c)
 {
-  struct throttle_wb *wb = c->wb;
+  struct throttle_wb *wb = conn_wb (c);
 
   if (wb == NULL)
     return 0;

@@ -42,7 +42,7 @@ struct throttle_wb;             /* per export, in struct throttle_export */
  * already been told about.  Lives in the filter's handle.
  */
 struct throttle_wb_conn {
-  struct throttle_wb *wb;       /* NULL: writethrough for this connection */
+  struct throttle_export *exp;  /* NULL in writethrough mode */
   uint64_t seen_errors;
 };
 

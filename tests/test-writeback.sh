@@ -75,63 +75,76 @@ run () { echo "+ $*"; "$PY" "$check" "$@"; }
 
 newdisk () { rm -f "$1"; truncate -s 64M "$1"; }
 
+# TEST_WRITEBACK_ONLY="order flush" runs only those sections.
+section ()
+{
+  case " ${TEST_WRITEBACK_ONLY:-$1} " in
+    *" $1 "*) echo "== $1"; return 0 ;;
+    *) return 1 ;;
+  esac
+}
+
 # --- parameters and thread models -------------------------------------
-echo "== parameters"
-if out=$("$NBDKIT" -U - --filter="$filter" memory 1M throttle-mode=bogus \
-           --run true 2>&1); then
-  fail "throttle-mode=bogus accepted"
-fi
-grep -q "throttle-mode=bogus" <<<"$out" || fail "bad mode not named: $out"
-for s in all-requests connections; do
-  if out=$("$NBDKIT" -U - --filter="$filter" --filter=noparallel memory 4M \
-             serialize=$s throttle-mode=writeback --run true 2>&1); then
-    fail "writeback over a serialize=$s backend was accepted"
+if section parameters; then
+  if out=$("$NBDKIT" -U - --filter="$filter" memory 1M throttle-mode=bogus \
+             --run true 2>&1); then
+    fail "throttle-mode=bogus accepted"
   fi
-  grep -q "thread model" <<<"$out" ||
-    fail "serialize=$s: no thread-model message: $out"
-done
-"$NBDKIT" -U - --filter="$filter" --filter=noparallel memory 4M \
-  serialize=requests throttle-mode=writeback \
-  --run "$PY $check latency \$unixsocket serialize_requests" >/dev/null ||
-  fail "writeback over a serialize=requests backend failed"
+  grep -q "throttle-mode=bogus" <<<"$out" || fail "bad mode not named: $out"
+  for s in all-requests connections; do
+    if out=$("$NBDKIT" -U - --filter="$filter" --filter=noparallel memory 4M \
+               serialize=$s throttle-mode=writeback --run true 2>&1); then
+      fail "writeback over a serialize=$s backend was accepted"
+    fi
+    grep -q "thread model" <<<"$out" ||
+      fail "serialize=$s: no thread-model message: $out"
+  done
+  "$NBDKIT" -U - --filter="$filter" --filter=noparallel memory 4M \
+    serialize=requests throttle-mode=writeback \
+    --run "$PY $check latency \$unixsocket serialize_requests" >/dev/null ||
+    fail "writeback over a serialize=requests backend failed"
+fi
 
 # --- latency over a slow backend (printed as a ratio) -----------------
-echo "== latency, delay-write=100ms"
-for mode in writethrough writeback; do
-  start lat-$mode --filter="$filter" --filter=delay memory 64M \
-    delay-write=100ms throttle-mode=$mode
-  out=$(run latency "$sock" $mode)
-  echo "$out"
-  eval "med_$mode=$(sed -n 's/.*median_write_ms=\([0-9.]*\).*/\1/p' <<<"$out")"
-  stop "$pid"
-done
-echo "write latency: writethrough ${med_writethrough} ms, writeback" \
-     "${med_writeback} ms, ratio" \
-     "$(awk "BEGIN { printf \"%.0f\", $med_writethrough / ($med_writeback + 0.001) }")x"
-awk "BEGIN { exit !($med_writeback < 50) }" ||
-  fail "writeback writes waited for the 100 ms backend (median $med_writeback ms)"
-awk "BEGIN { exit !($med_writethrough >= 100) }" ||
-  fail "writethrough median $med_writethrough ms: the delay filter did not delay"
+if section latency; then
+  for mode in writethrough writeback; do
+    start lat-$mode --filter="$filter" --filter=delay memory 64M \
+      delay-write=100ms throttle-mode=$mode
+    out=$(run latency "$sock" $mode)
+    echo "$out"
+    eval "med_$mode=$(sed -n 's/.*median_write_ms=\([0-9.]*\).*/\1/p' <<<"$out")"
+    stop "$pid"
+  done
+  echo "write latency: writethrough ${med_writethrough} ms, writeback" \
+       "${med_writeback} ms, ratio" \
+       "$(awk "BEGIN { printf \"%.0f\", $med_writethrough / ($med_writeback + 0.001) }")x"
+  awk "BEGIN { exit !($med_writeback < 50) }" ||
+    fail "writeback writes waited for the 100 ms backend (median $med_writeback ms)"
+  awk "BEGIN { exit !($med_writethrough >= 100) }" ||
+    fail "writethrough median $med_writethrough ms: the delay filter did not delay"
+fi
 
 # --- a read returns the newest data -----------------------------------
-echo "== overlay"
-start overlay --filter="$filter" --filter=delay memory 64M \
-  delay-write=1 throttle-mode=writeback throttle-writeback-threads=1
-run overlay "$sock"
-stop "$pid"
+if section overlay; then
+  start overlay --filter="$filter" --filter=delay memory 64M \
+    delay-write=1 throttle-mode=writeback throttle-writeback-threads=1
+  run overlay "$sock"
+  stop "$pid"
+fi
 
 # --- overlapping writes reach the backend in order --------------------
-echo "== order"
-newdisk "$tmp/order.img"
-start order --filter="$filter" --filter=pause file "$tmp/order.img" \
-  pause-control="$tmp/order.ctl" throttle-mode=writeback \
-  throttle-writeback-threads=8
-run order "$sock" "$tmp/order.img" "$tmp/order.ctl"
-stop "$pid"
+if section order; then
+  newdisk "$tmp/order.img"
+  start order --filter="$filter" --filter=pause file "$tmp/order.img" \
+    pause-control="$tmp/order.ctl" throttle-mode=writeback \
+    throttle-writeback-threads=8
+  run order "$sock" "$tmp/order.img" "$tmp/order.ctl"
+  stop "$pid"
+fi
 
 # --- zero and trim after older overlapping writes ---------------------
 for op in zero trim; do
-  echo "== $op"
+  section $op || continue
   newdisk "$tmp/$op.img"
   "$PY" -c "open('$tmp/$op.img','r+b').write(b'o' * (256 * 1024))"
   start $op --filter="$filter" --filter=delay file "$tmp/$op.img" \
@@ -141,54 +154,59 @@ for op in zero trim; do
 done
 
 # --- flush covers every connection's acknowledged writes --------------
-echo "== flush"
-newdisk "$tmp/flush.img"
-start flush --filter="$filter" --filter=delay file "$tmp/flush.img" \
-  delay-write=200ms throttle-mode=writeback
-run flush "$sock" "$tmp/flush.img"
-stop "$pid"
+if section flush; then
+  newdisk "$tmp/flush.img"
+  start flush --filter="$filter" --filter=delay file "$tmp/flush.img" \
+    delay-write=200ms throttle-mode=writeback
+  run flush "$sock" "$tmp/flush.img"
+  stop "$pid"
+fi
 
 # --- FUA is on the backend before its reply ---------------------------
-echo "== fua"
-newdisk "$tmp/fua.img"
-start fua --filter="$filter" --filter=delay file "$tmp/fua.img" \
-  delay-write=500ms throttle-mode=writeback
-run fua "$sock" "$tmp/fua.img"
-stop "$pid"
+if section fua; then
+  newdisk "$tmp/fua.img"
+  start fua --filter="$filter" --filter=delay file "$tmp/fua.img" \
+    delay-write=500ms throttle-mode=writeback
+  run fua "$sock" "$tmp/fua.img"
+  stop "$pid"
+fi
 
 # --- a failed background write is reported at flush -------------------
-echo "== errors"
-start errors --filter="$filter" --filter=error memory 64M \
-  error-pwrite=EIO error-pwrite-rate=100% error-file="$tmp/errors.on" \
-  throttle-mode=writeback
-run errors "$sock" "$tmp/errors.on"
-stop "$pid"
-grep -q "background write of 4096 bytes at 0 .* failed" "$tmp/errors.log" ||
-  fail "the failed background write was not logged"
+if section errors; then
+  start errors --filter="$filter" --filter=error memory 64M \
+    error-pwrite=EIO error-pwrite-rate=100% error-file="$tmp/errors.on" \
+    throttle-mode=writeback
+  run errors "$sock" "$tmp/errors.on"
+  stop "$pid"
+  grep -q "background write of 4096 bytes at 0 .* failed" "$tmp/errors.log" ||
+    fail "the failed background write was not logged"
+fi
 
 # --- a full budget blocks new writes ----------------------------------
-echo "== budget"
-start budget --filter="$filter" --filter=delay memory 64M \
-  delay-write=500ms throttle-mode=writeback throttle-capacity=256K
-run budget "$sock"
-stop "$pid"
+if section budget; then
+  start budget --filter="$filter" --filter=delay memory 64M \
+    delay-write=500ms throttle-mode=writeback throttle-capacity=256K
+  run budget "$sock"
+  stop "$pid"
+fi
 
 # --- a clean shutdown writes every acknowledged write first -----------
 # The backend is paused while the client writes and leaves and nbdkit
 # is told to stop; nbdkit must still be there, waiting, until the
 # backend resumes, and the writes must then be on the file.
-echo "== drain"
-newdisk "$tmp/drain.img"
-start drain --filter="$filter" --filter=pause file "$tmp/drain.img" \
-  pause-control="$tmp/drain.ctl" throttle-mode=writeback
-run control "$tmp/drain.ctl" p
-run drain "$sock"
-kill -TERM "$pid"
-sleep 1
-kill -0 "$pid" 2>/dev/null ||
-  fail "nbdkit exited with writes pending on a paused backend"
-run control "$tmp/drain.ctl" r
-wait_exit "$pid" 10
-run drain-check "$tmp/drain.img"
+if section drain; then
+  newdisk "$tmp/drain.img"
+  start drain --filter="$filter" --filter=pause file "$tmp/drain.img" \
+    pause-control="$tmp/drain.ctl" throttle-mode=writeback
+  run control "$tmp/drain.ctl" p
+  run drain "$sock"
+  kill -TERM "$pid"
+  sleep 1
+  kill -0 "$pid" 2>/dev/null ||
+    fail "nbdkit exited with writes pending on a paused backend"
+  run control "$tmp/drain.ctl" r
+  wait_exit "$pid" 10
+  run drain-check "$tmp/drain.img"
+fi
 
 echo "$0: PASS"
