@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The allocation-free disk plugin against a real nbdkit: refusals at
 # start, data through O_DIRECT, FUA, flush, zero, misaligned requests,
-# block size advertisement, locked pool, and no page faults per request.
+# block size advertisement, a block device, the system calls behind FUA
+# and flush, the locked pool, and no page faults per request.
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 requires_file "$THROTTLE_DISK_PLUGIN"
 requires nbdcopy --version
@@ -167,6 +168,42 @@ EOF
   stop_nbdkit "$pid"
 else
   echo "$0: no loop device here (losetup failed): block device part not run"
+fi
+
+# --- FUA and flush reach the disk: the system calls themselves ----------
+if strace -V >/dev/null 2>&1; then
+  sock=$tmp/strace.sock
+  strace -f -qq -e trace=openat,pwrite64,fdatasync -o "$tmp/strace.out" \
+    "$NBDKIT" -f -U "$sock" -P "$tmp/strace.pid" "$plugin" file="$tmp/disk.img" \
+    >"$tmp/strace.log" 2>&1 &
+  spid=$!
+  _pids+=("$spid")
+  for i in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+  [ -S "$sock" ] || { cat "$tmp/strace.log"; fail "nbdkit under strace did not start"; }
+  "$PY" - "$sock" <<'EOF'
+import sys
+import nbd
+h = nbd.NBD()
+h.connect_unix(sys.argv[1])
+h.pwrite(b"a" * 4096, 12288)
+h.pwrite(b"b" * 8192, 1048576, nbd.CMD_FLAG_FUA)
+h.zero(4096, 2097152, nbd.CMD_FLAG_FUA)
+h.flush()
+h.shutdown()
+EOF
+  kill -TERM "$(cat "$tmp/strace.pid")"
+  wait "$spid" || :
+  s=$tmp/strace.out
+  d=$(sed -n 's/.*openat(.*disk\.img", O_RDWR|O_DIRECT|O_CLOEXEC) = \([0-9]*\).*/\1/p' "$s")
+  y=$(sed -n 's/.*openat(.*disk\.img", O_RDWR|O_DSYNC|O_DIRECT|O_CLOEXEC) = \([0-9]*\).*/\1/p' "$s")
+  [ -n "$d" ] && [ -n "$y" ] || { cat "$s"; fail "no O_DIRECT and O_DIRECT|O_DSYNC descriptors"; }
+  grep -Eq "pwrite64\($d, .*, 4096, 12288" "$s" || { cat "$s"; fail "plain write not on the O_DIRECT descriptor"; }
+  grep -Eq "pwrite64\($y, .*, 8192, 1048576" "$s" || { cat "$s"; fail "FUA write not on the O_DSYNC descriptor"; }
+  grep -Eq "pwrite64\($y, .*, 4096, 2097152" "$s" || { cat "$s"; fail "FUA zero not on the O_DSYNC descriptor"; }
+  grep -Eq "fdatasync\($d\) += 0" "$s" || { cat "$s"; fail "flush did not fdatasync"; }
+  echo "strace: writes on fd $d (O_DIRECT), FUA on fd $y (O_DIRECT|O_DSYNC), flush = fdatasync($d)"
+else
+  echo "$0: strace not installed: the FUA/flush system call check was not run"
 fi
 
 sanitized=
