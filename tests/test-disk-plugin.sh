@@ -178,7 +178,7 @@ if strace -V >/dev/null 2>&1; then
     >"$tmp/strace.log" 2>&1 &
   spid=$!
   _pids+=("$spid")
-  for i in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+  for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
   [ -S "$sock" ] || { cat "$tmp/strace.log"; fail "nbdkit under strace did not start"; }
   "$PY" - "$sock" <<'EOF'
 import sys
@@ -196,7 +196,7 @@ EOF
   s=$tmp/strace.out
   d=$(sed -n 's/.*openat(.*disk\.img", O_RDWR|O_DIRECT|O_CLOEXEC) = \([0-9]*\).*/\1/p' "$s")
   y=$(sed -n 's/.*openat(.*disk\.img", O_RDWR|O_DSYNC|O_DIRECT|O_CLOEXEC) = \([0-9]*\).*/\1/p' "$s")
-  [ -n "$d" ] && [ -n "$y" ] || { cat "$s"; fail "no O_DIRECT and O_DIRECT|O_DSYNC descriptors"; }
+  if [ -z "$d" ] || [ -z "$y" ]; then cat "$s"; fail "no O_DIRECT and O_DIRECT|O_DSYNC descriptors"; fi
   grep -Eq "pwrite64\($d, .*, 4096, 12288" "$s" || { cat "$s"; fail "plain write not on the O_DIRECT descriptor"; }
   grep -Eq "pwrite64\($y, .*, 8192, 1048576" "$s" || { cat "$s"; fail "FUA write not on the O_DSYNC descriptor"; }
   grep -Eq "pwrite64\($y, .*, 4096, 2097152" "$s" || { cat "$s"; fail "FUA zero not on the O_DSYNC descriptor"; }
@@ -216,7 +216,7 @@ fi
 
 # --- the pool is locked ------------------------------------------------
 start_nbdkit lock "$plugin" file="$tmp/disk.img" pool=8 buffer-size=128K
-vmlck=$(awk '/^VmLck:/ {print $2}' /proc/$pid/status)
+vmlck=$(awk '/^VmLck:/ {print $2}' "/proc/$pid/status")
 want=$(( (8 + 1) * 128 ))       # pool + zero buffer, kB
 [ "$vmlck" -ge $want ] || fail "VmLck ${vmlck} kB < $want kB"
 grep -Eq "pool 8 x 131072 bytes, [0-9]+ bytes locked" "$tmp/lock.log" ||
@@ -240,7 +240,7 @@ GLIBC_TUNABLES=glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=0:g
   "$NBDKIT" -f -U "$sock" -t 1 "$plugin" file="$tmp/disk.img" >"$tmp/faults.log" 2>&1 &
 pid=$!
 _pids+=("$pid")
-for i in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 [ -S "$sock" ] || { cat "$tmp/faults.log"; fail "nbdkit (faults) did not start"; }
 
 "$PY" - "$sock" "$pid" 100 <<'EOF' | tee "$tmp/faults.out"
