@@ -87,6 +87,18 @@ warning (const char *fmt, ...)
   fputc ('\n', stderr);
 }
 
+/* The English text of an errno.  Not strerror or %m: their message
+ * catalogue lookup makes nbdkit hang in exit under LD_PRELOAD=libasan
+ * (p11-kit's destructor waits in freelocale).
+ */
+static const char *
+errtext (int err)
+{
+  const char *s = strerrordesc_np (err);
+
+  return s ? s : "unknown error";
+}
+
 static int
 parse_guard (const char *key, const char *value, enum guard_mode *mode)
 {
@@ -226,10 +238,10 @@ refused (enum guard_mode mode, const char *key, const char *what, int err,
 {
   if (mode == GUARD_ON) {
     nbdkit_error ("%s=on: %s: %s; use %s=auto or off to start without it",
-                  key, what, strerror (err), key);
+                  key, what, errtext (err), key);
     return -1;
   }
-  warning ("%s=auto: %s: %s: %s", key, what, strerror (err), consequence);
+  warning ("%s=auto: %s: %s: %s", key, what, errtext (err), consequence);
   return 0;
 }
 
@@ -487,8 +499,8 @@ grow_reserve (size_t size)
 
   p = malloc (size);
   if (p == NULL) {
-    warning ("throttle-reserve: cannot allocate %zu bytes: %m: "
-             "running without the heap reserve", size);
+    warning ("throttle-reserve: cannot allocate %zu bytes: %s: "
+             "running without the heap reserve", size, errtext (errno));
     return;
   }
   /* Through a volatile pointer: GCC deletes malloc + memset + free. */
@@ -507,9 +519,10 @@ grow_reserve (size_t size)
       reserve_locked = true;
     else
       warning ("throttle-mlock=%s: cannot lock the heap reserve of %zu "
-               "bytes: %m (needs CAP_IPC_LOCK or RLIMIT_MEMLOCK): it may "
+               "bytes: %s (needs CAP_IPC_LOCK or RLIMIT_MEMLOCK): it may "
                "be swapped out",
-               mlock_mode == LOCK_POOL ? "pool" : "onfault", size);
+               mlock_mode == LOCK_POOL ? "pool" : "onfault", size,
+               errtext (errno));
   }
   free ((void *) p);
 }
@@ -526,11 +539,13 @@ throttle_guards_after_fork (void)
   /* Locks are not inherited across fork, so not done in get_ready;
    * and -u may have dropped CAP_IPC_LOCK since.
    */
-  if (mlock_mode == LOCK_ONFAULT &&
-      (check_mlock () == -1 ||
-       mlockall (MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) == -1)) {
-    nbdkit_error ("throttle-mlock=onfault: mlockall: %m");
-    return -1;
+  if (mlock_mode == LOCK_ONFAULT) {
+    if (check_mlock () == -1)
+      return -1;
+    if (mlockall (MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) == -1) {
+      nbdkit_error ("throttle-mlock=onfault: mlockall: %s", errtext (errno));
+      return -1;
+    }
   }
 
   if (reserve_size > 0)
@@ -569,12 +584,12 @@ throttle_guards_thread_enter (void)
    */
   if (io_flusher_active && prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) != 1 &&
       prctl (PR_SET_IO_FLUSHER, 1, 0, 0, 0) == -1)
-    nbdkit_debug ("throttle: PR_SET_IO_FLUSHER in thread %ld: %m",
-                  (long) gettid ());
+    nbdkit_debug ("throttle: PR_SET_IO_FLUSHER in thread %ld: %s",
+                  (long) gettid (), errtext (errno));
   if (rt_active && sched_getscheduler (0) != SCHED_FIFO &&
       sched_setscheduler (0, SCHED_FIFO, &fifo_1) == -1)
-    nbdkit_debug ("throttle: SCHED_FIFO in thread %ld: %m",
-                  (long) gettid ());
+    nbdkit_debug ("throttle: SCHED_FIFO in thread %ld: %s",
+                  (long) gettid (), errtext (errno));
   if (throttle_debug_verbose)
     nbdkit_debug ("throttle: guards: thread %ld: io-flusher %s, policy %s",
                   (long) gettid (),
