@@ -1,0 +1,283 @@
+#!/usr/bin/env bash
+# make bench: nbdkit-throttle side by side with no filter and with
+# nbdkit's rate filter, in one run.  See BENCHMARKS.md for the cases.
+#
+# Configurations alternate within each round (and the order rotates
+# from round to round) so that machine noise hits all of them alike;
+# ratios are taken within a round and the median over rounds is
+# reported.  Every server is a fresh nbdkit; its memory is written once
+# before a measured run so no configuration pays for page faults that
+# another does not.
+#
+# Environment (set by 'make bench'): THROTTLE_FILTER, THROTTLE_LOAD,
+# TEST_PLUGIN (tests/.libs/test-inflight-plugin.so), abs_top_srcdir,
+# abs_top_builddir, NBDKIT.  Knobs: BENCH_TIME (seconds per measured
+# run, default 2), BENCH_ROUNDS (default 3), BENCH_OUT (where
+# BENCHMARKS.md and bench/latency.svg go, default abs_top_srcdir).
+
+set -u
+: "${THROTTLE_FILTER:?set THROTTLE_FILTER to the built nbdkit-throttle-filter.so}"
+: "${THROTTLE_LOAD:?set THROTTLE_LOAD to the built throttle-load}"
+: "${abs_top_srcdir:?set abs_top_srcdir}"
+: "${abs_top_builddir:?set abs_top_builddir}"
+NBDKIT=${NBDKIT:-nbdkit}
+TEST_PLUGIN=${TEST_PLUGIN:-$abs_top_builddir/tests/.libs/test-inflight-plugin.so}
+T=${BENCH_TIME:-2}
+ROUNDS=${BENCH_ROUNDS:-3}
+OUT=${BENCH_OUT:-$abs_top_srcdir}
+bench_dir=$abs_top_srcdir/bench
+
+die () { echo "bench: $*" >&2; exit 1; }
+for f in "$THROTTLE_FILTER" "$THROTTLE_LOAD"; do
+  [ -e "$f" ] || die "$f is not built (run make first)"
+done
+command -v python3 >/dev/null || die "python3 is needed: apt-get install python3"
+command -v gnuplot >/dev/null || die "gnuplot is needed: apt-get install gnuplot-nox"
+have_fio=no
+if command -v fio >/dev/null && fio --enghelp=nbd >/dev/null 2>&1; then
+  have_fio=yes
+fi
+have_inflight=no
+[ -e "$TEST_PLUGIN" ] && have_inflight=yes
+
+res=$abs_top_builddir/bench-results
+rm -rf "$res"
+mkdir -p "$res" || die "cannot create $res"
+index=$res/index.tsv
+: > "$index"
+tmp=$(mktemp -d /tmp/bench.XXXXXX)
+server_pid=
+cleanup () {
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+sock=$tmp/sock
+uri="nbd+unix:///?socket=$sock"
+
+# start_server ARGS...: nbdkit in the foreground of a background job, so
+# this script knows its pid and it dies with us.  Returns 1 (with
+# nbdkit's message in $tmp/server.log) if it does not come up.
+start_server () {
+  rm -f "$sock"
+  "$NBDKIT" -f --exit-with-parent -U "$sock" "$@" 2>"$tmp/server.log" &
+  server_pid=$!
+  local i
+  for i in $(seq 100); do
+    [ -S "$sock" ] && return 0
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  wait "$server_pid" 2>/dev/null
+  server_pid=
+  return 1
+}
+
+# stop_server: sets server_rss to nbdkit's peak RSS in KiB (VmHWM),
+# then stops it and waits, so that plugins write their state at unload.
+# (Not in a $(...) subshell: only this shell can wait for nbdkit.)
+stop_server () {
+  server_rss=$(awk '/^VmHWM:/ { print $2 }' "/proc/$server_pid/status" 2>/dev/null)
+  server_rss=${server_rss:-0}
+  kill -TERM "$server_pid" 2>/dev/null
+  wait "$server_pid" 2>/dev/null
+  server_pid=
+}
+
+# prefill SPAN: write the area once so that page faults are not measured.
+prefill () {
+  "$THROTTLE_LOAD" --sequential -b 1M -q 8 -n "$1" --span "$1" --timeout 60 \
+    "$uri" >/dev/null 2>"$tmp/prefill.err" ||
+    { cat "$tmp/prefill.err" >&2; return 1; }
+}
+
+# record CASE WORKLOAD CONFIG ROUND TOOL RESULT RSS STATE
+record () {
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >> "$index"
+}
+
+# server_args CONFIG BACKEND...: the nbdkit command line of a configuration.
+#   none                no filter
+#   throttle:CAP[:MODE] the throttle, capacity CAP, throttle-mode MODE
+#   rate:BITS           nbdkit's rate filter
+# Filters listed first are outermost, so the throttle (or rate filter)
+# always sees requests before the backend's own filters.
+server_args () {
+  local config=$1 extra=; shift
+  # CONFIG+key=value+...: extra filter parameters.
+  if [[ $config = *+* ]]; then
+    extra=${config#*+}
+    extra=${extra//+/ }
+    config=${config%%+*}
+  fi
+  case $config in
+    none) echo "$*" ;;
+    throttle:*:*)
+      local c=${config#throttle:}
+      echo "--filter=$THROTTLE_FILTER $* throttle-capacity=${c%%:*} throttle-mode=${c#*:} $extra" ;;
+    throttle:*) echo "--filter=$THROTTLE_FILTER $* throttle-capacity=${config#throttle:} $extra" ;;
+    # The default burstiness (2 s of tokens) would let a 2 s run go at
+    # twice the rate: a short bucket makes the rate what it says.
+    rate:*) echo "--filter=rate $* rate=${config#rate:} burstiness=0.1 $extra" ;;
+    *) die "unknown configuration $config" ;;
+  esac
+}
+
+# measure CASE WORKLOAD CONFIG ROUND SPAN "BACKEND" TOOL ARGS...
+#   Starts the server for CONFIG over BACKEND, prefills SPAN (unless
+#   0), runs TOOL (load or fio) with ARGS, records the result.
+measure () {
+  local case=$1 wl=$2 config=$3 round=$4 span=$5 backend=$6 tool=$7
+  shift 7
+  local tag="$case.$wl.${config//[:\/+=]/_}.$tool.$round" args
+  local out=$res/$tag.json state=$res/$tag.state
+  # shellcheck disable=SC2086
+  args=$(server_args "$config" $backend)
+  args=${args//@STATE@/$state}
+  # shellcheck disable=SC2086
+  if ! start_server $args; then
+    if [[ $config = *:writethrough ]] &&
+       grep -q "throttle-mode" "$tmp/server.log"; then
+      # writethrough is the filter's only mode when it knows no other.
+      echo "  $tag: throttle-mode not accepted; writethrough is the default: running without it"
+      # shellcheck disable=SC2086
+      args=$(server_args "${config%:writethrough}" $backend)
+      args=${args//@STATE@/$state}
+    fi
+  fi
+  # shellcheck disable=SC2086
+  if [ -z "$server_pid" ] && ! start_server $args; then
+    if grep -q "throttle-mode" "$tmp/server.log"; then
+      record "$case" "$wl" "$config" "$round" "$tool" "unavailable" 0 -
+      echo "  $tag: not available: $(grep -m1 throttle-mode "$tmp/server.log")"
+      return 0
+    fi
+    cat "$tmp/server.log" >&2
+    die "$tag: nbdkit $args did not start"
+  fi
+  if [ "$span" != 0 ] && ! prefill "$span"; then
+    stop_server
+    die "$tag: prefill failed"
+  fi
+  local ok=yes
+  if [ "$tool" = load ]; then
+    "$THROTTLE_LOAD" --json --timeout 30 --histogram "$res/$tag.cdf" "$@" \
+      "$uri" >"$out" 2>"$res/$tag.err" || ok=no
+  else
+    # fio chats on stdout ("connected to NBD server"): JSON to a file.
+    fio --output-format=json --output="$out" --ioengine=nbd --uri="$uri" \
+      --name=bench --runtime="$(awk "BEGIN { print int($T * 1000) }")ms" \
+      --time_based=1 "$@" >"$res/$tag.err" 2>&1 || ok=no
+  fi
+  stop_server
+  local rss=$server_rss
+  if [ $ok = no ]; then
+    cat "$res/$tag.err" >&2
+    die "$tag: the client failed (see $res/$tag.err)"
+  fi
+  [ -e "$state" ] || state=-
+  record "$case" "$wl" "$config" "$round" "$tool" "$out" "$rss" "$state"
+  printf '  %-44s done\n' "$tag"
+}
+
+# rotate N ROUND ITEMS...: ITEMS rotated left by ROUND.
+rotate () {
+  local r=$2; shift 2
+  local n=$#; local a=("$@") i
+  for ((i = 0; i < n; i++)); do echo "${a[(i + r) % n]}"; done
+}
+
+echo "bench: $ROUNDS rounds, $T s per run; results in $res"
+
+# --- 1. overhead: a capacity that never binds ------------------------
+# 4K random writes at queue depth 64, 1M sequential writes at 8.
+# 'rate' is nbdkit's rate filter at a rate that never binds either: the
+# cost of a peer filter on the same path.  The throttle runs with its
+# defaults, and with throttle-rt=off to tell the cost of the budget
+# from that of the request threads' real-time priority.  Case 1 is
+# the noisiest (differences of a few percent), so it gets more rounds.
+SPAN1=256M
+BE1="memory 1G"
+ROUNDS1=${BENCH_ROUNDS1:-$((ROUNDS + 2))}
+for ((r = 0; r < ROUNDS1; r++)); do
+  echo "case 1, round $r"
+  for c in $(rotate 4 $r none throttle:1G throttle:1G+throttle-rt=off rate:1T); do
+    measure 1 4k-randwrite-qd64 "$c" $r $SPAN1 "$BE1" load \
+      -t "$T" -q 64 -b 4k --random --span $SPAN1
+    measure 1 1M-seqwrite-qd8 "$c" $r $SPAN1 "$BE1" load \
+      -t "$T" -q 8 -b 1M --sequential --span $SPAN1
+  done
+  if [ $have_fio = yes ]; then
+    for c in $(rotate 2 $r none throttle:1G); do
+      measure 1 4k-randwrite-qd64 "$c" $r $SPAN1 "$BE1" fio \
+        --rw=randwrite --bs=4k --iodepth=64 --size=$SPAN1
+      measure 1 1M-seqwrite-qd8 "$c" $r $SPAN1 "$BE1" fio \
+        --rw=write --bs=1M --iodepth=8 --size=$SPAN1
+    done
+  fi
+done
+
+# --- 2. under pressure ------------------------------------------------
+# The backend (tests' inflight plugin) sleeps 10 ms per request and
+# records the peak bytes and requests in flight.  4 connections keep
+# 64 requests queued, 4 times the capacity; nbdkit gets 64 threads so
+# the throttle alone bounds what reaches the backend.  rate: nbdkit's
+# rate filter at capacity/delay, the same throughput limit.
+if [ $have_inflight = yes ]; then
+  BE2="--threads=64 $TEST_PLUGIN delay-ms=10 statefile=@STATE@"
+  for ((r = 0; r < ROUNDS; r++)); do
+    echo "case 2, round $r"
+    # 4K only: capacity 64K = 16 requests = 6.25 MiB/s at 10 ms.
+    for c in $(rotate 3 $r none throttle:64K rate:50M); do
+      measure 2 4k-randwrite-4x16 "$c" $r 0 "$BE2" load \
+        -t "$T" -c 4 -q 16 -b 4k --random
+    done
+    # 1M writes mixed into a 4K stream: capacity 2M = 200 MiB/s at 10 ms.
+    for c in $(rotate 3 $r none throttle:2M rate:1600M); do
+      measure 2 mix-4k95-1M5-4x16 "$c" $r 0 "$BE2" load \
+        -t "$T" -c 4 -q 16 -b 4k:95,1M:5 --random
+    done
+  done
+else
+  echo "bench: case 2 skipped: $TEST_PLUGIN is not built (make -C tests test-inflight-plugin.la)"
+fi
+
+# --- 4. write-behind over a slow backend --------------------------------
+# nbdkit's delay filter makes every write take 5 ms.  burst: 16M of 4K
+# writes, less than the capacity, so writeback can absorb all of it;
+# sustained: a timed run, longer than the pool lasts.  rate: 100M bits
+# = 12.5 MiB/s, what 16 threads at 5 ms can do with 4K writes.
+SPAN4=64M
+BE4="--filter=delay memory 1G delay-write=5ms"
+for ((r = 0; r < ROUNDS; r++)); do
+  echo "case 4, round $r"
+  for c in $(rotate 4 $r none throttle:32M:writethrough throttle:32M:writeback rate:100M); do
+    measure 4 4k-burst-16M-qd16 "$c" $r 0 "$BE4" load \
+      -n 16M -q 16 -b 4k --random --span $SPAN4
+    measure 4 4k-sustained-qd16 "$c" $r 0 "$BE4" load \
+      -t "$T" -q 16 -b 4k --random --span $SPAN4
+  done
+done
+
+# --- the report ----------------------------------------------------------
+machine () {
+  echo "- nproc: $(nproc)"
+  echo "- CPU: $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
+  echo "- kernel: $(uname -r)"
+  echo "- nbdkit: $("$NBDKIT" --version | head -1)"
+  echo "- libnbd: $(pkg-config --modversion libnbd 2>/dev/null || echo unknown)"
+  if [ $have_fio = yes ]; then echo "- fio: $(fio --version)"; fi
+  echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "- rounds: $ROUNDS1 for case 1, $ROUNDS for the others; $T s per timed run"
+}
+machine > "$res/machine.md"
+
+python3 "$bench_dir/summarize.py" "$index" "$res/machine.md" "$res" \
+  > "$OUT/BENCHMARKS.md.tmp" || die "summarize.py failed"
+mv "$OUT/BENCHMARKS.md.tmp" "$OUT/BENCHMARKS.md"
+mkdir -p "$OUT/bench"
+(cd "$res" && gnuplot -e "outfile='$OUT/bench/latency.svg'" \
+   "$bench_dir/latency.gp") || die "gnuplot failed"
+echo "bench: wrote $OUT/BENCHMARKS.md and $OUT/bench/latency.svg"
