@@ -33,6 +33,13 @@ command -v busybox >/dev/null && file -L "$(command -v busybox)" | grep -q 'stat
 command -v nbd-client >/dev/null || [ -x /usr/sbin/nbd-client ] ||
     skip "nbd-client not installed (Debian: nbd-client)"
 command -v nbdkit >/dev/null || skip "nbdkit not installed"
+case "${SANITIZERS:-no}" in
+    no|"") ;;
+    # A sanitized filter needs its runtime preloaded into nbdkit, and its
+    # shadow memory does not fit a 192 MiB guest: this suite judges the
+    # build that users run.
+    *) skip "a build with --enable-sanitizers=$SANITIZERS; run it in a plain build" ;;
+esac
 echo 'int main(void){return 0;}' | gcc -static -x c -o /dev/null - 2>/dev/null ||
     skip "gcc cannot link statically (Debian: libc6-dev)"
 
@@ -52,9 +59,11 @@ mkdir -p "$work"
 # The workload's verifier must be able to fail: on the host, a clean run
 # passes and a run with one damaged word reports exactly that page.
 st=$work/root/usr/bin/swaptest
-if ! "$st" 8 | grep -q '^SWAPIN-DONE' ||
-   SWAPTEST_CORRUPT_PAGE=100 "$st" 8 | grep -q '^SWAPIN-DONE' ||
-   ! SWAPTEST_CORRUPT_PAGE=100 "$st" 8 | grep -q '^VERIFY-FAILED page=100 '; then
+good=$("$st" 8); good_rc=$?
+bad=$(SWAPTEST_CORRUPT_PAGE=100 "$st" 8); bad_rc=$?
+if [ $good_rc != 0 ] || ! grep -q "^SWAPIN-DONE" <<< "$good" ||
+   [ $bad_rc != 1 ] || grep -q "^SWAPIN-DONE" <<< "$bad" ||
+   ! grep -q "^VERIFY-FAILED page=100 " <<< "$bad"; then
     echo "check-swap: FAIL: swaptest's self-test on the host failed"
     exit 1
 fi
@@ -160,25 +169,32 @@ for c in $configs; do
     other=$(printf '%s\n' "$rows" | grep ' status=fail ' | grep -vc ' hung=1 ' || true)
     wom=$(printf '%s\n' "$rows" | field wo | grep -v '^-$' | median)
     totm=$(printf '%s\n' "$rows" | field total | grep -v '^-$' | median)
-    passed=$(printf '%s\n' "$rows" | grep -c ' status=pass ' || true)
+    # Both phases completed, verified and really swapped; the guards have
+    # their own line below.
+    passed=$(printf '%s\n' "$rows" | grep -c ' reason=ok ' || true)
     verdict=
     if [ "$must" = 1 ]; then
         if [ "$passed" = "$n" ]; then verdict=PASS; else verdict=FAIL; fail=1; fi
     fi
     printf '%-34s %-8s %5s %8s %8s %5s %6s %9s %9s %s\n' \
         "$c" "$kind" "$n" "$wo" "$si" "$hung" "$other" "$wom" "$totm" "$verdict"
+    gv=
     case " $args " in
         *" thr.guards=1 "*)
+            # Boots whose every nbdkit thread had PF_MEMALLOC_NOIO and
+            # PF_LOCAL_THROTTLE with VmLck > 0: after the workload, or
+            # before it when the guest hung (ok-pre, which cannot pass).
             gok=$(printf '%s\n' "$rows" | grep -c ' guards=ok ' || true)
+            gpre=$(printf '%s\n' "$rows" | grep -c ' guards=ok-pre ' || true)
             gv=
             if [ "$must" = 1 ]; then
-                if [ "$gok" = "$n" ]; then gv=PASS; else gv=FAIL; fi
+                if [ "$gok" = "$n" ]; then gv=PASS; else gv=FAIL; fail=1; fi
             fi
-            printf '%-34s %-8s %5s %8s %s\n' "  guards: every thread NOIO+THROTTLE, VmLck>0" \
-                "$kind" "$n" "$gok ok" "$gv"
+            printf '%-34s %-8s %5s %8s %s\n' "  guards(noio,throttle,vmlck)" \
+                "$kind" "$n" "ok=$gok" "ok-before-hang=$gpre $gv"
             ;;
     esac
-    if [ "$must" = 1 ] && [ "$verdict" = FAIL ]; then
+    if [ "$must" = 1 ] && { [ "$verdict" = FAIL ] || [ "$gv" = FAIL ]; }; then
         # The first failed boot of each configuration is printed; the
         # others are in the per-boot lines.
         failed_logs="$failed_logs $(printf '%s\n' "$rows" | grep ' status=fail ' | field log | head -n 1)"

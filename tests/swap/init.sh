@@ -120,6 +120,8 @@ guards ()
     echo "GUARDS $when threads=$n noio=$noio local_throttle=$lt vmlck_kb=$vmlck oom_score_adj=$(cat /proc/$NBDKIT_PID/oom_score_adj)"
 }
 guards pre
+# To map the RIP of a faulting nbdkit thread in a task dump to a library.
+sed "s/^/MAPS /" /proc/$NBDKIT_PID/maps
 
 swaptest $THR_size
 echo "SWAPTEST-EXIT $?"
