@@ -53,12 +53,12 @@
 #define DEFAULT_THREADS 16
 
 enum guard_mode { GUARD_OFF, GUARD_AUTO, GUARD_ON };
-enum lock_mode { LOCK_OFF, LOCK_POOL, LOCK_ONFAULT };
+enum lock_mode { LOCK_OFF, LOCK_POOL, LOCK_ONFAULT, LOCK_AUTO };
 
 static enum guard_mode io_flusher_mode = GUARD_AUTO;
 static enum guard_mode rt_mode = GUARD_AUTO;
 static enum guard_mode oom_mode = GUARD_AUTO;
-static enum lock_mode mlock_mode = LOCK_POOL;
+static enum lock_mode mlock_mode = LOCK_AUTO;
 static int64_t reserve_param = -1;      /* -1 = computed */
 static unsigned threads_param = DEFAULT_THREADS;
 static uint64_t max_request;            /* 0 = not bounded by the filter */
@@ -67,6 +67,7 @@ static uint64_t max_request;            /* 0 = not bounded by the filter */
 static bool io_flusher_active;
 static bool rt_active;
 static bool oom_active;
+static bool lock_all;                   /* mlockall (MCL_ONFAULT) */
 static size_t reserve_size;
 static bool reserve_locked;
 
@@ -125,14 +126,16 @@ throttle_guards_config (const char *key, const char *value)
   if (strcmp (key, "throttle-oom") == 0)
     return parse_guard (key, value, &oom_mode);
   if (strcmp (key, "throttle-mlock") == 0) {
-    if (strcmp (value, "pool") == 0)
+    if (strcmp (value, "auto") == 0)
+      mlock_mode = LOCK_AUTO;
+    else if (strcmp (value, "pool") == 0)
       mlock_mode = LOCK_POOL;
     else if (strcmp (value, "onfault") == 0)
       mlock_mode = LOCK_ONFAULT;
     else if (strcmp (value, "off") == 0)
       mlock_mode = LOCK_OFF;
     else {
-      nbdkit_error ("%s=%s: expected pool, onfault or off", key, value);
+      nbdkit_error ("%s=%s: expected auto, onfault, pool or off", key, value);
       return -1;
     }
     return 1;
@@ -409,24 +412,62 @@ apply_guards (void)
   return 0;
 }
 
-static int
-check_mlock (void)
+static const char *
+mlock_name (void)
+{
+  switch (mlock_mode) {
+  case LOCK_OFF: return "off";
+  case LOCK_POOL: return "pool";
+  case LOCK_ONFAULT: return "onfault";
+  default: return "auto";
+  }
+}
+
+/* MCL_FUTURE over RLIMIT_MEMLOCK makes later mmap and brk fail, so
+ * malloc would start failing at random in a running server: lock
+ * everything only where no limit applies.
+ */
+static bool
+can_lock_all (unsigned long long *limit_kib)
 {
   struct rlimit rl;
 
-  if (mlock_mode != LOCK_ONFAULT || have_cap (CAP_IPC_LOCK_BIT))
+  *limit_kib = 0;
+  if (have_cap (CAP_IPC_LOCK_BIT))
+    return true;
+  if (getrlimit (RLIMIT_MEMLOCK, &rl) == 0) {
+    if (rl.rlim_cur == RLIM_INFINITY)
+      return true;
+    *limit_kib = rl.rlim_cur / 1024;
+  }
+  return false;
+}
+
+/* Decides lock_all; fails for onfault without the permission. */
+static int
+decide_mlock (void)
+{
+  unsigned long long limit;
+
+  lock_all = false;
+  if (mlock_mode != LOCK_ONFAULT && mlock_mode != LOCK_AUTO)
     return 0;
-  /* MCL_FUTURE over RLIMIT_MEMLOCK makes later mmap and brk fail, so
-   * malloc would start failing at random in a running server.
-   */
-  if (getrlimit (RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur == RLIM_INFINITY)
+  if (can_lock_all (&limit)) {
+    lock_all = true;
     return 0;
-  nbdkit_error ("throttle-mlock=onfault: needs CAP_IPC_LOCK or an unlimited "
-                "RLIMIT_MEMLOCK (ulimit -l is %llu KiB): with a limit the "
-                "server's later allocations would fail; use "
-                "throttle-mlock=pool",
-                (unsigned long long) rl.rlim_cur / 1024);
-  return -1;
+  }
+  if (mlock_mode == LOCK_ONFAULT) {
+    nbdkit_error ("throttle-mlock=onfault: needs CAP_IPC_LOCK or an "
+                  "unlimited RLIMIT_MEMLOCK (ulimit -l is %llu KiB): with a "
+                  "limit the server's later allocations would fail; use "
+                  "throttle-mlock=pool", limit);
+    return -1;
+  }
+  warning ("throttle-mlock=auto: cannot lock all of nbdkit's memory (needs "
+           "CAP_IPC_LOCK or an unlimited RLIMIT_MEMLOCK; ulimit -l is "
+           "%llu KiB): locking only the pools and the heap reserve, NOT "
+           "SAFE for swap on a device this server serves", limit);
+  return 0;
 }
 
 static int
@@ -461,17 +502,18 @@ int
 throttle_guards_get_ready (int thread_model)
 {
   if (probe_guards () == -1 ||
-      check_mlock () == -1 ||
+      decide_mlock () == -1 ||
       size_reserve (thread_model) == -1)
     return -1;
   if (throttle_debug_verbose)
     nbdkit_debug ("throttle: guards planned: io-flusher %s, SCHED_FIFO %s, "
-                  "oom_score_adj %s, mlock %s, reserve %zu bytes",
+                  "oom_score_adj %s, mlock %s (%s), reserve %zu bytes",
                   io_flusher_active ? "yes" : "no",
                   rt_active ? "yes" : "no",
                   oom_active ? "-1000" : "unchanged",
-                  mlock_mode == LOCK_ONFAULT ? "onfault" :
-                  mlock_mode == LOCK_POOL ? "pool" : "off",
+                  mlock_name (),
+                  lock_all ? "everything, on fault" :
+                  mlock_mode == LOCK_OFF ? "nothing" : "pools and reserve",
                   reserve_size);
   return 0;
 }
@@ -521,7 +563,7 @@ grow_reserve (size_t size)
       warning ("throttle-mlock=%s: cannot lock the heap reserve of %zu "
                "bytes: %s (needs CAP_IPC_LOCK or RLIMIT_MEMLOCK): it may "
                "be swapped out",
-               mlock_mode == LOCK_POOL ? "pool" : "onfault", size,
+               mlock_name (), size,
                errtext (errno));
   }
   free ((void *) p);
@@ -539,12 +581,22 @@ throttle_guards_after_fork (void)
   /* Locks are not inherited across fork, so not done in get_ready;
    * and -u may have dropped CAP_IPC_LOCK since.
    */
-  if (mlock_mode == LOCK_ONFAULT) {
-    if (check_mlock () == -1)
-      return -1;
-    if (mlockall (MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) == -1) {
-      nbdkit_error ("throttle-mlock=onfault: mlockall: %s", errtext (errno));
-      return -1;
+  if (lock_all) {
+    unsigned long long limit;
+    int err = 0;
+
+    if (!can_lock_all (&limit))
+      err = EPERM;
+    else if (mlockall (MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) == -1)
+      err = errno;
+    if (err) {
+      lock_all = false;
+      if (mlock_mode == LOCK_ONFAULT) {
+        nbdkit_error ("throttle-mlock=onfault: mlockall: %s", errtext (err));
+        return -1;
+      }
+      warning ("throttle-mlock=auto: mlockall: %s: locking only the pools "
+               "and the heap reserve", errtext (err));
     }
   }
 
@@ -558,13 +610,14 @@ throttle_guards_after_fork (void)
   proc_status_field ("VmRSS", vmrss, sizeof vmrss);
   mi = mallinfo2 ();
   nbdkit_debug ("throttle: guards: io-flusher %s, SCHED_FIFO %s, "
-                "oom_score_adj %s, mlock %s, heap reserve %zu bytes (%s), "
+                "oom_score_adj %s, mlock %s (%s), heap reserve %zu bytes (%s), "
                 "free at heap top %zu bytes, VmLck %s, VmRSS %s",
                 io_flusher_active ? "set" : "not set",
                 rt_active ? "set" : "not set",
                 oom_active ? "-1000" : "unchanged",
-                mlock_mode == LOCK_ONFAULT ? "onfault" :
-                mlock_mode == LOCK_POOL ? "pool" : "off",
+                mlock_name (),
+                lock_all ? "everything, on fault" :
+                mlock_mode == LOCK_OFF ? "nothing" : "pools and reserve",
                 reserve_size,
                 reserve_size == 0 ? "none" :
                 reserve_locked ? "faulted and locked" : "faulted, not locked",

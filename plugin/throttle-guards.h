@@ -86,7 +86,8 @@ extern bool throttle_guards_lock_pools (void);
   "                            (default auto).\n" \
   "throttle-rt=auto|on|off     Request threads SCHED_FIFO priority 1\n" \
   "                            (default auto).\n" \
-  "throttle-mlock=pool|onfault|off  What is locked in RAM (default pool).\n" \
+  "throttle-mlock=auto|onfault|pool|off  What is locked in RAM\n" \
+  "                            (default auto: onfault where permitted).\n" \
   "throttle-oom=auto|on|off    oom_score_adj -1000 (default auto).\n" \
   "throttle-reserve=SIZE       Heap reserve for nbdkit's request buffers\n" \
   "                            (default threads x 1280K).\n" \
