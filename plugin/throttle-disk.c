@@ -19,6 +19,8 @@
 
 #include <config.h>
 
+#include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -29,6 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/vfs.h>
@@ -441,6 +444,75 @@ throttle_disk_get_ready (void)
   return 0;
 }
 
+/* The variables above and the code that reads them are in this
+ * plugin's own mapping.  Its data pages are anonymous once written, so
+ * they can be swapped out like any others, and a request that then
+ * reads 'fd' would wait for a swap-in from the very device it serves
+ * (seen in the swap guest: worker threads in do_swap_page on a
+ * filter's GOT page).  Lock every segment of this object.
+ */
+struct self_lock {
+  uintptr_t self;
+  size_t locked;
+  int err;
+};
+
+static int
+lock_object_of (struct dl_phdr_info *info, size_t sz, void *vp)
+{
+  struct self_lock *sl = vp;
+  long page_l = sysconf (_SC_PAGESIZE);
+  uintptr_t page = page_l > 0 ? (uintptr_t) page_l : 4096;
+  uintptr_t start, end;
+  bool mine = false;
+  int i;
+
+  for (i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+
+    if (ph->p_type == PT_LOAD &&
+        sl->self >= info->dlpi_addr + ph->p_vaddr &&
+        sl->self < info->dlpi_addr + ph->p_vaddr + ph->p_memsz)
+      mine = true;
+  }
+  if (!mine)
+    return 0;
+  for (i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+
+    if (ph->p_type != PT_LOAD)
+      continue;
+    start = (info->dlpi_addr + ph->p_vaddr) & ~(page - 1);
+    end = (info->dlpi_addr + ph->p_vaddr + ph->p_memsz + page - 1) &
+      ~(page - 1);
+    /* mlock faults every page in (writing private writable ones, so
+     * they stop being shared with the file or the parent).
+     */
+    if (mlock ((void *) start, end - start) == -1) {
+      sl->err = errno;
+      return 1;
+    }
+    sl->locked += end - start;
+  }
+  return 1;
+}
+
+static size_t self_locked;
+
+static int
+lock_self (void)
+{
+  struct self_lock sl = { .self = (uintptr_t) &fd };
+
+  dl_iterate_phdr (lock_object_of, &sl);
+  if (sl.err) {
+    errno = sl.err;
+    return -1;
+  }
+  self_locked = sl.locked;
+  return 0;
+}
+
 /* nbdkit forks to daemonize after .get_ready: locks are not inherited,
  * and the pool is shared copy-on-write with the parent until it exits.
  */
@@ -451,6 +523,16 @@ throttle_disk_after_fork (void)
       throttle_mempool_relock (zero_pool) == -1) {
     nbdkit_error ("cannot lock the pool again after fork: %m");
     return -1;
+  }
+  if (want_mlock) {
+    if (lock_self () == -1) {
+      nbdkit_error ("cannot lock the plugin's own code and data: %m");
+      return -1;
+    }
+    nbdkit_debug ("locked after fork: pool %zu bytes, zero buffer %zu "
+                  "bytes, plugin code and data %zu bytes",
+                  throttle_mempool_bytes_locked (pool),
+                  throttle_mempool_bytes_locked (zero_pool), self_locked);
   }
   return 0;
 }

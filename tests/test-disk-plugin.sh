@@ -221,6 +221,9 @@ want=$(( (8 + 1) * 128 ))       # pool + zero buffer, kB
 [ "$vmlck" -ge $want ] || fail "VmLck ${vmlck} kB < $want kB"
 grep -Eq "pool 8 x 131072 bytes, [0-9]+ bytes locked" "$tmp/lock.log" ||
   fail "the locked size is not in the debug output"
+# Its own code and data too (its globals are read by every request).
+grep -Eq "locked after fork: .* plugin code and data [1-9][0-9]* bytes" "$tmp/lock.log" ||
+  { cat "$tmp/lock.log"; fail "the plugin did not lock its own segments"; }
 echo "pool locked: VmLck ${vmlck} kB (>= $want kB)"
 stop_nbdkit "$pid"
 
