@@ -104,6 +104,10 @@ start=$(date +%s)
 budget=${SWAP_BUDGET:-900}
 njobs=${SWAP_JOBS:-2}
 running=0
+# Each boot in its own process group (set -m), so that an interrupted
+# suite stops its guests: run-guest.sh kills its qemu when it exits.
+set -m
+trap 'for p in $(jobs -p); do kill -- -$p; done 2>/dev/null; wait; exit 130' INT TERM
 skipped_rec=0
 
 run_one ()

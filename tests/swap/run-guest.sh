@@ -69,6 +69,7 @@ cleanup ()
     rm -rf "$tmp"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 truncate -s "${SWAP_DISK_MIB:-512}M" "$tmp/disk.img"
 mkfifo "$tmp/mon.in" "$tmp/mon.out"
