@@ -7,10 +7,13 @@
 
 #include "throttle-budget.h"
 
+struct throttle_wb;
+
 struct throttle_export {
   struct throttle_export *next;
   char *name;                 /* "" is the default export */
   struct throttle_budget budget;
+  struct throttle_wb *wb;     /* throttle-mode=writeback, else NULL */
 };
 
 /* Find or create the export's budget.  NULL on allocation failure. */

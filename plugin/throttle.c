@@ -22,6 +22,7 @@
 #include "throttle-control.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
+#include "throttle-writeback.h"
 
 /* -D throttle.verbose=1: log every admission that waited, and every
  * charge.
@@ -100,7 +101,8 @@ throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
   else if (strcmp (key, "throttle-reads") == 0)
     return parse_bool_param (key, value, &throttle_config.charge_reads);
   else if ((r = throttle_guards_config (key, value)) != 0 ||
-           (r = throttle_control_config (key, value)) != 0)
+           (r = throttle_control_config (key, value)) != 0 ||
+           (r = throttle_writeback_config (key, value)) != 0)
     return r == 1 ? 0 : -1;
   else if (strncmp (key, "throttle-", 9) == 0) {
     /* A typo must not reach the plugin as an unknown parameter with
@@ -127,7 +129,8 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   if (throttle_config.capacity == 0)
     throttle_config.capacity = default_capacity ();
   if (throttle_guards_config_complete () == -1 ||
-      throttle_control_config_complete () == -1)
+      throttle_control_config_complete () == -1 ||
+      throttle_writeback_config_complete () == -1)
     return -1;
   nbdkit_debug ("throttle: capacity %" PRIu64 " units, metric %s, reads %s",
                 throttle_config.capacity, throttle_config.metric.name,
@@ -143,12 +146,14 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   "                            How requests are charged (default bytes).\n" \
   "throttle-reads=true|false   Charge reads too (default false).\n" \
   throttle_guards_config_help "\n" \
-  throttle_control_config_help
+  throttle_control_config_help "\n" \
+  throttle_writeback_config_help
 
 static int
 throttle_get_ready (int thread_model)
 {
-  if (throttle_guards_get_ready (thread_model) == -1)
+  if (throttle_guards_get_ready (thread_model) == -1 ||
+      throttle_writeback_get_ready (thread_model) == -1)
     return -1;
   /* Real-time threads may draw on the allocator's reserve for their
    * replies; bounding reads keeps that draw bounded too.
@@ -186,6 +191,13 @@ print_summary (struct throttle_export *exp, void *opaque)
                 s.wait_ns_total / 1e6, s.wait_ns_max / 1e6);
 }
 
+/* Pending writes reach the backend before the plugin is cleaned up. */
+static void
+throttle_cleanup (nbdkit_backend *backend)
+{
+  throttle_writeback_cleanup ();
+}
+
 static void
 throttle_unload (void)
 {
@@ -207,6 +219,7 @@ throttle_cancelled (void *opaque)
 
 struct throttle_handle {
   struct throttle_export *exp;
+  struct throttle_wb_conn wb;
 };
 
 static void *
@@ -230,7 +243,21 @@ throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     free (h);
     return NULL;
   }
+  if (throttle_writeback_open (h->exp, nxdata, readonly, exportname,
+                               &h->wb) == -1) {
+    free (h);
+    return NULL;
+  }
   return h;
+}
+
+/* A clean disconnect waits for the export's pending writes. */
+static int
+throttle_finalize (nbdkit_next *next, void *handle)
+{
+  struct throttle_handle *h = handle;
+
+  return throttle_writeback_finalize (&h->wb);
 }
 
 static void
@@ -324,7 +351,10 @@ throttle_pread (nbdkit_next *next, void *handle, void *buf,
   if (throttle_config.charge_reads &&
       admit (h, THROTTLE_OP_READ, count, offset, flags, &charged, err) == -1)
     return -1;
-  r = next->pread (next, buf, count, offset, flags, err);
+  if (throttle_writeback_enabled ())
+    r = throttle_writeback_pread (&h->wb, next, buf, count, offset, flags, err);
+  else
+    r = next->pread (next, buf, count, offset, flags, err);
   done (h, charged);
   return r;
 }
@@ -339,6 +369,10 @@ throttle_pwrite (nbdkit_next *next, void *handle, const void *buf,
 
   if (admit (h, THROTTLE_OP_WRITE, count, offset, flags, &charged, err) == -1)
     return -1;
+  if (throttle_writeback_enabled ())
+    /* Credits 'charged' when the write is on the backend. */
+    return throttle_writeback_pwrite (&h->wb, h->exp, next, buf, count, offset,
+                                      flags, charged, err);
   r = next->pwrite (next, buf, count, offset, flags, err);
   done (h, charged);
   return r;
@@ -354,7 +388,10 @@ throttle_zero (nbdkit_next *next, void *handle,
 
   if (admit (h, THROTTLE_OP_ZERO, count, offset, flags, &charged, err) == -1)
     return -1;
-  r = next->zero (next, count, offset, flags, err);
+  if (throttle_writeback_enabled ())
+    r = throttle_writeback_zero (&h->wb, next, count, offset, flags, err);
+  else
+    r = next->zero (next, count, offset, flags, err);
   done (h, charged);
   return r;
 }
@@ -369,9 +406,35 @@ throttle_trim (nbdkit_next *next, void *handle,
 
   if (admit (h, THROTTLE_OP_TRIM, count, offset, flags, &charged, err) == -1)
     return -1;
-  r = next->trim (next, count, offset, flags, err);
+  if (throttle_writeback_enabled ())
+    r = throttle_writeback_trim (&h->wb, next, count, offset, flags, err);
+  else
+    r = next->trim (next, count, offset, flags, err);
   done (h, charged);
   return r;
+}
+
+static int
+throttle_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
+{
+  struct throttle_handle *h = handle;
+
+  if (throttle_writeback_enabled ())
+    return throttle_writeback_flush (&h->wb, next, flags, err);
+  return next->flush (next, flags, err);
+}
+
+static int
+throttle_extents (nbdkit_next *next, void *handle, uint32_t count,
+                  uint64_t offset, uint32_t flags,
+                  struct nbdkit_extents *extents, int *err)
+{
+  struct throttle_handle *h = handle;
+
+  if (throttle_writeback_enabled ())
+    return throttle_writeback_extents (&h->wb, next, count, offset, flags,
+                                       extents, err);
+  return next->extents (next, count, offset, flags, extents, err);
 }
 
 static struct nbdkit_filter filter = {
@@ -383,12 +446,16 @@ static struct nbdkit_filter filter = {
   .config_help       = throttle_config_help,
   .get_ready         = throttle_get_ready,
   .after_fork        = throttle_after_fork,
+  .cleanup           = throttle_cleanup,
   .open              = throttle_open,
+  .finalize          = throttle_finalize,
   .close             = throttle_close,
   .pread             = throttle_pread,
   .pwrite            = throttle_pwrite,
   .zero              = throttle_zero,
   .trim              = throttle_trim,
+  .flush             = throttle_flush,
+  .extents           = throttle_extents,
 };
 
 NBDKIT_REGISTER_FILTER (filter)
