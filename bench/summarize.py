@@ -206,6 +206,7 @@ if any(rounds("2", c[0], "none") for c in CASE2):
         p("Capacity %s: backend limit %.2f MiB/s." % (cap, limit / MiB))
         p("")
         p("| configuration | MiB/s | of the limit | peak in flight at backend (bytes / requests) | <= capacity | fairness | 4K p99 | max latency of 1M | max latency of all |")
+        # (latencies in ms here: waits under pressure are long)
         p("|---|---|---|---|---|---|---|---|---|")
         for c in ("none", "throttle:" + cap, ratecfg):
             rs = rounds("2", wl, c)
@@ -221,7 +222,7 @@ if any(rounds("2", c[0], "none") for c in CASE2):
                 config_name(c), mib(bw), bw / limit, peak_b, peak_r,
                 "yes" if peak_b <= capb else "**no**",
                 statistics.median(fair), min(fair), max(fair),
-                us(p4),
+                "%s ms" % ms(p4),
                 ("%s ms" % ms(max(l1))) if l1 else "-",
                 ms(max(r.max for r in rs.values()))))
         p("")

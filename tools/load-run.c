@@ -448,7 +448,6 @@ all_ready (struct run *run)
   struct nbd_handle *nbd = run->conns[0].nbd;
   int64_t size = nbd_get_size (nbd);
   unsigned i;
-  uint32_t slice;
 
   if (size == -1) {
     fail (run, "cannot get the export size: %s", nbd_get_error ());
@@ -499,8 +498,6 @@ all_ready (struct run *run)
       return;
     }
   }
-  (void) slice;
-
   run->phase = RUNNING;
   run->start_ns = run->last_reply_ns = run->last_event_ns = run->tick_ns =
     now_ns ();
@@ -715,6 +712,25 @@ start_connect (struct run *run, struct conn *conn)
   return 0;
 }
 
+/* NBD_CMD_DISC, then wait for the server to finish what is in flight
+ * and close, but never longer than the timeout: nbd_shutdown would
+ * wait forever for a server that stopped answering at this point.
+ */
+static void
+disconnect (struct nbd_handle *nbd, double timeout)
+{
+  uint64_t deadline = now_ns () + timeout * 1e9;
+
+  if (nbd_aio_disconnect (nbd, 0) == -1)
+    return;
+  while (!nbd_aio_is_closed (nbd) && !nbd_aio_is_dead (nbd)) {
+    uint64_t now = now_ns ();
+
+    if (now >= deadline || nbd_poll (nbd, (deadline - now) / 1000000 + 1) == -1)
+      return;
+  }
+}
+
 int
 load_run (const struct load_config *cfg, struct load_result *res)
 {
@@ -812,7 +828,7 @@ load_run (const struct load_config *cfg, struct load_result *res)
       if ((!run.failed || run.server_alive) &&
           !nbd_aio_is_dead (conn->nbd) && !nbd_aio_is_closed (conn->nbd) &&
           !nbd_aio_is_connecting (conn->nbd))
-        nbd_shutdown (conn->nbd, 0);
+        disconnect (conn->nbd, cfg->timeout);
       nbd_close (conn->nbd);
     }
     if (conn->slots) {
@@ -832,4 +848,18 @@ load_run (const struct load_config *cfg, struct load_result *res)
  oom:
   snprintf (res->error, sizeof res->error, "out of memory");
   return -1;
+}
+
+void
+load_result_free (struct load_result *res)
+{
+  unsigned i;
+
+  free (res->all);
+  free (res->read);
+  free (res->write);
+  for (i = 0; i < LOAD_MAX_SIZES; i++)
+    free (res->by_size[i]);
+  free (res->conns);
+  memset (res, 0, sizeof *res);
 }

@@ -105,11 +105,12 @@ struct load_result {
   uint64_t verify_bytes;        /* read back and compared */
   uint64_t verify_mismatches;   /* blocks whose contents were wrong */
 
-  /* Non-NULL when the run failed: what went wrong, for the user. */
+  /* Not empty when the run failed: what went wrong, for the user. */
   char error[512];
 };
 
 extern int load_run (const struct load_config *cfg, struct load_result *res);
+extern void load_result_free (struct load_result *res);
 
 extern double load_fairness (const struct load_result *res);
 extern void load_report_human (const struct load_config *cfg,

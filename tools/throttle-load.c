@@ -27,16 +27,17 @@ main (int argc, char **argv)
         fclose (fp) == EOF) {
       fprintf (stderr, "throttle-load: --histogram %s: %s\n",
                cfg.histogram_file, strerror (errno));
-      return 1;
+      r = -1;
     }
   }
 
   /* A failed run still gets a JSON answer, so scripts can tell why;
    * the human table would only mislead.
    */
-  if (cfg.json && res.all)
+  if (cfg.json && res.all && res.by_size[cfg.nr_sizes - 1])
     load_report_json (&cfg, &res, stdout);
   else if (r == 0)
     load_report_human (&cfg, &res, stdout);
+  load_result_free (&res);
   return r == 0 ? 0 : 1;
 }
