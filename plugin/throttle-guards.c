@@ -15,7 +15,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <malloc.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -557,14 +556,14 @@ grow_reserve (size_t size)
     /* The lock belongs to the pages, not to the allocation: it stays
      * after free because the heap is never trimmed.
      */
-    if (end > start && mlock ((void *) start, end - start) == 0)
-      reserve_locked = true;
-    else
-      warning ("throttle-mlock=%s: cannot lock the heap reserve of %zu "
-               "bytes: %s (needs CAP_IPC_LOCK or RLIMIT_MEMLOCK): it may "
-               "be swapped out",
-               mlock_name (), size,
-               errtext (errno));
+    if (end > start) {
+      if (mlock ((void *) start, end - start) == 0)
+        reserve_locked = true;
+      else
+        warning ("throttle-mlock=%s: cannot lock the heap reserve of %zu "
+                 "bytes: %s (needs CAP_IPC_LOCK or RLIMIT_MEMLOCK): it may "
+                 "be swapped out", mlock_name (), size, errtext (errno));
+    }
   }
   free ((void *) p);
 }
