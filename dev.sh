@@ -20,7 +20,7 @@ PACKAGES=(
   libev-dev check
   fio qemu-utils
   qemu-system-x86 linux-image-amd64 busybox-static nbd-client
-  cpio xz-utils zstd kmod
+  cpio xz-utils zstd kmod strace libcap2-bin
   gnuplot-nox
 )
 

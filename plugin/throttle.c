@@ -302,7 +302,6 @@ admit (struct throttle_handle *h, enum throttle_op op,
   struct throttle_budget *b = &h->exp->budget;
   uint64_t need;
 
-  throttle_guards_thread_enter ();
   *charged = 0;
   need = throttle_config.metric.fn (&req);
   if (need == 0)
@@ -334,6 +333,11 @@ admit (struct throttle_handle *h, enum throttle_op op,
   return 0;
 }
 
+/* Every data callback starts with throttle_guards_thread_enter: a
+ * request thread must carry the guards before it can fault or
+ * allocate, whether or not its request is charged.
+ */
+
 static void
 done (struct throttle_handle *h, uint64_t charged)
 {
@@ -348,6 +352,7 @@ throttle_pread (nbdkit_next *next, void *handle, void *buf,
   uint64_t charged = 0;
   int r;
 
+  throttle_guards_thread_enter ();
   if (throttle_config.charge_reads &&
       admit (h, THROTTLE_OP_READ, count, offset, flags, &charged, err) == -1)
     return -1;
@@ -367,6 +372,7 @@ throttle_pwrite (nbdkit_next *next, void *handle, const void *buf,
   uint64_t charged;
   int r;
 
+  throttle_guards_thread_enter ();
   if (admit (h, THROTTLE_OP_WRITE, count, offset, flags, &charged, err) == -1)
     return -1;
   if (throttle_writeback_enabled ())
@@ -386,6 +392,7 @@ throttle_zero (nbdkit_next *next, void *handle,
   uint64_t charged;
   int r;
 
+  throttle_guards_thread_enter ();
   if (admit (h, THROTTLE_OP_ZERO, count, offset, flags, &charged, err) == -1)
     return -1;
   if (throttle_writeback_enabled ())
@@ -404,6 +411,7 @@ throttle_trim (nbdkit_next *next, void *handle,
   uint64_t charged;
   int r;
 
+  throttle_guards_thread_enter ();
   if (admit (h, THROTTLE_OP_TRIM, count, offset, flags, &charged, err) == -1)
     return -1;
   if (throttle_writeback_enabled ())
@@ -419,6 +427,7 @@ throttle_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
 {
   struct throttle_handle *h = handle;
 
+  throttle_guards_thread_enter ();
   if (throttle_writeback_enabled ())
     return throttle_writeback_flush (&h->wb, next, flags, err);
   return next->flush (next, flags, err);
@@ -431,6 +440,7 @@ throttle_extents (nbdkit_next *next, void *handle, uint32_t count,
 {
   struct throttle_handle *h = handle;
 
+  throttle_guards_thread_enter ();
   if (throttle_writeback_enabled ())
     return throttle_writeback_extents (&h->wb, next, count, offset, flags,
                                        extents, err);
