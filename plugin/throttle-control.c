@@ -886,7 +886,7 @@ throttle_control_after_fork (void)
 }
 
 void
-throttle_control_unload (void)
+throttle_control_cleanup (void)
 {
   struct stat st;
 
@@ -909,6 +909,12 @@ throttle_control_unload (void)
         st.st_dev == socket_dev && st.st_ino == socket_ino)
       unlink (socket_path);
   }
+}
+
+void
+throttle_control_unload (void)
+{
+  throttle_control_cleanup ();
   free (socket_path);
   socket_path = NULL;
 }

@@ -12,9 +12,14 @@
  *                     so that misuse is reported before nbdkit forks)
  *   .after_fork       throttle_control_after_fork (starts the thread:
  *                     threads do not survive nbdkit's daemonizing fork)
+ *   .cleanup          throttle_control_cleanup, FIRST, before
+ *                     throttle_writeback_cleanup frees the exports'
+ *                     writeback state, which the thread reads
  *   .unload           throttle_control_unload, FIRST, before
  *                     throttle_export_free_all (the thread reads the
  *                     exports' budgets)
+ * Both stop the thread, close the clients and remove the socket; the
+ * second call finds nothing left to do.
  */
 
 #ifndef THROTTLE_CONTROL_H
@@ -30,6 +35,7 @@
 extern int throttle_control_config (const char *key, const char *value);
 extern int throttle_control_config_complete (void);
 extern int throttle_control_after_fork (void);
+extern void throttle_control_cleanup (void);
 extern void throttle_control_unload (void);
 
 #define throttle_control_config_help \
@@ -46,8 +52,10 @@ extern void throttle_control_unload (void);
  * trailing comma, e.g.
  *   "pool_used":1048576,"pending_writes":3,"error":null
  * and NUL-terminates them.  Output that does not fit is dropped whole.
- * It must not block: it runs while the export registry is locked.
- * Register before after_fork (e.g. in config_complete); NULL removes it.
+ * It must not block: it may run while the export registry is locked.
+ * Register before after_fork (e.g. in config_complete).  The thread is
+ * stopped by throttle_control_cleanup, so state the function reads may
+ * be freed after that.
  */
 typedef void (*throttle_control_extra_stats_fn) (struct throttle_export *exp,
                                                  char *buf, size_t len);

@@ -140,4 +140,43 @@ wait "$silent" 2>/dev/null || :
 [ ! -e "$tmp/d.ctl" ] || fail "the daemon did not remove its control socket"
 echo "ok: SIGTERM with a silent control client: exits, socket removed"
 
+# Writeback mode adds its state to each export's stats.
+if "$NBDKIT" --filter="$THROTTLE_FILTER" null --help 2>/dev/null |
+     grep -q 'throttle-mode='; then
+  start_nbdkit wb --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" delay-ms=20 \
+    statefile="$tmp/wb.state" throttle-mode=writeback \
+    throttle-control="$tmp/wb.ctl"
+  $PY - "$tmp/wb.sock" "$tmp/wb.ctl" <<'EOF' || fail "writeback stats"
+import json, socket, sys
+import nbd
+h = nbd.NBD()
+h.connect_unix(sys.argv[1])
+for i in range(8):
+    h.pwrite(b"w" * 65536, i * 65536)
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[2])
+f = s.makefile("rwb")
+def stats():
+    f.write(b'stats ""\n')
+    f.flush()
+    return json.loads(f.readline())["exports"][0]
+e = stats()
+print("before flush:", e)
+assert "writeback" in e, "no writeback member"
+h.flush()
+e = stats()
+wb = e["writeback"]
+print("after flush:", e)
+assert wb["pending_writes"] == 0 and wb["pool_used"] == 0, wb
+assert wb["written"] + wb["direct"] == 8 and wb["failed"] == 0, wb
+assert wb["pool_size"] > 0 and wb["error"] is None, wb
+assert e["admitted"] == 8 and e["in_flight"] == 0, e
+h.shutdown()
+EOF
+  stop_nbdkit $pid
+  echo "ok: writeback state in the stats, all written after flush"
+else
+  echo "note: this filter has no throttle-mode: writeback stats not tested"
+fi
+
 echo "PASS"
