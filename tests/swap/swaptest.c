@@ -7,15 +7,18 @@
  *             Only swap-out happens here: pages are written once, never
  *             read back, so the kernel pushes the oldest ones to swap.
  *   swap-in:  read every page back, verify it word by word, and rewrite
- *             it with a second pattern.  Every swapped page has to come
- *             back from swap, and the rewrite dirties it again, so this
- *             phase swaps in and out at the same time.
+ *             it with a second pattern, in address order; then once more
+ *             in a scattered order (a stride coprime to the page count),
+ *             where swap readahead helps little and every fault is a
+ *             small random read.  Every swapped page has to come back
+ *             from swap, and the rewrites dirty it again, so this phase
+ *             swaps in and out at the same time.
  *
  * Markers on stdout (the host parses them from the serial console):
  *   SWAPTEST-START size_mib=N avail_mib=N swapfree_mib=N
  *   WRITEOUT-PROGRESS mib=N secs=S
  *   WRITEOUT-DONE S
- *   SWAPIN-PROGRESS mib=N secs=S
+ *   SWAPIN-PROGRESS mib=N secs=S    (N counts both passes)
  *   SWAPIN-DONE S
  *   VERIFY-FAILED page=N word=N got=X expected=X
  *
@@ -82,13 +85,51 @@ pattern (uint64_t page, uint64_t word, uint64_t pass)
   return x ^ (pass * 0xD1B54A32D192ED03ULL) ^ (x >> 29);
 }
 
+/* Verifies page P against pass FROM and rewrites it with pass TO. */
+static int
+verify_rewrite (uint64_t *mem, size_t words, size_t p, int from, int to)
+{
+  uint64_t *pg = mem + p * words;
+  size_t w;
+
+  for (w = 0; w < words; w++) {
+    uint64_t want = pattern (p, w, from);
+
+    if (pg[w] != want) {
+      printf ("VERIFY-FAILED page=%zu word=%zu pass=%d got=0x%016llx "
+              "expected=0x%016llx\n", p, w, from,
+              (unsigned long long) pg[w], (unsigned long long) want);
+      return -1;
+    }
+    pg[w] = pattern (p, w, to);
+  }
+  return 0;
+}
+
+/* A stride near the golden ratio of N that shares no factor with N, so
+ * that i * stride mod N visits every page once, far from the last one.
+ */
+static size_t
+scatter_stride (size_t n)
+{
+  size_t s = (size_t) (n * 0.6180339887) | 1;
+  size_t a, b, t;
+
+  for (;; s += 2) {
+    for (a = n, b = s; b != 0; t = a % b, a = b, b = t)
+      ;
+    if (a == 1)
+      return s % n;
+  }
+}
+
 int
 main (int argc, char *argv[])
 {
   long page_size = sysconf (_SC_PAGESIZE);
   long avail_kib = meminfo_kib ("MemAvailable");
   long swap_kib = meminfo_kib ("SwapFree");
-  size_t size_mib, npages, words, p, w;
+  size_t size_mib, npages, words, p, w, i, stride;
   uint64_t *mem;
   double t0, t, wo_secs;
 
@@ -142,23 +183,18 @@ main (int argc, char *argv[])
   }
 
   t0 = now ();
-  for (p = 0; p < npages; p++) {
-    uint64_t *pg = mem + p * words;
-
-    for (w = 0; w < words; w++) {
-      uint64_t want = pattern (p, w, 1);
-
-      if (pg[w] != want) {
-        printf ("VERIFY-FAILED page=%zu word=%zu got=0x%016llx "
-                "expected=0x%016llx\n", p, w,
-                (unsigned long long) pg[w], (unsigned long long) want);
-        return 1;
-      }
-      pg[w] = pattern (p, w, 2);
-    }
-    if ((p + 1) % (PROGRESS_MIB * MIB / page_size) == 0)
+  stride = npages > 1 ? scatter_stride (npages) : 1;
+  for (i = 0; i < 2 * npages; i++) {
+    if (i < npages)
+      p = i;
+    else
+      p = (i - npages) * stride % npages;
+    if (verify_rewrite (mem, words, p, i < npages ? 1 : 2,
+                        i < npages ? 2 : 3) == -1)
+      return 1;
+    if ((i + 1) % (PROGRESS_MIB * MIB / page_size) == 0)
       printf ("SWAPIN-PROGRESS mib=%zu secs=%.1f\n",
-              (p + 1) * page_size / MIB, now () - t0);
+              (i + 1) * page_size / MIB, now () - t0);
   }
   t = now () - t0;
   printf ("SWAPIN-DONE %.1f\n", t);
