@@ -28,7 +28,8 @@ command -v qemu-system-x86_64 >/dev/null ||
 [ -n "$(swap_kernel)" ] || skip "no /boot/vmlinuz-* (Debian: linux-image-amd64)"
 [ -f "/lib/modules/$(swap_kernel_version)/modules.dep" ] ||
     skip "no modules for $(swap_kernel) (Debian: linux-image-amd64)"
-command -v busybox >/dev/null && file -L "$(command -v busybox)" | grep -q 'statically linked' ||
+command -v busybox >/dev/null &&
+    grep -q 'not a dynamic executable' <<< "$(LC_ALL=C ldd "$(command -v busybox)" 2>&1)" ||
     skip "no static busybox (Debian: busybox-static)"
 command -v nbd-client >/dev/null || [ -x /usr/sbin/nbd-client ] ||
     skip "nbd-client not installed (Debian: nbd-client)"
