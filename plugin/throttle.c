@@ -191,10 +191,14 @@ print_summary (struct throttle_export *exp, void *opaque)
                 s.wait_ns_total / 1e6, s.wait_ns_max / 1e6);
 }
 
-/* Pending writes reach the backend before the plugin is cleaned up. */
+/* Pending writes reach the backend before the plugin is cleaned up.
+ * The control thread goes first: its stats read writeback state that
+ * the writeback cleanup frees.
+ */
 static void
 throttle_cleanup (nbdkit_backend *backend)
 {
+  throttle_control_cleanup ();
   throttle_writeback_cleanup ();
 }
 
