@@ -22,10 +22,11 @@
 # qemu monitor before qemu is killed, so the log shows where every thread
 # waits.
 #
-# Environment: SWAP_TIMEOUT (default 300), SWAP_STALL (90), SWAP_MEM
-# (guest MiB, 192), SWAP_DISK_MIB (512), SWAP_EXTRA_APPEND (more kernel
-# arguments, e.g. thr.hungsecs=30), THROTTLE_FILTER, THROTTLE_DISK_PLUGIN
-# (used when the initramfs has to be built).
+# Environment: SWAP_TIMEOUT (default 300), SWAP_STALL (90), SWAP_STUCK (60),
+# SWAP_SMP (guest CPUs, 1), SWAP_MEM (guest MiB, 192), SWAP_DISK_MIB (512),
+# SWAP_EXTRA_APPEND (more kernel arguments, e.g. thr.hungsecs=30),
+# THROTTLE_FILTER, THROTTLE_DISK_PLUGIN (used when the initramfs has to be
+# built).
 
 set -uo pipefail
 
@@ -84,7 +85,8 @@ append="console=ttyS0 panic=-1 rootfstype=ramfs zswap.enabled=0 mitigations=off 
 start=$(date +%s)
 # Append: the host adds its own lines to the log while qemu writes.
 : > "$log"
-"$qemu" -accel tcg -m "${SWAP_MEM:-192}" -nographic -no-reboot -nic none \
+"$qemu" -accel tcg -m "${SWAP_MEM:-192}" -smp "${SWAP_SMP:-1}" \
+    -nographic -no-reboot -nic none \
     -kernel "$kernel" -initrd "$work/initramfs.cpio.gz" \
     -append "$append" \
     -drive file="$tmp/disk.img",format=raw,if=virtio,cache=unsafe \
