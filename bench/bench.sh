@@ -204,6 +204,8 @@ rotate () {
 }
 
 echo "bench: $ROUNDS rounds, $T s per run; results in $res"
+# Other jobs on the machine are the main noise: say how busy it was.
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- 1. overhead: a capacity that never binds ------------------------
 # 4K random writes at queue depth 64, 1M sequential writes at 8.
@@ -289,6 +291,7 @@ machine () {
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "- rounds: $ROUNDS1 for case 1, $ROUNDS for the others; $T s per timed run"
   echo "- runs retried after a failure: $retried"
+  echo "- load average (1/5/15 min) before: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 machine > "$res/machine.md"
 

@@ -139,6 +139,9 @@ p("alternate within each round; a ratio is taken within a round and the")
 p("median over rounds is shown with the range in parentheses.  Latencies")
 p("are from `throttle-load` (request handed to libnbd to reply read) or")
 p("fio's completion latency, in microseconds unless marked ms.")
+p("The ranges are run-to-run noise: the machine is shared, and the load")
+p("average under Machine says how busy it was with other work (on 2")
+p("cores, anything above 2 means the benchmark waited for CPU).")
 p("")
 p("## Machine")
 p("")
@@ -198,6 +201,9 @@ if any(rounds("2", c[0], "none") for c in CASE2):
     p("what reaches the backend.  The backend's limit under a capacity C is")
     p("C / 10 ms; the rate filter is set to that same throughput.  Fairness")
     p("is Jain's index over the 4 connections' bytes (target >= 0.95).")
+    p("Peaks are the maximum over rounds; latencies and maxima of latency")
+    p("the median over rounds (one stalled run on a busy machine would")
+    p("otherwise decide the column).")
     p("")
     for wl, cap, capb, ratecfg, desc in CASE2:
         limit = capb / 0.010
@@ -216,15 +222,16 @@ if any(rounds("2", c[0], "none") for c in CASE2):
             peak_b = max(r.state.get("peak_bytes", 0) for r in rs.values())
             peak_r = max(r.state.get("peak_requests", 0) for r in rs.values())
             p4 = statistics.median(r.by_size[4096]["p99"] for r in rs.values())
-            l1 = [r.by_size[1 << 20]["max"] for r in rs.values() if (1 << 20) in r.by_size]
+            l1 = [r.by_size[1 << 20]["max"] for r in rs.values()
+                  if (1 << 20) in r.by_size and r.by_size[1 << 20]["count"]]
             fair = [r.fairness for r in rs.values()]
             p("| %s | %s | %.3f | %d / %d (max over rounds) | %s | %.3f (%.3f-%.3f) | %s | %s | %s ms |" % (
                 config_name(c), mib(bw), bw / limit, peak_b, peak_r,
                 "yes" if peak_b <= capb else "**no**",
                 statistics.median(fair), min(fair), max(fair),
                 "%s ms" % ms(p4),
-                ("%s ms" % ms(max(l1))) if l1 else "-",
-                ms(max(r.max for r in rs.values()))))
+                ("%s ms" % ms(statistics.median(l1))) if l1 else "-",
+                ms(statistics.median(r.max for r in rs.values()))))
         p("")
 
 # --- 3 --------------------------------------------------------------
