@@ -105,6 +105,11 @@ struct load_result {
   uint64_t verify_bytes;        /* read back and compared */
   uint64_t verify_mismatches;   /* blocks whose contents were wrong */
 
+  /* Statistics the server reports about the run (e.g. read from the
+   * throttle's control socket) belong here, filled after load_run
+   * returns and printed by load-report.c as a "server" section.
+   */
+
   /* Not empty when the run failed: what went wrong, for the user. */
   char error[512];
 };
