@@ -171,7 +171,7 @@ for c in $configs; do
     wo=$(printf '%s\n' "$rows" | grep -c ' writeout=1 ' || true)
     si=$(printf '%s\n' "$rows" | grep -c ' swapin=1 ' || true)
     hung=$(printf '%s\n' "$rows" | grep -c ' hung=1 ' || true)
-    other=$(printf '%s\n' "$rows" | grep ' status=fail ' | grep -vc ' hung=1 ' || true)
+    other=$(printf '%s\n' "$rows" | grep -v ' reason=ok ' | grep -vc ' hung=1 ' || true)
     wom=$(printf '%s\n' "$rows" | field wo | grep -v '^-$' | median)
     totm=$(printf '%s\n' "$rows" | field total | grep -v '^-$' | median)
     # Both phases completed, verified and really swapped; the guards have
