@@ -5,6 +5,9 @@
 # MUST=1: the suite fails unless every boot completes both phases and the
 # guard check passes.  MUST=0: recorded in the table, never fails the suite.
 # thr.minfree=16384 is the vm.min_free_kbytes the man page recommends.
+# The MUST configurations are the deployment the reserve issue recommends
+# for swap-in: the filter's defaults (real-time request threads where
+# permitted, as in the guest) plus that vm.min_free_kbytes.
 swap_configs ()
 {
     cat <<'EOF'

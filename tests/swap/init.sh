@@ -40,11 +40,15 @@ for word in $(cat /proc/cmdline); do
             ;;
     esac
 done
-# ramfs (0x858458f6) keeps the initramfs out of swap; see run-guest.sh.
-echo "ROOTFS type=0x$(stat -f -c %t /)"
+# ramfs (magic 858458f6) keeps the initramfs out of swap; see run-guest.sh.
+# On tmpfs nbdkit's own code could be swapped out to the device it serves.
+rootfs=$(stat -f -c %t /)
+echo "ROOTFS type=0x$rootfs"
+[ "$rootfs" = 858458f6 ] || fail "the root file system is not ramfs (rootfstype=ramfs ignored?)"
 echo "GUEST-CONFIG cfg=$THR_cfg plugin=$THR_plugin filter=$THR_filter mode=$THR_mode conns=$THR_conns minfree=$THR_minfree guards=$THR_guards"
 
-# virtio_ring before virtio; the order file lists dependencies first.
+# build-initramfs.sh listed MODULES dependencies first (virtio_ring before
+# virtio).
 for m in $MODULES; do
     insmod /lib/modules/$m.ko || fail "insmod $m"
 done
@@ -54,7 +58,8 @@ done
 echo 1 > /proc/sys/vm/overcommit_memory
 # A deadlock must fail loudly in seconds: a task blocked for
 # hung_task_timeout_secs panics the kernel, panic_print=3 dumps every
-# task's stack and the memory state, and panic=-1 powers the guest off.
+# task's stack and the memory state, and panic=-1 reboots at once, which
+# ends qemu (-no-reboot).
 echo "$THR_hungsecs" > /proc/sys/kernel/hung_task_timeout_secs
 echo 1 > /proc/sys/kernel/hung_task_panic
 echo 3 > /proc/sys/kernel/panic_print
