@@ -46,7 +46,7 @@ shift $((OPTIND - 1))
 cfg=${1:?usage: run-guest.sh [-w WORKDIR] [-l LOG] [-n BOOT] CONFIG}
 args=$(swap_config "$cfg" args) || { echo "run-guest: unknown config $cfg" >&2; exit 2; }
 
-work=${work:-${TMPDIR:-/tmp}/swaptest-$USER}
+work=${work:-${TMPDIR:-/tmp}/swaptest-$(id -u)}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 log=${log:-$work/$cfg.$boot.log}
