@@ -739,32 +739,45 @@ throttle_writeback_pwrite (struct throttle_wb_conn *c,
 {
   struct throttle_wb *wb = conn_wb (c);
   size_t n = (count + WB_ELEM - 1) / WB_ELEM, i;
-  void *bufs[WB_MAX_WRITE / WB_ELEM];
   const unsigned char *src = buf;
+  uint32_t first = NO_SLOT, last = NO_SLOT, l;
   struct wb_rec *r;
-  uint32_t prev_link = NO_SLOT;
   int res;
 
   /* A FUA write must be on the backend before its reply anyway, and
    * one larger than a writer's buffer cannot be queued.
    */
-  if (wb == NULL || (flags & NBDKIT_FLAG_FUA) ||
+  if (wb == NULL || (flags & NBDKIT_FLAG_FUA) || count == 0 ||
       count > WB_MAX_WRITE || n > wb->nr) {
     res = pwrite_direct (c, next, buf, count, offset, flags, err);
     throttle_budget_credit (&exp->budget, charged);
     return res;
   }
 
+  /* Each buffer is filled as soon as it is had, and chained through a
+   * link: holding a buffer guarantees a free link (there are as many
+   * links as buffers), and nothing here needs stack beyond a few words.
+   */
   pthread_mutex_lock (&wb->alloc_lock);
   for (i = 0; i < n; ++i) {
-    bufs[i] = throttle_mempool_try_alloc (wb->pool);
-    if (bufs[i] == NULL)
-      bufs[i] = throttle_mempool_alloc (wb->pool, throttle_cancelled, NULL,
-                                        THROTTLE_POLL_MS);
-    if (bufs[i] == NULL) {
+    size_t len = count - i * WB_ELEM < WB_ELEM ? count - i * WB_ELEM : WB_ELEM;
+    void *b = throttle_mempool_try_alloc (wb->pool);
+
+    if (b == NULL)
+      b = throttle_mempool_alloc (wb->pool, throttle_cancelled, NULL,
+                                  THROTTLE_POLL_MS);
+    if (b == NULL) {
       pthread_mutex_unlock (&wb->alloc_lock);
-      while (i-- > 0)
-        throttle_mempool_free (wb->pool, bufs[i]);
+      pthread_mutex_lock (&wb->lock);
+      while (first != NO_SLOT) {
+        l = first;
+        first = wb->links[l].next;
+        throttle_mempool_free (wb->pool, wb->links[l].buf);
+        wb->links[l].buf = NULL;
+        wb->links[l].next = wb->free_link;
+        wb->free_link = l;
+      }
+      pthread_mutex_unlock (&wb->lock);
       throttle_budget_credit (&exp->budget, charged);
       nbdkit_error ("throttle: writeback: write of %" PRIu32 " bytes at %"
                     PRIu64 " abandoned while waiting for pool buffers: "
@@ -772,38 +785,30 @@ throttle_writeback_pwrite (struct throttle_wb_conn *c,
       *err = ESHUTDOWN;
       return -1;
     }
+    memcpy (b, src + i * WB_ELEM, len);
+
+    pthread_mutex_lock (&wb->lock);
+    l = wb->free_link;
+    wb->free_link = wb->links[l].next;
+    wb->links[l].buf = b;
+    wb->links[l].next = NO_SLOT;
+    if (last == NO_SLOT)
+      first = l;
+    else
+      wb->links[last].next = l;
+    last = l;
+    pthread_mutex_unlock (&wb->lock);
   }
   pthread_mutex_unlock (&wb->alloc_lock);
 
-  for (i = 0; i < n; ++i) {
-    size_t len = count - i * WB_ELEM < WB_ELEM ? count - i * WB_ELEM : WB_ELEM;
-
-    memcpy (bufs[i], src + i * WB_ELEM, len);
-  }
-
   pthread_mutex_lock (&wb->lock);
-  /* Holding n buffers guarantees a record and n links (as many of each
-   * as there are buffers).
-   */
-  r = wb->free_recs;
+  r = wb->free_recs;            /* as many records as buffers, too */
   wb->free_recs = r->next;
   r->offset = offset;
   r->count = count;
   r->charged = charged;
   r->writing = false;
-  r->first = NO_SLOT;
-  for (i = 0; i < n; ++i) {
-    uint32_t l = wb->free_link;
-
-    wb->free_link = wb->links[l].next;
-    wb->links[l].buf = bufs[i];
-    wb->links[l].next = NO_SLOT;
-    if (prev_link == NO_SLOT)
-      r->first = l;
-    else
-      wb->links[prev_link].next = l;
-    prev_link = l;
-  }
+  r->first = first;
   r->seq = wb->next_seq++;
   r->next = NULL;
   r->prev = wb->tail;
@@ -1035,7 +1040,8 @@ void
 throttle_writeback_stats_json (struct throttle_export *exp, char *buf,
                                size_t len)
 {
-  struct throttle_wb *wb = exp ? exp->wb : NULL;
+  struct throttle_wb *wb =
+    exp ? __atomic_load_n (&exp->wb, __ATOMIC_ACQUIRE) : NULL;
   int n;
 
   if (len > 0)

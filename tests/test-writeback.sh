@@ -190,6 +190,20 @@ if section budget; then
   stop "$pid"
 fi
 
+# --- many clients at once, every op checked -------------------------
+# A small pool (writes wait for buffers, and the largest are written
+# through) and a backend that takes a few ms per write, so that writes
+# pile up and the overlay and the barriers are exercised.
+if section hammer; then
+  newdisk "$tmp/hammer.img"
+  start hammer --filter="$filter" --filter=delay file "$tmp/hammer.img" \
+    delay-write=2ms delay-zero=2ms throttle-mode=writeback \
+    throttle-writeback-pool=1M throttle-capacity=2M
+  run hammer "$sock" "$tmp/hammer.img" 8 ${TEST_WRITEBACK_OPS:-500}
+  stop "$pid"
+  grep "writeback summary" "$tmp/hammer.log" || fail "no writeback summary"
+fi
+
 # --- a clean shutdown writes every acknowledged write first -----------
 # The backend is paused while the client writes and leaves and nbdkit
 # is told to stop; nbdkit must still be there, waiting, until the

@@ -11,6 +11,7 @@
 import os
 import random
 import statistics
+import struct
 import sys
 import time
 
@@ -30,8 +31,16 @@ def connect(sock):
     return h
 
 
+# Every 16 bytes numbered: a write that lands shifted, or another
+# write's data, does not compare equal.
+_SLOTS = 65536
+_BIG = b"".join(struct.pack("<QQ", 0x7468726f74746c65, k)
+                for k in range(_SLOTS + 4 * 1024 * K // 16))
+
+
 def pat(seed, n):
-    return bytes((seed * 7 + i) % 251 for i in range(n))
+    start = (seed * 7919) % _SLOTS * 16
+    return _BIG[start:start + n]
 
 
 def file_bytes(path, offset, count):
@@ -276,6 +285,71 @@ def budget(sock):
     print("budget ok: 5th write waited %.3f s" % lat[4])
 
 
+def hammer(sock, path, clients, ops):
+    """Clients at once, each on a region of its own with its own model,
+    and each op checked: exercises the queue, the overlay and the
+    barriers from many threads (run under TSan too).  Some writes are
+    larger than the pool (written through) or span several buffers.
+    """
+    import threading
+    region = 4 * 1024 * K
+    errors = []
+
+    def client(n):
+        try:
+            rnd = random.Random(n)
+            h = connect(sock)
+            base = n * region
+            model = bytearray(region)
+            h.zero(region, base)
+            for i in range(ops):
+                op = rnd.random()
+                if op < 0.5:
+                    size = rnd.choice([512, 4 * K, 4 * K + 1, 64 * K,
+                                       300 * K, 3 * 1024 * K])
+                    off = rnd.randrange(0, region - size)
+                    data = pat(n * 1000 + i, size)
+                    flags = nbd.CMD_FLAG_FUA if rnd.random() < 0.1 else 0
+                    h.pwrite(data, base + off, flags)
+                    model[off:off + size] = data
+                elif op < 0.6:
+                    size = rnd.choice([4 * K, 64 * K, 1024 * K])
+                    off = rnd.randrange(0, region - size)
+                    h.zero(size, base + off)
+                    model[off:off + size] = bytes(size)
+                elif op < 0.65:
+                    size = rnd.choice([4 * K, 64 * K])
+                    off = rnd.randrange(0, region - size)
+                    h.trim(size, base + off)
+                    model[off:off + size] = bytes(size)
+                elif op < 0.7:
+                    h.flush()
+                else:
+                    size = rnd.choice([512, 4 * K, 64 * K, 1024 * K])
+                    off = rnd.randrange(0, region - size)
+                    if h.pread(size, base + off) != model[off:off + size]:
+                        raise Exception("client %d op %d: read of %d at %d "
+                                        "is not what it wrote" %
+                                        (n, i, size, off))
+            h.flush()
+            if file_bytes(path, base, region) != bytes(model):
+                raise Exception("client %d: backend differs after flush" % n)
+            h.shutdown()
+        except Exception as e:
+            errors.append(str(e))
+
+    ts = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    t = time.monotonic()
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join()
+    if errors:
+        fail("hammer: " + "; ".join(errors))
+    print("hammer ok: %d clients x %d ops in %.1f s" %
+          (clients, ops, time.monotonic() - t))
+
+
 def main():
     s = sys.argv[1]
     if s == "latency":
@@ -298,6 +372,8 @@ def main():
         drain(sys.argv[2])
     elif s == "drain-check":
         drain_check(sys.argv[2])
+    elif s == "hammer":
+        hammer(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     elif s == "budget":
         budget(sys.argv[2])
     else:
