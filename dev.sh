@@ -15,7 +15,7 @@ builddir=${THROTTLE_BUILDDIR:-$top/build}
 # Every Debian package the build, the tests, the guest test and the
 # benchmarks use.
 PACKAGES=(
-  build-essential autoconf automake libtool pkg-config perl bc
+  build-essential autoconf automake libtool pkg-config perl bc python3
   nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin python3-libnbd
   libev-dev check
   fio qemu-utils
