@@ -9,9 +9,9 @@ misbehave in ways libnbd never would:
                                SENT bytes of payload are sent; then close
   vanish SOCK SIZE             one write of SIZE, then close at once
                                without reading the reply
-  flood SOCK N SIZE SECS       N writes without reading any reply for
-                               SECS seconds, then read them all and
-                               disconnect cleanly
+  flood SOCK N SIZE SECS       N writes of SIZE and reads of 64K, no
+                               reply read for SECS seconds, then read
+                               them all and disconnect cleanly
 Libnbd helpers:
   flushload URI ...            writes/zeroes/trims, then flushes in
                                rounds (see run_flushload)
@@ -32,6 +32,7 @@ import time
 
 NBD_OPT_GO = 7
 NBD_REP_ACK = 1
+NBD_CMD_READ = 0
 NBD_CMD_WRITE = 1
 NBD_CMD_DISC = 2
 REQ_MAGIC = 0x25609513
@@ -98,6 +99,9 @@ def cmd_vanish(path, size):
 
 
 def cmd_flood(path, n, size, secs):
+    """Alternately a write of SIZE and a read of 64K, N requests, no
+    reply read for SECS seconds: the read replies (N/2 x 64K) fill the
+    socket buffers, so nbdkit's threads block sending them."""
     s = handshake(path)
     payload = b"\xcc" * size
     sent = 0
@@ -105,8 +109,11 @@ def cmd_flood(path, n, size, secs):
     def sender():
         nonlocal sent
         for i in range(n):
-            s.sendall(request(NBD_CMD_WRITE, i + 1, (i * size) % (1 << 28),
-                              size) + payload)
+            off = (i * 65536) % (1 << 28)
+            if i % 2 == 0:
+                s.sendall(request(NBD_CMD_WRITE, i, off, size) + payload)
+            else:
+                s.sendall(request(NBD_CMD_READ, i, off, 65536))
             sent += 1
 
     t = threading.Thread(target=sender, daemon=True)
@@ -114,14 +121,16 @@ def cmd_flood(path, n, size, secs):
     time.sleep(secs)
     # Now read everything, which also unblocks the sender.
     errors = 0
-    for i in range(n):
-        err, _ = read_reply(s)
+    for _ in range(n):
+        err, handle = read_reply(s)
         errors += err != 0
+        if handle % 2 == 1 and err == 0:
+            recv_exact(s, 65536)
     t.join()
     s.sendall(request(NBD_CMD_DISC, 0, 0, 0))
     s.close()
-    print("flood: %d writes of %d, replies read after %.1f s, %d errors"
-          % (n, size, secs, errors))
+    print("flood: %d requests (writes of %d, reads of 65536), replies read "
+          "after %.1f s, %d errors" % (n, size, secs, errors))
     sys.exit(0 if errors == 0 else 1)
 
 
