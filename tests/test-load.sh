@@ -190,6 +190,29 @@ fi
 run verifyseq 0 --verify -n 32M -b 1M --sequential -c 2 "$uri" &&
   pass "verifyseq: sequential write + read-back"
 
+# --control: what the throttle did, read from its control socket; the
+# numbers must agree with what the client sent.
+start thr --filter="$THROTTLE_FILTER" memory 64M throttle-capacity=128K \
+  throttle-control="$tmp/thr.ctl" throttle-rt=off
+if run control 0 --json -t 1 -c 2 -q 8 -b 64k --control "$tmp/thr.ctl" \
+     --unix "$tmp/thr.sock"; then
+  check_json control '
+t = j["throttle"]["exports"][0]
+assert t["name"] == "" and t["capacity"] == 131072, t
+assert t["peak"] <= 131072 and t["peak"] > 0, t
+# A fresh server: everything it admitted is what this run wrote.
+assert t["admitted"] == j["write_ops"], (t, j["write_ops"])
+assert t["charged"] == j["write_bytes"], (t, j["write_bytes"])
+assert t["in_flight"] == 0, t
+'
+fi
+run controlhuman 0 -t 0.5 --control "$tmp/thr.ctl" --unix "$tmp/thr.sock" &&
+  grep -q '^  export "": capacity 131072, peak in flight' "$tmp/controlhuman.out" &&
+  pass "control: the table shows what the throttle did" ||
+  fail "control: no throttle section in the table"
+run controlbad 1 -t 0.5 --control "$tmp/nonexistent.ctl" --unix "$tmp/thr.sock" &&
+  expect_err controlbad "--control .*nonexistent.ctl: No such file"
+
 # ... and fails on one that throws writes away.
 start null null 64M
 run verifynull 1 --verify -t 0.5 --unix "$tmp/null.sock" &&

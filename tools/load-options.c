@@ -18,7 +18,7 @@
 
 enum {
   OPT_RANDOM = 256, OPT_SEQUENTIAL, OPT_VERIFY, OPT_JSON, OPT_PROGRESS,
-  OPT_OFFSET, OPT_SPAN, OPT_SEED, OPT_TIMEOUT, OPT_HISTOGRAM,
+  OPT_OFFSET, OPT_SPAN, OPT_SEED, OPT_TIMEOUT, OPT_HISTOGRAM, OPT_CONTROL,
 };
 
 static const char short_opts[] = "c:q:b:r:t:n:U:H:p:e:hV";
@@ -39,6 +39,7 @@ static const struct option long_opts[] = {
   { "json",        no_argument,       NULL, OPT_JSON },
   { "progress",    no_argument,       NULL, OPT_PROGRESS },
   { "histogram",   required_argument, NULL, OPT_HISTOGRAM },
+  { "control",     required_argument, NULL, OPT_CONTROL },
   { "unix",        required_argument, NULL, 'U' },
   { "host",        required_argument, NULL, 'H' },
   { "port",        required_argument, NULL, 'p' },
@@ -75,6 +76,8 @@ usage (FILE *fp)
 "      --json              print the report as JSON\n"
 "      --progress          print a progress line every second on stderr\n"
 "      --histogram FILE    write the latency distribution (CDF) to FILE\n"
+"      --control SOCKET    after the run, ask the throttle filter's control\n"
+"                          socket (throttle-control=) what the throttle did\n"
 "  -U, --unix PATH         connect to a Unix socket\n"
 "  -H, --host HOST         connect over TCP (with --port, default 10809)\n"
 "  -e, --export NAME       export name (default \"\")\n"
@@ -287,6 +290,9 @@ load_parse_args (int argc, char **argv, struct load_config *cfg)
       break;
     case OPT_HISTOGRAM:
       cfg->histogram_file = optarg;
+      break;
+    case OPT_CONTROL:
+      cfg->control_path = optarg;
       break;
     case 'U':
       cfg->unix_path = optarg;

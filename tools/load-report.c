@@ -9,6 +9,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "load.h"
@@ -66,6 +67,50 @@ size_str (uint32_t size, char *buf, size_t n)
     snprintf (buf, n, "%" PRIu32, size);
 }
 
+/* The first number after "key": in s, or 0.  Enough for the flat
+ * objects of the control socket's stats reply, without a JSON parser.
+ */
+static uint64_t
+json_u64 (const char *s, const char *key)
+{
+  char pat[64];
+  const char *p;
+
+  snprintf (pat, sizeof pat, "\"%s\":", key);
+  p = strstr (s, pat);
+  return p ? strtoull (p + strlen (pat), NULL, 10) : 0;
+}
+
+/* One block per export of the throttle's stats. */
+static void
+report_server_human (const char *stats, FILE *fp)
+{
+  const char *e = strstr (stats, "\"exports\":");
+
+  fprintf (fp, "\nthrottle (control socket):\n");
+  while (e && (e = strstr (e, "{\"name\":")) != NULL) {
+    const char *name = e + 8, *end = strchr (name + 1, '"');
+    char next_obj[] = "{\"name\":";
+    const char *next = strstr (e + 1, next_obj);
+    size_t len = end ? (size_t) (end - name - 1) : 0;
+    char *obj = strndup (e, next ? (size_t) (next - e) : strlen (e));
+
+    if (obj == NULL)
+      return;
+    fprintf (fp, "  export \"%.*s\": capacity %" PRIu64 ", peak in flight %"
+             PRIu64 ", units charged %" PRIu64 "\n"
+             "    admitted %" PRIu64 ", waited %" PRIu64 ", wait total %.3f s,"
+             " max %.1f ms\n",
+             (int) len, name + 1, json_u64 (obj, "capacity"),
+             json_u64 (obj, "peak"), json_u64 (obj, "charged"),
+             json_u64 (obj, "admitted"), json_u64 (obj, "waited"),
+             json_u64 (obj, "wait_ns_total") / 1e9,
+             json_u64 (obj, "wait_ns_max") / 1e6);
+    free (obj);
+    e = next;
+  }
+}
+
 static void
 lat_row (FILE *fp, const char *name, const struct load_hist *h)
 {
@@ -118,6 +163,8 @@ load_report_human (const struct load_config *cfg,
   if (cfg->verify)
     fprintf (fp, "verify: %" PRIu64 " bytes checked, %" PRIu64
              " bad blocks\n", res->verify_bytes, res->verify_mismatches);
+  if (res->server_stats)
+    report_server_human (res->server_stats, fp);
 }
 
 static void
@@ -208,8 +255,11 @@ load_report_json (const struct load_config *cfg,
   fprintf (fp, "],\n");
   fprintf (fp, "  \"fairness\": %.6f,\n", load_fairness (res));
   fprintf (fp, "  \"verify\": {\"enabled\": %s, \"bytes\": %" PRIu64
-           ", \"mismatches\": %" PRIu64 "}\n",
+           ", \"mismatches\": %" PRIu64 "}%s\n",
            cfg->verify ? "true" : "false", res->verify_bytes,
-           res->verify_mismatches);
+           res->verify_mismatches, res->server_stats ? "," : "");
+  /* The control socket's reply is JSON already: embed it as is. */
+  if (res->server_stats)
+    fprintf (fp, "  \"throttle\": %s\n", res->server_stats);
   fprintf (fp, "}\n");
 }

@@ -861,5 +861,6 @@ load_result_free (struct load_result *res)
   for (i = 0; i < LOAD_MAX_SIZES; i++)
     free (res->by_size[i]);
   free (res->conns);
+  free (res->server_stats);
   memset (res, 0, sizeof *res);
 }

@@ -76,6 +76,7 @@ struct load_config {
   bool json;
   bool progress;
   const char *histogram_file;
+  const char *control_path;     /* throttle-control socket, or NULL */
 };
 
 extern void load_parse_args (int argc, char **argv, struct load_config *cfg);
@@ -105,16 +106,23 @@ struct load_result {
   uint64_t verify_bytes;        /* read back and compared */
   uint64_t verify_mismatches;   /* blocks whose contents were wrong */
 
-  /* Statistics the server reports about the run (e.g. read from the
-   * throttle's control socket) belong here, filled after load_run
-   * returns and printed by load-report.c as a "server" section.
+  /* What the throttle reported about the run: the one-line JSON reply
+   * of its control socket to "stats", filled after load_run returns.
    */
+  char *server_stats;
 
   /* Not empty when the run failed: what went wrong, for the user. */
   char error[512];
 };
 
 extern int load_run (const struct load_config *cfg, struct load_result *res);
+
+/* Ask the throttle filter's control socket for "stats" (load-control.c).
+ * Returns the reply (one line of JSON, malloc'd) or NULL with a message
+ * in err.
+ */
+extern char *load_control_stats (const char *path, double timeout,
+                                 char *err, size_t errlen);
 extern void load_result_free (struct load_result *res);
 
 extern double load_fairness (const struct load_result *res);

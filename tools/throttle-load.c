@@ -31,6 +31,16 @@ main (int argc, char **argv)
     }
   }
 
+  if (r == 0 && cfg.control_path) {
+    res.server_stats = load_control_stats (cfg.control_path, cfg.timeout,
+                                           res.error, sizeof res.error);
+    if (res.server_stats == NULL) {
+      fprintf (stderr, "throttle-load: --control %s: %s\n",
+               cfg.control_path, res.error);
+      r = -1;
+    }
+  }
+
   /* A failed run still gets a JSON answer, so scripts can tell why;
    * the human table would only mislead.
    */
