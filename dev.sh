@@ -63,25 +63,10 @@ demo ()
   local pid=$!
   trap 'kill $pid 2>/dev/null || :' EXIT
   for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
+  # --control: after the run, the throttle's own account of it.
   "$builddir/tools/throttle-load" --unix "$sock" --connections 4 \
     --queue-depth 32 --block-size 4k:90,1M:10 --read-ratio 0 --random \
-    --duration 10 --verify
-  echo
-  echo "== what the throttle did (control socket: stats)"
-  /usr/bin/python3 - "$ctl" <<'PY'
-import json, socket, sys
-s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
-s.sendall(b"stats\n"); data = b""
-while not data.endswith(b"\n"):
-    data += s.recv(65536)
-for e in json.loads(data)["exports"]:
-    print(f"export {e['name']!r}: capacity {e['capacity']} bytes")
-    print(f"  units charged     {e['charged']}")
-    print(f"  peak in flight    {e['peak']}  (capacity {e['capacity']})")
-    print(f"  admitted          {e['admitted']}, of which waited {e['waited']}")
-    print(f"  time waiting      total {e['wait_ns_total']/1e9:.3f} s, "
-          f"max {e['wait_ns_max']/1e6:.1f} ms")
-PY
+    --duration 10 --verify --control "$ctl"
   kill $pid; wait $pid 2>/dev/null || :
   trap - EXIT
   grep "throttle: summary" "$log" | sed 's/^.*throttle: /== nbdkit at exit: /'
