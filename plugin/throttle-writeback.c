@@ -615,6 +615,20 @@ throttle_writeback_open (struct throttle_export *exp, nbdkit_context *context,
   c->seen_errors = 0;
   if (!writeback)
     return 0;
+  /* The writers' contexts are shared (they outlive connections), and
+   * in a shared context nbdkit does not tell the plugin the client's
+   * export name: a plugin serving several exports would write to its
+   * default one, or fail.  Named exports stay writethrough.
+   */
+  if (exportname[0] != '\0') {
+    static bool said;
+
+    if (!__atomic_exchange_n (&said, true, __ATOMIC_RELAXED))
+      nbdkit_debug ("throttle: writeback: export \"%s\" (and every other "
+                    "named export) is served writethrough: only the default "
+                    "export \"\" is written behind", exportname);
+    return 0;
+  }
   c->exp = exp;
 
   /* A read-only connection creates nothing, but still sees (through

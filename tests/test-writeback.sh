@@ -190,6 +190,14 @@ if section errors; then
     fail "the failed background write was not logged"
 fi
 
+# --- named exports are written through ---------------------------------
+if section named; then
+  start named --filter="$filter" --filter=delay memory 64M \
+    delay-write=500ms throttle-mode=writeback
+  run named "$sock"
+  stop "$pid"
+fi
+
 # --- a full budget blocks new writes ----------------------------------
 if section budget; then
   start budget --filter="$filter" --filter=delay memory 64M \
