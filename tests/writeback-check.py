@@ -106,12 +106,19 @@ def overlay(sock):
 def control(ctl, cmd):
     """Pause ('p') or resume ('r') the pause filter below the throttle."""
     import socket
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(ctl)
-    s.sendall(cmd.encode())
-    if s.recv(1) != cmd.upper().encode():
-        fail("pause-control did not acknowledge %r" % cmd)
-    s.close()
+    # The pause filter's control thread can lose a command to a signal
+    # (SIGTERM in the drain test interrupts its read); both commands
+    # are idempotent, so ask again.
+    for attempt in range(10):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(ctl)
+        s.sendall(cmd.encode())
+        got = s.recv(1)
+        s.close()
+        if got == cmd.upper().encode():
+            return
+        time.sleep(0.2)
+    fail("pause-control did not acknowledge %r" % cmd)
 
 
 def order(sock, path, ctl):
