@@ -913,9 +913,43 @@ throttle_writeback_trim (struct throttle_wb_conn *c, nbdkit_next *next,
   ORDERED (c, count, offset, next->trim (next, count, offset, flags, err));
 }
 
+/* Asks the backend for extents of [offset, offset+count) only: the
+ * backend may describe more than was asked, and what lies beyond may
+ * still have writes pending.
+ */
+static int
+extents_clipped (nbdkit_next *next, uint32_t count, uint64_t offset,
+                 uint32_t flags, struct nbdkit_extents *extents, int *err)
+{
+  struct nbdkit_extents *mine = nbdkit_extents_new (offset, offset + count);
+  size_t i, n;
+  int r = -1;
+
+  if (mine == NULL) {
+    *err = errno ? errno : ENOMEM;
+    return -1;
+  }
+  if (next->extents (next, count, offset, flags, mine, err) == -1)
+    goto out;
+  n = nbdkit_extents_count (mine);
+  for (i = 0; i < n; ++i) {
+    struct nbdkit_extent e = nbdkit_get_extent (mine, i);
+
+    if (nbdkit_add_extent (extents, e.offset, e.length, e.type) == -1) {
+      *err = errno ? errno : EIO;
+      goto out;
+    }
+  }
+  r = 0;
+ out:
+  nbdkit_extents_free (mine);
+  return r;
+}
+
 /* The backend's extents do not know about pending writes: a range being
  * written may still show as a hole, and a client that skips holes
- * would lose the data.
+ * would lose the data.  (Extents are not on a swap device's writeout
+ * path: the allocation above is harmless.)
  */
 int
 throttle_writeback_extents (struct throttle_wb_conn *c, nbdkit_next *next,
@@ -923,7 +957,7 @@ throttle_writeback_extents (struct throttle_wb_conn *c, nbdkit_next *next,
                             struct nbdkit_extents *extents, int *err)
 {
   ORDERED (c, count, offset,
-           next->extents (next, count, offset, flags, extents, err));
+           extents_clipped (next, count, offset, flags, extents, err));
 }
 
 /* Called with wb->lock held. */

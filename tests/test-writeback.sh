@@ -190,6 +190,14 @@ if section errors; then
     fail "the failed background write was not logged"
 fi
 
+# --- block status waits for pending writes ------------------------------
+if section extents; then
+  start extents --filter="$filter" --filter=delay memory 64M \
+    delay-write=1 throttle-mode=writeback
+  run extents "$sock"
+  stop "$pid"
+fi
+
 # --- named exports are written through ---------------------------------
 if section named; then
   start named --filter="$filter" --filter=delay memory 64M \

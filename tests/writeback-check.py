@@ -379,6 +379,46 @@ def named(sock):
           (lat[""] * 1000, lat["other"] * 1000))
 
 
+def extents(sock):
+    """Block status of a range with a pending write reports data, never
+    the hole the backend still has; and nothing past the range asked,
+    where writes may be pending too."""
+    h = nbd.NBD()
+    h.add_meta_context(nbd.CONTEXT_BASE_ALLOCATION)
+    h.connect_unix(sock)
+    h.pwrite(b"D" * (64 * K), 1024 * K)           # pending for 1 s
+    seen = []
+
+    def cb(metacontext, offset, entries, err):
+        if metacontext == nbd.CONTEXT_BASE_ALLOCATION:
+            seen.append((offset, list(entries)))
+        return 0
+
+    h.block_status(512 * K, 0, cb)                # before the write
+    off, ents = seen[-1]
+    total = sum(ents[0::2])
+    if off + total > 1024 * K and any(
+            f & nbd.STATE_HOLE for f in ents[1::2]):
+        # A hole reported over the pending write would mislead.
+        pos = off
+        for length, f in zip(ents[0::2], ents[1::2]):
+            if pos < 1088 * K and pos + length > 1024 * K and \
+               f & nbd.STATE_HOLE:
+                fail("extents: pending write reported as a hole "
+                     "past the range asked")
+            pos += length
+    h.block_status(64 * K, 1024 * K, cb)
+    off, ents = seen[-1]
+    pos = off
+    for length, f in zip(ents[0::2], ents[1::2]):
+        if pos < 1088 * K and f & (nbd.STATE_HOLE | nbd.STATE_ZERO):
+            fail("extents: a range with a pending write reported as "
+                 "hole/zero (flags %d at %d)" % (f, pos))
+        pos += length
+    h.shutdown()
+    print("extents ok")
+
+
 def main():
     s = sys.argv[1]
     if s == "latency":
@@ -405,6 +445,8 @@ def main():
         hammer(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     elif s == "named":
         named(sys.argv[2])
+    elif s == "extents":
+        extents(sys.argv[2])
     elif s == "budget":
         budget(sys.argv[2])
     else:
