@@ -56,7 +56,8 @@ start_nbdkit wt --filter="$THROTTLE_FILTER" --filter=error --filter=delay \
   throttle-capacity=$cap throttle-control="$tmp/wt.ctl"
 wtpid=$pid
 $PY "$srcdir/client.py" "$uri" --conns 4 --depth 16 --size 65536 --count 200 \
-  --op write,zero,write,trim >"$tmp/wt.out"
+  --op write,zero,write,trim --timeout 30 >"$tmp/wt.out" ||
+  { cat "$tmp/wt.out"; fail "writethrough: the load did not complete in 30 s (leaked credit?)"; }
 cat "$tmp/wt.out"
 failed=$(sed -n 's/.*failed=\([0-9]*\).*/\1/p' "$tmp/wt.out")
 ok=$(sed -n 's/.* ok=\([0-9]*\).*/\1/p' "$tmp/wt.out")
@@ -89,8 +90,9 @@ start_nbdkit wb --filter="$THROTTLE_FILTER" --filter=error --filter=delay \
 wbpid=$pid
 # Four connections load, flush (flush 1), wait for each other; errors
 # are switched off; each flushes twice more (flush 2 and 3).
-$PY "$srcdir/hostile-client.py" flushload "$uri" 4 150 65536 "$tmp/wb.on" \
-  >"$tmp/wb.out"
+timeout 60 $PY "$srcdir/hostile-client.py" flushload "$uri" 4 150 65536 \
+  "$tmp/wb.on" >"$tmp/wb.out" ||
+  { cat "$tmp/wb.out"; fail "writeback: the load did not complete in 60 s"; }
 cat "$tmp/wb.out"
 full_capacity_admitted wb
 stop_nbdkit $wbpid
