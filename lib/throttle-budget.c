@@ -124,10 +124,14 @@ throttle_budget_try_charge (struct throttle_budget *b, uint64_t need,
   int r = -1;
 
   pthread_mutex_lock (&b->lock);
-  if (need > b->capacity)
-    b->stats.clamped++;
-  need = clamp (b, need);
-  if (!b->shutdown && b->head == NULL && b->in_flight + need <= b->capacity) {
+  if (!b->shutdown && b->head == NULL &&
+      b->in_flight + clamp (b, need) <= b->capacity) {
+    /* Counted here only on success: a caller that then waits with
+     * throttle_budget_charge is counted there.
+     */
+    if (need > b->capacity)
+      b->stats.clamped++;
+    need = clamp (b, need);
     take (b, need);
     *charged = need;
     r = 0;

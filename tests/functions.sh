@@ -35,11 +35,26 @@ tmp=$(mktemp -d /var/tmp/throttle-test.XXXXXX)
 _pids=()
 _cleanup ()
 {
-  local p
+  local rc=$? p
   for p in "${_pids[@]}"; do kill -9 "$p" 2>/dev/null || :; done
+  if [ -n "${THROTTLE_SANITIZER_LOGS:-}" ] &&
+     ! "$srcdir/sanitizer-reports.sh" "$THROTTLE_SANITIZER_LOGS" >&2; then
+    echo "$0: FAIL: a sanitizer reported on our code (above)" >&2
+    rc=1
+  fi
   rm -rf "$tmp"
+  exit $rc
 }
 trap _cleanup EXIT
+
+# In a sanitizer build $NBDKIT is nbdkit-sanitized.sh, which writes
+# every report under THROTTLE_SANITIZER_LOGS: give each test its own
+# directory there, so that a report fails the test that caused it.
+if [ -n "${THROTTLE_SANITIZER_LOGS:-}" ]; then
+  THROTTLE_SANITIZER_LOGS=$THROTTLE_SANITIZER_LOGS/$(basename "$0" .sh)
+  rm -rf "$THROTTLE_SANITIZER_LOGS"
+  export THROTTLE_SANITIZER_LOGS
+fi
 
 # start_nbdkit NAME ARGS...: run nbdkit in the foreground of a background
 # job on $tmp/NAME.sock, logging to $tmp/NAME.log.  Sets $pid and $uri.

@@ -96,6 +96,9 @@ START_TEST (test_clamp)
   ck_assert_uint_eq (c, 100);
   ck_assert_uint_eq (stats_of (&b).clamped, 1);
   ck_assert_int_eq (throttle_budget_try_charge (&b, 1, &c2), -1);
+  /* A failed try does not count: the wait that follows will. */
+  ck_assert_int_eq (throttle_budget_try_charge (&b, 1000, &c2), -1);
+  ck_assert_uint_eq (stats_of (&b).clamped, 1);
   throttle_budget_credit (&b, c);
   ck_assert_uint_eq (stats_of (&b).in_flight, 0);
   throttle_budget_destroy (&b);

@@ -16,12 +16,17 @@ upstream_abort ()
   grep -q "raw_send_socket: Assertion" "$tmp/disc.log"
 }
 
+# One 64K write runs in the backend, the rest wait.  Sanitizer builds
+# widen nbdkit's race so much that 15 waiters hit it every time: there
+# one waits.
+queued=16
+[ -n "${SANITIZERS:-}" ] && [ "$SANITIZERS" != no ] && queued=2
+
 attempt ()
 {
-  # One 64K write runs in the backend, 15 wait.
   start_nbdkit disc --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
     delay-ms=1500 statefile="$tmp/disc.state" throttle-capacity=64K
-  $PY "$srcdir/client.py" "$uri" --conns 1 --depth 16 --count 16 --timeout 120 \
+  $PY "$srcdir/client.py" "$uri" --conns 1 --depth $queued --count $queued --timeout 120 \
     >/dev/null 2>&1 &
   local client=$!
   sleep 0.7
