@@ -101,3 +101,19 @@ statefield ()
 {
   sed -n "s/^$2=//p" "$1"
 }
+
+# The writeback cases must run: a filter that refuses
+# throttle-mode=writeback fails the test unless
+# THROTTLE_ALLOW_NO_WRITEBACK=1, which ends the test here instead.
+requires_writeback ()
+{
+  if ! "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M \
+       throttle-mode=writeback --run true >"$tmp/wbprobe.log" 2>&1; then
+    cat "$tmp/wbprobe.log"
+    if [ "${THROTTLE_ALLOW_NO_WRITEBACK:-}" = 1 ]; then
+      echo "$0: the writeback case could not run (throttle-mode=writeback refused); allowed by THROTTLE_ALLOW_NO_WRITEBACK=1"
+      exit 0
+    fi
+    fail "the writeback case could not run: nbdkit refused throttle-mode=writeback"
+  fi
+}

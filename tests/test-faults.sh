@@ -72,15 +72,7 @@ waited=$(summary "$tmp/wt.log" waited)
 echo "writethrough: $failed of $((ok + failed)) requests failed, $waited waited; in_flight=0 at unload"
 
 # --- writeback -------------------------------------------------------
-if ! "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M \
-     throttle-mode=writeback --run true >"$tmp/wbprobe.log" 2>&1; then
-  cat "$tmp/wbprobe.log"
-  if [ "${THROTTLE_ALLOW_NO_WRITEBACK:-}" = 1 ]; then
-    echo "$0: the writeback case could not run (throttle-mode=writeback refused); allowed by THROTTLE_ALLOW_NO_WRITEBACK=1"
-    exit 0
-  fi
-  fail "the writeback case could not run: nbdkit refused throttle-mode=writeback"
-fi
+requires_writeback
 
 touch "$tmp/wb.on"
 start_nbdkit wb --filter="$THROTTLE_FILTER" --filter=error --filter=delay \

@@ -63,15 +63,7 @@ for sig in TERM INT; do
 done
 
 # --- writeback -------------------------------------------------------
-if ! "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M \
-     throttle-mode=writeback --run true >"$tmp/wbprobe.log" 2>&1; then
-  cat "$tmp/wbprobe.log"
-  if [ "${THROTTLE_ALLOW_NO_WRITEBACK:-}" = 1 ]; then
-    echo "$0: the writeback case could not run (throttle-mode=writeback refused); allowed by THROTTLE_ALLOW_NO_WRITEBACK=1"
-    exit 0
-  fi
-  fail "the writeback case could not run: nbdkit refused throttle-mode=writeback"
-fi
+requires_writeback
 
 # One attempt: write, signal, restart, read back.  Sets $pending, the
 # acknowledged writes still pending at the signal; lost data fails.
