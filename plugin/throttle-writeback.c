@@ -795,7 +795,7 @@ throttle_writeback_pwrite (struct throttle_wb_conn *c,
       throttle_budget_credit (&exp->budget, charged);
       nbdkit_error ("throttle: writeback: write of %" PRIu32 " bytes at %"
                     PRIu64 " abandoned while waiting for pool buffers: "
-                    "server shutting down or client gone", count, offset);
+                    "server shutting down", count, offset);
       *err = ESHUTDOWN;
       return -1;
     }

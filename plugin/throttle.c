@@ -22,6 +22,7 @@
 #include "throttle-control.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
+#include "throttle-quit.h"
 #include "throttle-writeback.h"
 
 /* -D throttle.verbose=1: log every admission that waited, and every
@@ -169,7 +170,8 @@ static int
 throttle_after_fork (nbdkit_backend *backend)
 {
   /* Guards first: threads started after them inherit them. */
-  if (throttle_guards_after_fork () == -1)
+  if (throttle_guards_after_fork () == -1 ||
+      throttle_quit_start () == -1)
     return -1;
   return throttle_control_after_fork ();
 }
@@ -200,6 +202,7 @@ throttle_cleanup (nbdkit_backend *backend)
 {
   throttle_control_cleanup ();
   throttle_writeback_cleanup ();
+  throttle_quit_stop ();
 }
 
 static void
@@ -212,18 +215,20 @@ throttle_unload (void)
   throttle_metric_unload (&throttle_config.metric);
 }
 
+/* Only a server shutdown ends a wait: a client that sent NBD_CMD_DISC
+ * or shut down its write side still reads the replies of what it sent
+ * (see throttle-quit.c).
+ */
 bool
 throttle_cancelled (void *opaque)
 {
-  /* A zero-length sleep returns -1 at once if nbdkit is shutting
-   * down or this thread's client has gone.
-   */
-  return nbdkit_nanosleep (0, 1) == -1;
+  return throttle_quitting ();
 }
 
 struct throttle_handle {
   struct throttle_export *exp;
   struct throttle_wb_conn wb;
+  struct throttle_pace pace;
 };
 
 static void *
@@ -252,6 +257,7 @@ throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     free (h);
     return NULL;
   }
+  throttle_pace_init (&h->pace);
   return h;
 }
 
@@ -267,7 +273,10 @@ throttle_finalize (nbdkit_next *next, void *handle)
 static void
 throttle_close (void *handle)
 {
-  free (handle);
+  struct throttle_handle *h = handle;
+
+  throttle_pace_destroy (&h->pace);
+  free (h);
 }
 
 static const char *
@@ -325,7 +334,7 @@ admit (struct throttle_handle *h, enum throttle_op op,
                               THROTTLE_POLL_MS, charged) == -1) {
     nbdkit_error ("throttle: %s of %" PRIu32 " bytes at %" PRIu64
                   " abandoned while waiting for credit: "
-                  "server shutting down or client gone",
+                  "server shutting down",
                   op_name (op), count, offset);
     *err = ESHUTDOWN;
     return -1;
@@ -348,6 +357,18 @@ done (struct throttle_handle *h, uint64_t charged)
   throttle_budget_credit (&h->exp->budget, charged);
 }
 
+/* Every data callback returns through here: an error of a closing
+ * connection must not reach nbdkit together with another (see
+ * throttle-quit.c).
+ */
+static int
+reply (struct throttle_handle *h, int r)
+{
+  if (r == -1)
+    throttle_pace_error (&h->pace);
+  return r;
+}
+
 static int
 throttle_pread (nbdkit_next *next, void *handle, void *buf,
                 uint32_t count, uint64_t offset, uint32_t flags, int *err)
@@ -359,13 +380,13 @@ throttle_pread (nbdkit_next *next, void *handle, void *buf,
   throttle_guards_thread_enter ();
   if (throttle_config.charge_reads &&
       admit (h, THROTTLE_OP_READ, count, offset, flags, &charged, err) == -1)
-    return -1;
+    return reply (h, -1);
   if (throttle_writeback_enabled ())
     r = throttle_writeback_pread (&h->wb, next, buf, count, offset, flags, err);
   else
     r = next->pread (next, buf, count, offset, flags, err);
   done (h, charged);
-  return r;
+  return reply (h, r);
 }
 
 static int
@@ -378,14 +399,15 @@ throttle_pwrite (nbdkit_next *next, void *handle, const void *buf,
 
   throttle_guards_thread_enter ();
   if (admit (h, THROTTLE_OP_WRITE, count, offset, flags, &charged, err) == -1)
-    return -1;
+    return reply (h, -1);
   if (throttle_writeback_enabled ())
     /* Credits 'charged' when the write is on the backend. */
-    return throttle_writeback_pwrite (&h->wb, h->exp, next, buf, count, offset,
-                                      flags, charged, err);
+    return reply (h, throttle_writeback_pwrite (&h->wb, h->exp, next, buf,
+                                                count, offset, flags, charged,
+                                                err));
   r = next->pwrite (next, buf, count, offset, flags, err);
   done (h, charged);
-  return r;
+  return reply (h, r);
 }
 
 static int
@@ -398,13 +420,13 @@ throttle_zero (nbdkit_next *next, void *handle,
 
   throttle_guards_thread_enter ();
   if (admit (h, THROTTLE_OP_ZERO, count, offset, flags, &charged, err) == -1)
-    return -1;
+    return reply (h, -1);
   if (throttle_writeback_enabled ())
     r = throttle_writeback_zero (&h->wb, next, count, offset, flags, err);
   else
     r = next->zero (next, count, offset, flags, err);
   done (h, charged);
-  return r;
+  return reply (h, r);
 }
 
 static int
@@ -417,13 +439,13 @@ throttle_trim (nbdkit_next *next, void *handle,
 
   throttle_guards_thread_enter ();
   if (admit (h, THROTTLE_OP_TRIM, count, offset, flags, &charged, err) == -1)
-    return -1;
+    return reply (h, -1);
   if (throttle_writeback_enabled ())
     r = throttle_writeback_trim (&h->wb, next, count, offset, flags, err);
   else
     r = next->trim (next, count, offset, flags, err);
   done (h, charged);
-  return r;
+  return reply (h, r);
 }
 
 static int
@@ -433,8 +455,8 @@ throttle_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
 
   throttle_guards_thread_enter ();
   if (throttle_writeback_enabled ())
-    return throttle_writeback_flush (&h->wb, next, flags, err);
-  return next->flush (next, flags, err);
+    return reply (h, throttle_writeback_flush (&h->wb, next, flags, err));
+  return reply (h, next->flush (next, flags, err));
 }
 
 static int
@@ -446,9 +468,9 @@ throttle_extents (nbdkit_next *next, void *handle, uint32_t count,
 
   throttle_guards_thread_enter ();
   if (throttle_writeback_enabled ())
-    return throttle_writeback_extents (&h->wb, next, count, offset, flags,
-                                       extents, err);
-  return next->extents (next, count, offset, flags, extents, err);
+    return reply (h, throttle_writeback_extents (&h->wb, next, count, offset,
+                                                 flags, extents, err));
+  return reply (h, next->extents (next, count, offset, flags, extents, err));
 }
 
 static struct nbdkit_filter filter = {

@@ -9,6 +9,12 @@ misbehave in ways libnbd never would:
                                SENT bytes of payload are sent; then close
   vanish SOCK SIZE             one write of SIZE, then close at once
                                without reading the reply
+  queued SOCK HOW N SIZE       N pipelined writes of SIZE, then HOW:
+                               disc (NBD_CMD_DISC, then read replies),
+                               halfclose (shutdown the write side, read
+                               replies) or vanish (close, read nothing);
+                               fails unless every reply read is 0
+  vanishers SOCK CLIENTS N SIZE  CLIENTS at once, each queued ... vanish
   flood SOCK N SIZE SECS       N writes of SIZE and reads of 64K, no
                                reply read for SECS seconds, then read
                                them all and disconnect cleanly
@@ -96,6 +102,55 @@ def cmd_vanish(path, size):
     # Nothing read: the reply, whenever it comes, finds no one.
     s.close()
     print("vanish: one write of %d sent, closed" % size)
+
+
+def queue_writes(path, n, size):
+    s = handshake(path)
+    for i in range(n):
+        payload = struct.pack(">Q", i) * (size // 8)
+        s.sendall(request(NBD_CMD_WRITE, i, i * size, size) + payload)
+    return s
+
+
+def cmd_queued(path, how, n, size):
+    s = queue_writes(path, n, size)
+    if how == "vanish":
+        s.close()
+        print("queued: %d writes of %d sent, closed" % (n, size))
+        return
+    # Let nbdkit read every write before it sees the end: a request it
+    # reads after NBD_CMD_DISC or EOF it fails itself (ESHUTDOWN).
+    time.sleep(0.3)
+    if how == "disc":
+        s.sendall(request(NBD_CMD_DISC, n, 0, 0))
+    elif how == "halfclose":
+        s.shutdown(socket.SHUT_WR)
+    else:
+        raise SystemExit("queued: HOW is disc, halfclose or vanish")
+    # Every reply the server sends after it, until it closes.
+    errors = []
+    handles = set()
+    try:
+        while True:
+            err, handle = read_reply(s)
+            handles.add(handle)
+            if err:
+                errors.append((handle, err))
+    except EOFError:
+        pass
+    s.close()
+    print("queued: %d writes of %d then %s: %d replies read, errors %s"
+          % (n, size, how, len(handles), errors))
+    if errors or (how == "halfclose" and len(handles) != n):
+        sys.exit(1)
+
+
+def cmd_vanishers(path, clients, n, size):
+    socks = [queue_writes(path, n, size) for _ in range(clients)]
+    for s in socks:
+        s.close()
+    print("vanishers: %d clients queued %d writes of %d each, closed"
+          % (clients, n, size))
 
 
 def cmd_flood(path, n, size, secs):
@@ -316,6 +371,10 @@ def main():
         cmd_partial(a[1], int(a[2]), int(a[3]))
     elif cmd == "vanish":
         cmd_vanish(a[1], int(a[2]))
+    elif cmd == "queued":
+        cmd_queued(a[1], a[2], int(a[3]), int(a[4]))
+    elif cmd == "vanishers":
+        cmd_vanishers(a[1], int(a[2]), int(a[3]), int(a[4]))
     elif cmd == "flood":
         cmd_flood(a[1], int(a[2]), int(a[3]), float(a[4]))
     elif cmd == "stats":

@@ -7,8 +7,10 @@
 #include <config.h>
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>
@@ -17,6 +19,7 @@
 
 static int64_t size = 1024 * 1024 * 1024;
 static unsigned delay_ms = 20;
+static bool plain_sleep;        /* sleep=plain: not cut short by nbdkit */
 static const char *statefile;
 
 static atomic_llong bytes_now, bytes_peak;
@@ -36,6 +39,16 @@ inflight_config (const char *key, const char *value)
   }
   else if (strcmp (key, "statefile") == 0)
     statefile = value;
+  else if (strcmp (key, "sleep") == 0) {
+    if (strcmp (value, "plain") == 0)
+      plain_sleep = true;
+    else if (strcmp (value, "nbdkit") == 0)
+      plain_sleep = false;
+    else {
+      nbdkit_error ("sleep=%s: expected plain or nbdkit", value);
+      return -1;
+    }
+  }
   else {
     nbdkit_error ("unknown parameter %s", key);
     return -1;
@@ -81,7 +94,9 @@ raise_peak (atomic_llong *peak, long long now)
 }
 
 /* Hold 'bytes' in flight for the delay.  nbdkit_nanosleep ends early
- * on shutdown, as a real slow backend would be interrupted.
+ * (failing the request) on shutdown and once the client has sent
+ * NBD_CMD_DISC, shut down its side or gone, as nbdkit's delay filter
+ * does; sleep=plain is a disk that is slow whatever the client does.
  */
 static int
 hold (long long bytes)
@@ -90,7 +105,16 @@ hold (long long bytes)
 
   raise_peak (&bytes_peak, atomic_fetch_add (&bytes_now, bytes) + bytes);
   raise_peak (&reqs_peak, atomic_fetch_add (&reqs_now, 1) + 1);
-  r = nbdkit_nanosleep (delay_ms / 1000, (delay_ms % 1000) * 1000000);
+  if (plain_sleep) {
+    struct timespec ts = { .tv_sec = delay_ms / 1000,
+                           .tv_nsec = (delay_ms % 1000) * 1000000L };
+
+    r = 0;
+    while (nanosleep (&ts, &ts) == -1)
+      ;
+  }
+  else
+    r = nbdkit_nanosleep (delay_ms / 1000, (delay_ms % 1000) * 1000000);
   atomic_fetch_sub (&bytes_now, bytes);
   atomic_fetch_sub (&reqs_now, 1);
   return r;
