@@ -1,16 +1,21 @@
 /* A test backend that records what the throttle let through: each
  * request sleeps, and the plugin tracks the peak bytes and requests in
  * flight across all connections.  At unload it writes them to
- * statefile=PATH.  Data is not stored (reads return zeroes).
+ * statefile=PATH.  Data is not stored (reads return zeroes) unless
+ * file=PATH names a file to keep it in: a disk that is slow by the
+ * delay, and whose data can be checked afterwards.
  */
 
 #include <config.h>
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>
@@ -21,6 +26,8 @@ static int64_t size = 1024 * 1024 * 1024;
 static unsigned delay_ms = 20;
 static bool plain_sleep;        /* sleep=plain: not cut short by nbdkit */
 static const char *statefile;
+static const char *file;
+static int fd = -1;
 
 static atomic_llong bytes_now, bytes_peak;
 static atomic_llong reqs_now, reqs_peak;
@@ -39,6 +46,8 @@ inflight_config (const char *key, const char *value)
   }
   else if (strcmp (key, "statefile") == 0)
     statefile = value;
+  else if (strcmp (key, "file") == 0)
+    file = value;
   else if (strcmp (key, "sleep") == 0) {
     if (strcmp (value, "plain") == 0)
       plain_sleep = true;
@@ -53,6 +62,20 @@ inflight_config (const char *key, const char *value)
     nbdkit_error ("unknown parameter %s", key);
     return -1;
   }
+  return 0;
+}
+
+static int
+inflight_get_ready (void)
+{
+  if (file == NULL)
+    return 0;
+  fd = open (file, O_RDWR | O_CLOEXEC);
+  if (fd == -1) {
+    nbdkit_error ("open: %s: %m", file);
+    return -1;
+  }
+  size = lseek (fd, 0, SEEK_END);
   return 0;
 }
 
@@ -124,7 +147,14 @@ static int
 inflight_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
                 uint32_t flags)
 {
-  memset (buf, 0, count);
+  if (fd == -1) {
+    memset (buf, 0, count);
+    return 0;
+  }
+  if (pread (fd, buf, count, offset) != (ssize_t) count) {
+    nbdkit_error ("pread: %m");
+    return -1;
+  }
   return 0;
 }
 
@@ -134,7 +164,13 @@ inflight_pwrite (void *handle, const void *buf, uint32_t count,
 {
   atomic_fetch_add (&writes, 1);
   atomic_fetch_add (&bytes_written, count);
-  return hold (count);
+  if (hold (count) == -1)
+    return -1;
+  if (fd != -1 && pwrite (fd, buf, count, offset) != (ssize_t) count) {
+    nbdkit_error ("pwrite: %m");
+    return -1;
+  }
+  return 0;
 }
 
 static int
@@ -161,6 +197,7 @@ static struct nbdkit_plugin plugin = {
   .name              = "inflight",
   .version           = PACKAGE_VERSION,
   .config            = inflight_config,
+  .get_ready         = inflight_get_ready,
   .unload            = inflight_unload,
   .open              = inflight_open,
   .get_size          = inflight_get_size,

@@ -26,8 +26,14 @@ end=$(date +%s.%N)
 echo "nbdkit exited $(echo "$end - $start" | bc) s after SIGTERM"
 wait $client || :
 cat "$tmp/client.out"
+# The waiters are abandoned, not run: at SIGTERM the backend's 60 s
+# sleep ends (failing its write) and credits its units, and a waiter
+# granted them before the filter's watcher thread has seen the signal
+# runs (and fails at once, like any request reaching the backend at
+# the signal).  That is one or two of them; were waits not ended by a
+# shutdown, all 16 would run.
 writes=$(statefield "$tmp/shutdown.state" writes)
-[ "$writes" -eq 1 ] || fail "expected 1 write at the backend, saw $writes"
+[ "$writes" -lt 8 ] || fail "$writes of 16 writes ran: the waits were not abandoned at shutdown"
 [ "$(summary "$tmp/shutdown.log" in_flight)" = 0 ] || fail "units left in flight"
 [ "$(summary "$tmp/shutdown.log" cancelled)" -ge 1 ] || fail "no wait was cancelled"
 grep -q "abandoned while waiting for credit" "$tmp/shutdown.log" ||
