@@ -202,10 +202,10 @@ throttle_budget_charge (struct throttle_budget *b, uint64_t need,
     }
   }
 
-  /* Ask once more after a grant.  At shutdown or when the client has
-   * gone, the request ahead fails fast and credits its units, and
-   * without this check they would pass straight to the next waiter,
-   * which would run a request nobody will read the reply of.
+  /* Ask once more after a grant.  At shutdown the request ahead fails
+   * fast and credits its units, and without this check they would pass
+   * straight to the next waiter, which would run a request that the
+   * shutdown should have ended.
    */
   if (w.granted && cancel && !w.cancelled) {
     pthread_mutex_unlock (&b->lock);

@@ -41,8 +41,7 @@ struct throttle_budget {
 };
 
 /* Called periodically by a waiter (outside the budget's lock).  Return
- * true to abandon the wait, e.g. because the server is shutting down or
- * the client has gone.
+ * true to abandon the wait, e.g. because the server is shutting down.
  */
 typedef bool (*throttle_cancel_fn) (void *opaque);
 
