@@ -70,7 +70,12 @@ static bool lock_all;                   /* mlockall (MCL_ONFAULT) */
 static size_t reserve_size;
 static bool reserve_locked;
 
-static __thread bool thread_entered;
+/* initial-exec: in a dlopen'ed object the default TLS model reaches a
+ * variable through __tls_get_addr, which on a thread's first access
+ * mallocs the thread's slot: an allocation on the writeout path, before
+ * the guards are on.  One byte fits glibc's static TLS surplus.
+ */
+static __thread bool thread_entered __attribute__ ((tls_model ("initial-exec")));
 
 static void
 warning (const char *fmt, ...)
