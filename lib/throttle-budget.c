@@ -1,6 +1,6 @@
 /* nbdkit-throttle: a budget of units in flight with FIFO admission.
  *
- * The three flaws of the 2007 writeout-throttling patch, and why this
+ * The four flaws of the 2007 writeout-throttling patch, and why this
  * code does not have them:
  *
  * - check-then-subtract race: the patch tested "enough available?"
@@ -31,15 +31,7 @@
 
 #include "throttle-budget.h"
 #include "throttle-clock.h"
-
-struct throttle_waiter {
-  struct throttle_waiter *next;
-  pthread_cond_t cond;
-  uint64_t want;              /* as asked */
-  uint64_t need;              /* clamped to the capacity when granted */
-  bool granted;
-  bool cancelled;
-};
+#include "throttle-wait.h"
 
 int
 throttle_budget_init (struct throttle_budget *b, uint64_t capacity)
@@ -76,45 +68,47 @@ take (struct throttle_budget *b, uint64_t units)
     b->stats.peak = b->in_flight;
 }
 
-/* Grant units to waiters at the head of the queue, in order, for as
- * long as the head fits.  Stops at the first waiter that does not fit
- * even if a later one would: that is what keeps admission FIFO.
- * Called with the lock held after anything that frees units.
+/* throttle_acquire_fn.  The clamp is taken at the grant, not when w
+ * queued: the capacity may have changed meanwhile.
  */
-static void
-grant_waiters (struct throttle_budget *b)
+static bool
+acquire (void *owner, struct throttle_waiter *w)
 {
-  struct throttle_waiter *w;
+  struct throttle_budget *b = owner;
+  uint64_t need = clamp (b, w->want);
 
-  while ((w = b->head) != NULL) {
-    /* The capacity may have changed since w queued. */
-    w->need = clamp (b, w->want);
-    if (b->in_flight + w->need > b->capacity)
-      break;
-    take (b, w->need);
-    w->granted = true;
-    b->head = w->next;
-    if (b->head == NULL)
-      b->tail = NULL;
-    b->stats.waiters--;
-    pthread_cond_signal (&w->cond);
-  }
+  if (b->in_flight + need > b->capacity)
+    return false;
+  take (b, need);
+  w->got = need;
+  return true;
 }
 
+/* throttle_putback_fn: undo a grant whose wait was abandoned. */
 static void
-unlink_waiter (struct throttle_budget *b, struct throttle_waiter *w)
+putback (void *owner, struct throttle_waiter *w)
 {
-  struct throttle_waiter **p, *prev = NULL;
+  struct throttle_budget *b = owner;
 
-  for (p = &b->head; *p; prev = *p, p = &(*p)->next) {
-    if (*p == w) {
-      *p = w->next;
-      if (b->tail == w)
-        b->tail = prev;
-      b->stats.waiters--;
-      return;
-    }
-  }
+  b->in_flight -= w->got;
+  b->stats.charged -= w->got;
+  b->stats.admitted--;
+}
+
+/* Called with the lock held.  Take 'need' only if that overtakes no
+ * waiter: an arrival that fits while others wait must queue behind
+ * them, or a stream of small requests could starve a large one.
+ */
+static int
+charge_now (struct throttle_budget *b, uint64_t need, uint64_t *charged)
+{
+  if (b->queue.head != NULL || b->in_flight + clamp (b, need) > b->capacity)
+    return -1;
+  if (need > b->capacity)
+    b->stats.clamped++;
+  *charged = clamp (b, need);
+  take (b, *charged);
+  return 0;
 }
 
 int
@@ -124,20 +118,35 @@ throttle_budget_try_charge (struct throttle_budget *b, uint64_t need,
   int r = -1;
 
   pthread_mutex_lock (&b->lock);
-  if (!b->shutdown && b->head == NULL &&
-      b->in_flight + clamp (b, need) <= b->capacity) {
-    /* Counted here only on success: a caller that then waits with
-     * throttle_budget_charge is counted there.
-     */
-    if (need > b->capacity)
-      b->stats.clamped++;
-    need = clamp (b, need);
-    take (b, need);
-    *charged = need;
-    r = 0;
-  }
+  if (!b->shutdown)
+    r = charge_now (b, need, charged);
   pthread_mutex_unlock (&b->lock);
   return r;
+}
+
+/* Called with the lock held: queue and wait to be granted. */
+static int
+charge_wait (struct throttle_budget *b, uint64_t need,
+             throttle_cancel_fn cancel, void *opaque, unsigned poll_ms,
+             uint64_t *charged)
+{
+  struct throttle_waiter w = { .want = need };
+  uint64_t start = throttle_now_ns (), waited;
+
+  if (need > b->capacity)
+    b->stats.clamped++;
+  if (throttle_wait (&b->queue, &b->lock, &w, &b->shutdown, cancel, opaque,
+                     poll_ms, acquire, putback, b) == -1) {
+    b->stats.cancelled++;
+    return -1;
+  }
+  *charged = w.got;
+  waited = throttle_now_ns () - start;
+  b->stats.waited++;
+  b->stats.wait_ns_total += waited;
+  if (waited > b->stats.wait_ns_max)
+    b->stats.wait_ns_max = waited;
+  return 0;
 }
 
 int
@@ -145,104 +154,19 @@ throttle_budget_charge (struct throttle_budget *b, uint64_t need,
                         throttle_cancel_fn cancel, void *opaque,
                         unsigned poll_ms, uint64_t *charged)
 {
-  struct throttle_waiter w = { .want = need };
-  pthread_condattr_t attr;
-  uint64_t start, waited;
   int r;
 
   *charged = 0;
   if (need == 0)
     return 0;
-
   pthread_mutex_lock (&b->lock);
-  if (b->shutdown) {
-    pthread_mutex_unlock (&b->lock);
-    return -1;
-  }
-  if (need > b->capacity)
-    b->stats.clamped++;
-  w.need = clamp (b, need);
-
-  /* Fast path: nobody is queued and it fits. */
-  if (b->head == NULL && b->in_flight + w.need <= b->capacity) {
-    take (b, w.need);
-    *charged = w.need;
-    pthread_mutex_unlock (&b->lock);
-    return 0;
-  }
-
-  /* Queue at the tail and wait to be granted. */
-  pthread_condattr_init (&attr);
-  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
-  pthread_cond_init (&w.cond, &attr);
-  pthread_condattr_destroy (&attr);
-  if (b->tail)
-    b->tail->next = &w;
-  else
-    b->head = &w;
-  b->tail = &w;
-  b->stats.waiters++;
-  start = throttle_now_ns ();
-
-  while (!w.granted && !b->shutdown) {
-    if (cancel == NULL)
-      pthread_cond_wait (&w.cond, &b->lock);
-    else {
-      struct timespec deadline = throttle_deadline_ms (poll_ms ? poll_ms : 100);
-
-      if (pthread_cond_timedwait (&w.cond, &b->lock, &deadline) == ETIMEDOUT &&
-          !w.granted) {
-        /* Ask without holding the lock: the callback may poll. */
-        pthread_mutex_unlock (&b->lock);
-        w.cancelled = cancel (opaque);
-        pthread_mutex_lock (&b->lock);
-        if (w.cancelled)
-          break;
-      }
-    }
-  }
-
-  /* Ask once more after a grant.  At shutdown the request ahead fails
-   * fast and credits its units, and without this check they would pass
-   * straight to the next waiter, which would run a request that the
-   * shutdown should have ended.
-   */
-  if (w.granted && cancel && !w.cancelled) {
-    pthread_mutex_unlock (&b->lock);
-    w.cancelled = cancel (opaque);
-    pthread_mutex_lock (&b->lock);
-  }
-
-  if (w.granted && !w.cancelled && !b->shutdown) {
-    *charged = w.need;
-    r = 0;
-  }
-  else {
-    /* Cancelled, possibly after a grant that raced with it: a
-     * cancelled wait must leave holding nothing, so give a raced
-     * grant back rather than hand the caller units it will not use.
-     */
-    if (w.granted) {
-      b->in_flight -= w.need;
-      b->stats.charged -= w.need;
-      b->stats.admitted--;
-    }
-    else
-      unlink_waiter (b, &w);
-    b->stats.cancelled++;
-    /* Our departure may let the next waiter in. */
-    grant_waiters (b);
+  if (b->shutdown)
     r = -1;
-  }
-  waited = throttle_now_ns () - start;
-  if (r == 0) {
-    b->stats.waited++;
-    b->stats.wait_ns_total += waited;
-    if (waited > b->stats.wait_ns_max)
-      b->stats.wait_ns_max = waited;
-  }
+  else if (charge_now (b, need, charged) == 0)
+    r = 0;
+  else
+    r = charge_wait (b, need, cancel, opaque, poll_ms, charged);
   pthread_mutex_unlock (&b->lock);
-  pthread_cond_destroy (&w.cond);
   return r;
 }
 
@@ -258,7 +182,7 @@ throttle_budget_credit (struct throttle_budget *b, uint64_t units)
   if (units > b->in_flight)
     abort ();
   b->in_flight -= units;
-  grant_waiters (b);
+  throttle_wait_grant (&b->queue, acquire, b);
   pthread_mutex_unlock (&b->lock);
 }
 
@@ -271,7 +195,7 @@ throttle_budget_set_capacity (struct throttle_budget *b, uint64_t capacity)
   }
   pthread_mutex_lock (&b->lock);
   b->capacity = capacity;
-  grant_waiters (b);
+  throttle_wait_grant (&b->queue, acquire, b);
   pthread_mutex_unlock (&b->lock);
   return 0;
 }
@@ -279,12 +203,9 @@ throttle_budget_set_capacity (struct throttle_budget *b, uint64_t capacity)
 void
 throttle_budget_shutdown (struct throttle_budget *b)
 {
-  struct throttle_waiter *w;
-
   pthread_mutex_lock (&b->lock);
   b->shutdown = true;
-  for (w = b->head; w; w = w->next)
-    pthread_cond_signal (&w->cond);
+  throttle_wait_wake_all (&b->queue);
   pthread_mutex_unlock (&b->lock);
 }
 
@@ -296,5 +217,6 @@ throttle_budget_get_stats (struct throttle_budget *b,
   *stats = b->stats;
   stats->capacity = b->capacity;
   stats->in_flight = b->in_flight;
+  stats->waiters = b->queue.nr;
   pthread_mutex_unlock (&b->lock);
 }

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <pthread.h>
 
-struct throttle_waiter;
+#include "throttle-wait.h"
 
 struct throttle_stats {
   uint64_t capacity;
@@ -32,18 +32,13 @@ struct throttle_stats {
 };
 
 struct throttle_budget {
-  pthread_mutex_t lock;
+  pthread_mutex_t lock;         /* everything below, and the waiters */
   uint64_t capacity;
   uint64_t in_flight;
-  struct throttle_waiter *head, *tail;
+  struct throttle_wait_queue queue;
   bool shutdown;
   struct throttle_stats stats;
 };
-
-/* Called periodically by a waiter (outside the budget's lock).  Return
- * true to abandon the wait, e.g. because the server is shutting down.
- */
-typedef bool (*throttle_cancel_fn) (void *opaque);
 
 extern int throttle_budget_init (struct throttle_budget *b, uint64_t capacity);
 extern void throttle_budget_destroy (struct throttle_budget *b);

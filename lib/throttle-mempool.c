@@ -16,25 +16,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <sys/mman.h>
 
 #include "throttle-mempool.h"
-
-#define DEFAULT_POLL_MS 100
-
-/* Lives on the waiting thread's stack; linked into the pool's FIFO. */
-struct mempool_waiter {
-  struct mempool_waiter *prev, *next;
-  pthread_cond_t cond;
-  void *granted;                /* set by free, under the lock */
-};
+#include "throttle-wait.h"
 
 struct throttle_mempool {
-  pthread_mutex_t lock;
-  struct mempool_waiter *head, *tail;
-  size_t nr_waiters;
+  pthread_mutex_t lock;         /* the free stack, held[], the waiters */
+  struct throttle_wait_queue queue;
   bool shutdown;
 
   size_t nr;                    /* elements */
@@ -132,8 +122,8 @@ throttle_mempool_create (size_t nr, size_t size, bool lock)
   pool->map = map;
   pool->map_len = map_len;
   pool->locked = lock ? map_len : 0;
-  pool->head = pool->tail = NULL;
-  pool->nr_waiters = 0;
+  pool->queue.head = pool->queue.tail = NULL;
+  pool->queue.nr = 0;
   pool->shutdown = false;
 
   /* Pop order is ascending address: the first buffers handed out are
@@ -203,46 +193,31 @@ pop (struct throttle_mempool *pool)
   return buf;
 }
 
+/* Called with the lock held; 'buf' is marked held. */
 static void
-unlink_waiter (struct throttle_mempool *pool, struct mempool_waiter *w)
+push (struct throttle_mempool *pool, void *buf)
 {
-  if (w->prev) w->prev->next = w->next; else pool->head = w->next;
-  if (w->next) w->next->prev = w->prev; else pool->tail = w->prev;
-  w->prev = w->next = NULL;
-  pool->nr_waiters--;
-}
-
-/* Called with the lock held; 'buf' is already marked held.  Hand it
- * to the oldest waiter, or put it back.
- */
-static void
-give_back_locked (struct throttle_mempool *pool, void *buf)
-{
-  struct mempool_waiter *w = pool->head;
-
-  if (w != NULL) {
-    unlink_waiter (pool, w);
-    w->granted = buf;
-    /* Signal under the lock: the waiter's condvar is on its stack and
-     * may be gone as soon as it can see 'granted'.
-     */
-    pthread_cond_signal (&w->cond);
-    return;
-  }
   pool->held[index_of (pool, buf, "free")] = 0;
   pool->free_stack[pool->nr_free++] = buf;
 }
 
-static void
-deadline_after (struct timespec *ts, unsigned ms)
+/* throttle_acquire_fn */
+static bool
+acquire (void *owner, struct throttle_waiter *w)
 {
-  clock_gettime (CLOCK_MONOTONIC, ts);
-  ts->tv_sec += ms / 1000;
-  ts->tv_nsec += (long) (ms % 1000) * 1000000;
-  if (ts->tv_nsec >= 1000000000) {
-    ts->tv_sec++;
-    ts->tv_nsec -= 1000000000;
-  }
+  struct throttle_mempool *pool = owner;
+
+  if (pool->nr_free == 0)
+    return false;
+  w->item = pop (pool);
+  return true;
+}
+
+/* throttle_putback_fn */
+static void
+putback (void *owner, struct throttle_waiter *w)
+{
+  push (owner, w->item);
 }
 
 void *
@@ -250,73 +225,22 @@ throttle_mempool_alloc (struct throttle_mempool *pool,
                         throttle_cancel_fn cancel, void *opaque,
                         unsigned poll_ms)
 {
-  struct mempool_waiter w;
-  pthread_condattr_t ca;
-  struct timespec deadline;
+  struct throttle_waiter w = { .want = 1 };
   void *buf = NULL;
-  bool cancelled = false;
-  int r;
 
   pthread_mutex_lock (&pool->lock);
-  if (pool->shutdown) {
-    pthread_mutex_unlock (&pool->lock);
-    return NULL;
-  }
-  /* A free buffer implies an empty queue (free hands buffers to
-   * waiters first), so taking it here overtakes nobody.
+  /* A free buffer implies an empty queue (free grants waiters first),
+   * so taking it here overtakes nobody.
    */
-  if (pool->nr_free > 0) {
+  if (pool->shutdown)
+    ;
+  else if (pool->nr_free > 0)
     buf = pop (pool);
-    pthread_mutex_unlock (&pool->lock);
-    return buf;
-  }
-
-  if (poll_ms == 0)
-    poll_ms = DEFAULT_POLL_MS;
-  pthread_condattr_init (&ca);
-  pthread_condattr_setclock (&ca, CLOCK_MONOTONIC);
-  pthread_cond_init (&w.cond, &ca);
-  pthread_condattr_destroy (&ca);
-  w.granted = NULL;
-  w.next = NULL;
-  w.prev = pool->tail;
-  if (pool->tail) pool->tail->next = &w; else pool->head = &w;
-  pool->tail = &w;
-  pool->nr_waiters++;
-
-  for (;;) {
-    if (w.granted || pool->shutdown || cancelled)
-      break;
-    if (cancel == NULL) {
-      pthread_cond_wait (&w.cond, &pool->lock);
-      continue;
-    }
-    deadline_after (&deadline, poll_ms);
-    do
-      r = pthread_cond_timedwait (&w.cond, &pool->lock, &deadline);
-    while (r == 0 && !w.granted && !pool->shutdown);
-    if (r != ETIMEDOUT || w.granted || pool->shutdown)
-      continue;
-    /* The callback may take other locks or even look at this pool;
-     * never call it with the pool locked.  We stay queued meanwhile,
-     * so a buffer may be granted to us while it runs.
-     */
-    pthread_mutex_unlock (&pool->lock);
-    cancelled = cancel (opaque);
-    pthread_mutex_lock (&pool->lock);
-  }
-
-  if (w.granted && !pool->shutdown && !cancelled)
-    buf = w.granted;
-  else if (w.granted)
-    /* Granted, but the wait was abandoned meanwhile: pass the buffer
-     * on so that it is not lost.
-     */
-    give_back_locked (pool, w.granted);
-  else
-    unlink_waiter (pool, &w);
+  else if (throttle_wait (&pool->queue, &pool->lock, &w, &pool->shutdown,
+                          cancel, opaque, poll_ms, acquire, putback,
+                          pool) == 0)
+    buf = w.item;
   pthread_mutex_unlock (&pool->lock);
-  pthread_cond_destroy (&w.cond);
   return buf;
 }
 
@@ -346,19 +270,17 @@ throttle_mempool_free (struct throttle_mempool *pool, void *buf)
              "but not held (double free?)\n", buf, (void *) pool);
     abort ();
   }
-  give_back_locked (pool, buf);
+  push (pool, buf);
+  throttle_wait_grant (&pool->queue, acquire, pool);
   pthread_mutex_unlock (&pool->lock);
 }
 
 void
 throttle_mempool_shutdown (struct throttle_mempool *pool)
 {
-  struct mempool_waiter *w;
-
   pthread_mutex_lock (&pool->lock);
   pool->shutdown = true;
-  for (w = pool->head; w != NULL; w = w->next)
-    pthread_cond_signal (&w->cond);
+  throttle_wait_wake_all (&pool->queue);
   pthread_mutex_unlock (&pool->lock);
 }
 
@@ -391,7 +313,7 @@ throttle_mempool_waiters (struct throttle_mempool *pool)
   size_t n;
 
   pthread_mutex_lock (&pool->lock);
-  n = pool->nr_waiters;
+  n = pool->queue.nr;
   pthread_mutex_unlock (&pool->lock);
   return n;
 }

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "throttle-budget.h"   /* throttle_cancel_fn */
+#include "throttle-wait.h"
 
 struct throttle_mempool;
 
@@ -41,10 +41,9 @@ extern int throttle_mempool_relock (struct throttle_mempool *pool);
 /* Unmaps everything.  The caller ensures nobody waits or holds a buffer. */
 extern void throttle_mempool_destroy (struct throttle_mempool *pool);
 
-/* Take a buffer, waiting while none is free.  Returns NULL if the wait
- * was cancelled (by 'cancel' or throttle_mempool_shutdown).  'cancel'
- * is called outside the pool's lock every 'poll_ms' milliseconds (0
- * means 100) while waiting; with cancel NULL only shutdown ends a wait.
+/* Take a buffer, waiting while none is free (see throttle_wait).
+ * Returns NULL if the wait was cancelled (by 'cancel' or
+ * throttle_mempool_shutdown).
  */
 extern void *throttle_mempool_alloc (struct throttle_mempool *pool,
                                      throttle_cancel_fn cancel, void *opaque,

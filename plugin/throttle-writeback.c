@@ -779,7 +779,7 @@ throttle_writeback_pwrite (struct throttle_wb_conn *c,
 
     if (b == NULL)
       b = throttle_mempool_alloc (wb->pool, throttle_cancelled, NULL,
-                                  THROTTLE_POLL_MS);
+                                  THROTTLE_WAIT_POLL_MS);
     if (b == NULL) {
       pthread_mutex_unlock (&wb->alloc_lock);
       pthread_mutex_lock (&wb->lock);

@@ -331,7 +331,7 @@ admit (struct throttle_handle *h, enum throttle_op op,
     nbdkit_debug ("throttle: wait %s count=%" PRIu32 " offset=%" PRIu64
                   " units=%" PRIu64, op_name (op), count, offset, need);
   if (throttle_budget_charge (b, need, throttle_cancelled, NULL,
-                              THROTTLE_POLL_MS, charged) == -1) {
+                              THROTTLE_WAIT_POLL_MS, charged) == -1) {
     nbdkit_error ("throttle: %s of %" PRIu32 " bytes at %" PRIu64
                   " abandoned while waiting for credit: "
                   "server shutting down",

@@ -20,11 +20,6 @@ struct throttle_config {
 };
 extern struct throttle_config throttle_config;
 
-/* How often a waiter checks whether the server is shutting down.
- * SIGTERM must end every wait well within 5 s.
- */
-#define THROTTLE_POLL_MS 100
-
 /* The throttle_cancel_fn of every wait: true once the server is
  * shutting down, never because of a client (see throttle-quit.c).
  */

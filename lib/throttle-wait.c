@@ -1,0 +1,128 @@
+/* nbdkit-throttle: the one way a thread waits for a resource.
+ * See throttle-wait.h.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <pthread.h>
+
+#include "throttle-clock.h"
+#include "throttle-wait.h"
+
+static void
+enqueue (struct throttle_wait_queue *q, struct throttle_waiter *w)
+{
+  w->next = NULL;
+  w->prev = q->tail;
+  if (q->tail) q->tail->next = w; else q->head = w;
+  q->tail = w;
+  q->nr++;
+}
+
+static void
+unlink_waiter (struct throttle_wait_queue *q, struct throttle_waiter *w)
+{
+  if (w->prev) w->prev->next = w->next; else q->head = w->next;
+  if (w->next) w->next->prev = w->prev; else q->tail = w->prev;
+  w->prev = w->next = NULL;
+  q->nr--;
+}
+
+void
+throttle_wait_grant (struct throttle_wait_queue *q,
+                     throttle_acquire_fn acquire, void *owner)
+{
+  struct throttle_waiter *w;
+
+  while ((w = q->head) != NULL && acquire (owner, w)) {
+    unlink_waiter (q, w);
+    w->granted = true;
+    /* Signal under the lock: the condvar is on the waiter's stack and
+     * may be gone as soon as the waiter can see 'granted'.
+     */
+    pthread_cond_signal (&w->cond);
+  }
+}
+
+void
+throttle_wait_wake_all (struct throttle_wait_queue *q)
+{
+  struct throttle_waiter *w;
+
+  for (w = q->head; w != NULL; w = w->next)
+    pthread_cond_signal (&w->cond);
+}
+
+/* Ask 'cancel' without the owner's lock: the callback may block or look
+ * at the owner.  The waiter stays queued meanwhile, so it may be
+ * granted while the callback runs; the caller looks at w->granted
+ * afterwards.
+ */
+static bool
+ask (pthread_mutex_t *lock, throttle_cancel_fn cancel, void *opaque)
+{
+  bool r;
+
+  pthread_mutex_unlock (lock);
+  r = cancel (opaque);
+  pthread_mutex_lock (lock);
+  return r;
+}
+
+int
+throttle_wait (struct throttle_wait_queue *q, pthread_mutex_t *lock,
+               struct throttle_waiter *w, const bool *shutdown,
+               throttle_cancel_fn cancel, void *opaque, unsigned poll_ms,
+               throttle_acquire_fn acquire, throttle_putback_fn putback,
+               void *owner)
+{
+  pthread_condattr_t attr;
+  bool cancelled = false;
+
+  pthread_condattr_init (&attr);
+  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
+  pthread_cond_init (&w->cond, &attr);
+  pthread_condattr_destroy (&attr);
+  w->granted = false;
+  enqueue (q, w);
+
+  /* Whoever releases grants, so a wake-up without a grant only means
+   * "look at shutdown" or a poll: there is nothing to re-check.
+   */
+  while (!w->granted && !*shutdown && !cancelled) {
+    if (cancel == NULL)
+      pthread_cond_wait (&w->cond, lock);
+    else {
+      struct timespec deadline =
+        throttle_deadline_ms (poll_ms ? poll_ms : THROTTLE_WAIT_POLL_MS);
+
+      if (pthread_cond_timedwait (&w->cond, lock, &deadline) == ETIMEDOUT &&
+          !w->granted && !*shutdown)
+        cancelled = ask (lock, cancel, opaque);
+    }
+  }
+
+  /* Ask once more after a grant: at shutdown the request ahead fails
+   * fast and releases what it held, which would otherwise pass
+   * straight to this waiter and run a request the shutdown should
+   * have ended.
+   */
+  if (w->granted && cancel && !cancelled && !*shutdown)
+    cancelled = ask (lock, cancel, opaque);
+
+  pthread_cond_destroy (&w->cond);
+  if (w->granted && !cancelled && !*shutdown)
+    return 0;
+
+  /* Abandoned.  A grant that raced with the cancellation is put back
+   * rather than handed to a caller that will not use it; either way
+   * our place is free and the next waiter may now fit.
+   */
+  if (w->granted)
+    putback (owner, w);
+  else
+    unlink_waiter (q, w);
+  throttle_wait_grant (q, acquire, owner);
+  return -1;
+}

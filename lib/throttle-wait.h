@@ -1,0 +1,84 @@
+/* nbdkit-throttle: the one way a thread waits for a resource.
+ *
+ * Modelled on the kernel's rq_qos_wait (block/blk-rq-qos.c), which
+ * serves every I/O policy through an acquire callback: a thread that
+ * cannot take what it needs at once joins the tail of a FIFO queue and
+ * is *granted* it by whoever releases enough, so a waiter never has to
+ * re-check and re-take (no check-then-take race, no lost wake-up) and
+ * no later arrival slips in ahead of it.  The budget (units in flight)
+ * and the mempool (buffers) are its two users.
+ *
+ * The owner of a queue keeps its resource and the queue under one
+ * mutex of its own; every function here is called with that mutex
+ * held (throttle_wait itself drops it while it sleeps and while it
+ * asks 'cancel').
+ */
+
+#ifndef THROTTLE_WAIT_H
+#define THROTTLE_WAIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+
+/* How often a waiter asks its cancel callback when the caller gives 0. */
+#define THROTTLE_WAIT_POLL_MS 100
+
+/* Called periodically by a waiter, outside the owner's lock.  Return
+ * true to abandon the wait (e.g. the server is shutting down).
+ */
+typedef bool (*throttle_cancel_fn) (void *opaque);
+
+/* Lives on the waiting thread's stack while it is queued. */
+struct throttle_waiter {
+  struct throttle_waiter *prev, *next;
+  pthread_cond_t cond;
+  uint64_t want;                /* what the owner's acquire looks at */
+  uint64_t got;                 /* what it granted: units ... */
+  void *item;                   /* ... or an item */
+  bool granted;
+};
+
+struct throttle_wait_queue {
+  struct throttle_waiter *head, *tail;
+  size_t nr;
+};
+
+/* Called with the owner's lock held: take what w wants from the
+ * owner's resource, recording it in w->got or w->item, and return
+ * true; or return false (taking nothing) if it is not there yet.
+ */
+typedef bool (*throttle_acquire_fn) (void *owner, struct throttle_waiter *w);
+/* Called with the owner's lock held: put back what a waiter was
+ * granted but will not use (its wait was abandoned after the grant).
+ */
+typedef void (*throttle_putback_fn) (void *owner, struct throttle_waiter *w);
+
+/* Grant waiters from the head, in order, for as long as acquire
+ * succeeds; stops at the first that it refuses, which keeps admission
+ * FIFO.  The releasing side calls it after it released anything.
+ */
+extern void throttle_wait_grant (struct throttle_wait_queue *q,
+                                 throttle_acquire_fn acquire, void *owner);
+
+/* Queue w at the tail (w->want set by the caller) and wait until it is
+ * granted (returns 0; what it got is in w), or until *shutdown is true
+ * or 'cancel' says so (returns -1 holding nothing: a grant that raced
+ * with the cancellation is put back and passed on).  'cancel' may be
+ * NULL (then only shutdown, with a throttle_wait_wake_all, ends the
+ * wait); it is asked every poll_ms (0: THROTTLE_WAIT_POLL_MS), and once
+ * more after a grant, so that a waiter granted units freed by a request
+ * that failed at shutdown does not run.  Called with *lock held;
+ * returns with it held, w off the queue, w->cond destroyed.
+ */
+extern int throttle_wait (struct throttle_wait_queue *q, pthread_mutex_t *lock,
+                          struct throttle_waiter *w, const bool *shutdown,
+                          throttle_cancel_fn cancel, void *opaque,
+                          unsigned poll_ms, throttle_acquire_fn acquire,
+                          throttle_putback_fn putback, void *owner);
+
+/* Wake every waiter to look at *shutdown again. */
+extern void throttle_wait_wake_all (struct throttle_wait_queue *q);
+
+#endif /* THROTTLE_WAIT_H */
