@@ -68,19 +68,51 @@ take (struct throttle_budget *b, uint64_t units)
     b->stats.peak = b->in_flight;
 }
 
-/* throttle_acquire_fn.  The clamp is taken at the grant, not when w
- * queued: the capacity may have changed meanwhile.
+/* A waiter of this budget.  min == want: the whole request or nothing
+ * (clamped to the capacity); min < want: a part of at least min units,
+ * a multiple of quantum, will do.
+ */
+struct budget_wait {
+  struct throttle_waiter w;
+  uint64_t min, quantum;
+};
+
+/* Called with the lock held: how many of 'want' units to take now, or
+ * 0 if none.  A request that takes parts gets the whole of what it
+ * still needs if that is free, else as much as is free in quanta, if
+ * that reaches min: the units freed bit by bit are not left idle while
+ * it waits for all of them.  A request larger than the capacity can
+ * only ever be granted in parts, or clamped.
+ */
+static uint64_t
+grantable (const struct throttle_budget *b, uint64_t want, uint64_t min,
+           uint64_t quantum)
+{
+  uint64_t free = b->in_flight < b->capacity ? b->capacity - b->in_flight : 0;
+  uint64_t part;
+
+  if (min >= want)
+    return clamp (b, want) <= free ? clamp (b, want) : 0;
+  if (want <= free)
+    return want;
+  part = free / quantum * quantum;
+  return part >= min ? part : 0;
+}
+
+/* throttle_acquire_fn.  Decided at the grant, not when w queued: the
+ * capacity may have changed meanwhile.
  */
 static bool
 acquire (void *owner, struct throttle_waiter *w)
 {
   struct throttle_budget *b = owner;
-  uint64_t need = clamp (b, w->want);
+  struct budget_wait *bw = (struct budget_wait *) w;
+  uint64_t n = grantable (b, w->want, bw->min, bw->quantum);
 
-  if (b->in_flight + need > b->capacity)
+  if (n == 0)
     return false;
-  take (b, need);
-  w->got = need;
+  take (b, n);
+  w->got = n;
   return true;
 }
 
@@ -95,19 +127,29 @@ putback (void *owner, struct throttle_waiter *w)
   b->stats.admitted--;
 }
 
-/* Called with the lock held.  Take 'need' only if that overtakes no
+static void
+count_clamped (struct throttle_budget *b, uint64_t need, uint64_t min)
+{
+  if (min >= need && need > b->capacity)
+    b->stats.clamped++;
+}
+
+/* Called with the lock held.  Take units only if that overtakes no
  * waiter: an arrival that fits while others wait must queue behind
  * them, or a stream of small requests could starve a large one.
  */
 static int
-charge_now (struct throttle_budget *b, uint64_t need, uint64_t *charged)
+charge_now (struct throttle_budget *b, uint64_t need, uint64_t min,
+            uint64_t quantum, uint64_t *charged)
 {
-  if (b->queue.head != NULL || b->in_flight + clamp (b, need) > b->capacity)
+  uint64_t n;
+
+  if (b->queue.head != NULL ||
+      (n = grantable (b, need, min, quantum)) == 0)
     return -1;
-  if (need > b->capacity)
-    b->stats.clamped++;
-  *charged = clamp (b, need);
-  take (b, *charged);
+  count_clamped (b, need, min);
+  take (b, n);
+  *charged = n;
   return 0;
 }
 
@@ -119,28 +161,27 @@ throttle_budget_try_charge (struct throttle_budget *b, uint64_t need,
 
   pthread_mutex_lock (&b->lock);
   if (!b->shutdown)
-    r = charge_now (b, need, charged);
+    r = charge_now (b, need, need, 1, charged);
   pthread_mutex_unlock (&b->lock);
   return r;
 }
 
 /* Called with the lock held: queue and wait to be granted. */
 static int
-charge_wait (struct throttle_budget *b, uint64_t need,
-             throttle_cancel_fn cancel, void *opaque, unsigned poll_ms,
-             uint64_t *charged)
+charge_wait (struct throttle_budget *b, uint64_t need, uint64_t min,
+             uint64_t quantum, throttle_cancel_fn cancel, void *opaque,
+             unsigned poll_ms, uint64_t *charged)
 {
-  struct throttle_waiter w = { .want = need };
+  struct budget_wait bw = { .w.want = need, .min = min, .quantum = quantum };
   uint64_t start = throttle_now_ns (), waited;
 
-  if (need > b->capacity)
-    b->stats.clamped++;
-  if (throttle_wait (&b->queue, &b->lock, &w, &b->shutdown, cancel, opaque,
-                     poll_ms, acquire, putback, b) == -1) {
+  count_clamped (b, need, min);
+  if (throttle_wait (&b->queue, &b->lock, &bw.w, &b->shutdown, cancel,
+                     opaque, poll_ms, acquire, putback, b) == -1) {
     b->stats.cancelled++;
     return -1;
   }
-  *charged = w.got;
+  *charged = bw.w.got;
   waited = throttle_now_ns () - start;
   b->stats.waited++;
   b->stats.wait_ns_total += waited;
@@ -149,10 +190,10 @@ charge_wait (struct throttle_budget *b, uint64_t need,
   return 0;
 }
 
-int
-throttle_budget_charge (struct throttle_budget *b, uint64_t need,
-                        throttle_cancel_fn cancel, void *opaque,
-                        unsigned poll_ms, uint64_t *charged)
+static int
+charge (struct throttle_budget *b, uint64_t need, uint64_t min,
+        uint64_t quantum, throttle_cancel_fn cancel, void *opaque,
+        unsigned poll_ms, uint64_t *charged)
 {
   int r;
 
@@ -162,12 +203,34 @@ throttle_budget_charge (struct throttle_budget *b, uint64_t need,
   pthread_mutex_lock (&b->lock);
   if (b->shutdown)
     r = -1;
-  else if (charge_now (b, need, charged) == 0)
+  else if (charge_now (b, need, min, quantum, charged) == 0)
     r = 0;
   else
-    r = charge_wait (b, need, cancel, opaque, poll_ms, charged);
+    r = charge_wait (b, need, min, quantum, cancel, opaque, poll_ms, charged);
   pthread_mutex_unlock (&b->lock);
   return r;
+}
+
+int
+throttle_budget_charge (struct throttle_budget *b, uint64_t need,
+                        throttle_cancel_fn cancel, void *opaque,
+                        unsigned poll_ms, uint64_t *charged)
+{
+  return charge (b, need, need, 1, cancel, opaque, poll_ms, charged);
+}
+
+int
+throttle_budget_charge_part (struct throttle_budget *b, uint64_t need,
+                             uint64_t min, uint64_t quantum,
+                             throttle_cancel_fn cancel, void *opaque,
+                             unsigned poll_ms, uint64_t *charged)
+{
+  if (quantum == 0 || min == 0 || min % quantum != 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  return charge (b, need, min < need ? min : need, quantum, cancel, opaque,
+                 poll_ms, charged);
 }
 
 void
@@ -207,6 +270,17 @@ throttle_budget_shutdown (struct throttle_budget *b)
   b->shutdown = true;
   throttle_wait_wake_all (&b->queue);
   pthread_mutex_unlock (&b->lock);
+}
+
+uint64_t
+throttle_budget_get_capacity (struct throttle_budget *b)
+{
+  uint64_t c;
+
+  pthread_mutex_lock (&b->lock);
+  c = b->capacity;
+  pthread_mutex_unlock (&b->lock);
+  return c;
 }
 
 void

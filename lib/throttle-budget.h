@@ -55,6 +55,23 @@ extern int throttle_budget_charge (struct throttle_budget *b, uint64_t need,
                                    throttle_cancel_fn cancel, void *opaque,
                                    unsigned poll_ms, uint64_t *charged);
 
+/* The same, for a request that can be served in parts (a read or write
+ * split into pieces): when the whole of 'need' is not free, at least
+ * 'min' units (a multiple of 'quantum') may be granted, as many as are
+ * free in quanta.  On success *charged holds the units taken, between
+ * min and need (or exactly need), to be credited once as above; the
+ * caller serves the part they pay for and charges again for the rest.
+ * 'need' may exceed the capacity: it is then always granted in parts.
+ * min == need behaves as throttle_budget_charge.  Returns -1 with errno
+ * EINVAL if quantum or min is 0 or min is not a multiple of quantum.
+ */
+extern int throttle_budget_charge_part (struct throttle_budget *b,
+                                        uint64_t need, uint64_t min,
+                                        uint64_t quantum,
+                                        throttle_cancel_fn cancel,
+                                        void *opaque, unsigned poll_ms,
+                                        uint64_t *charged);
+
 /* Take 'need' units only if that is possible at once without
  * overtaking a waiter.  Returns 0 and sets *charged, or -1.
  */
@@ -72,6 +89,7 @@ extern int throttle_budget_set_capacity (struct throttle_budget *b,
 /* Fail every current and future wait (server unload). */
 extern void throttle_budget_shutdown (struct throttle_budget *b);
 
+extern uint64_t throttle_budget_get_capacity (struct throttle_budget *b);
 extern void throttle_budget_get_stats (struct throttle_budget *b,
                                        struct throttle_stats *stats);
 

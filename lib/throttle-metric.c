@@ -75,10 +75,11 @@ throttle_metric_requests (const struct throttle_request *req)
 static const struct {
   const char *name;
   throttle_metric_fn *fn;
+  uint64_t page_units;
 } builtins[] = {
-  { "bytes", throttle_metric_bytes },
-  { "pages", throttle_metric_pages },
-  { "requests", throttle_metric_requests },
+  { "bytes", throttle_metric_bytes, THROTTLE_PAGE_SIZE },
+  { "pages", throttle_metric_pages, 1 },
+  { "requests", throttle_metric_requests, 0 },
 };
 
 int
@@ -94,6 +95,7 @@ throttle_metric_load (const char *spec, struct throttle_metric *m,
     if (strcmp (spec, builtins[i].name) == 0) {
       m->name = builtins[i].name;
       m->fn = builtins[i].fn;
+      m->page_units = builtins[i].page_units;
       return 0;
     }
   }

@@ -13,6 +13,12 @@ struct throttle_metric {
   const char *name;           /* "bytes", "pages", "requests" or the path */
   throttle_metric_fn *fn;
   void *dl;                   /* dlopen handle of a user metric, or NULL */
+  /* What a page-aligned read or write costs per THROTTLE_PAGE_SIZE
+   * bytes if the metric is exactly proportional to its length (bytes:
+   * 4096, pages: 1), so that it can be served in page-aligned parts
+   * charged separately; 0 if not (requests, user metrics).
+   */
+  uint64_t page_units;
 };
 
 /* Look up a built-in metric by name, or load a user metric if 'spec'

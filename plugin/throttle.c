@@ -300,27 +300,70 @@ map_flags (uint32_t flags)
     (flags & NBDKIT_FLAG_REQ_ONE ? THROTTLE_FLAG_REQ_ONE : 0);
 }
 
-/* Charge a request, waiting for credit.  On success *charged holds the
- * units to credit back, exactly once, when the plugin has returned.
+/* The smallest part worth a backend call of its own: an eighth of the
+ * capacity, in whole pages.
+ */
+static uint64_t
+part_min (uint64_t capacity)
+{
+  uint64_t q = throttle_config.metric.page_units;
+  uint64_t min = capacity / 8 / q * q;
+
+  return min > q ? min : q;
+}
+
+/* A large read or write can be served in parts, each charged on its
+ * own: while it waits for room for all of it, what comes free is not
+ * left idle, and one larger than the capacity is never in flight
+ * beyond it.  Large: more than a quarter of the capacity (so a part is
+ * at least an eighth); it must be page-aligned, under a metric
+ * proportional to its length.
+ */
+static bool
+in_parts (uint64_t capacity, enum throttle_op op, uint32_t count,
+          uint64_t offset, uint64_t need)
+{
+  return throttle_config.metric.page_units != 0 &&
+    (op == THROTTLE_OP_READ || op == THROTTLE_OP_WRITE) &&
+    offset % THROTTLE_PAGE_SIZE == 0 && count % THROTTLE_PAGE_SIZE == 0 &&
+    need > 2 * part_min (capacity);
+}
+
+/* Charge a request, or its first part, waiting for credit.  On success
+ * *charged holds the units to credit back, exactly once, when the
+ * plugin has returned, and *len the bytes they pay for: all of count,
+ * or a page-aligned first part of it (see in_parts); the caller serves
+ * that part and admits the rest again.
  */
 static int
 admit (struct throttle_handle *h, enum throttle_op op,
        uint32_t count, uint64_t offset, uint32_t flags,
-       uint64_t *charged, int *err)
+       uint64_t *charged, uint32_t *len, int *err)
 {
   const struct throttle_request req = {
     .op = op, .count = count, .offset = offset, .flags = map_flags (flags),
     .exportname = h->exp->name,
   };
   struct throttle_budget *b = &h->exp->budget;
-  uint64_t need;
+  uint64_t need, capacity = 0;
+  bool parts;
+  int r;
 
   *charged = 0;
+  *len = count;
   need = throttle_config.metric.fn (&req);
   if (need == 0)
     return 0;
+  /* (The capacity can change at any time from the control socket;
+   * a part's size follows the capacity read here.)
+   */
+  if (throttle_config.metric.page_units != 0)
+    capacity = throttle_budget_get_capacity (b);
+  parts = in_parts (capacity, op, count, offset, need);
 
-  if (throttle_budget_try_charge (b, need, charged) == 0) {
+  /* (Larger than the capacity, a whole request would be clamped.) */
+  if ((!parts || need <= capacity) &&
+      throttle_budget_try_charge (b, need, charged) == 0) {
     if (throttle_debug_verbose)
       nbdkit_debug ("throttle: admit %s count=%" PRIu32 " offset=%" PRIu64
                     " units=%" PRIu64, op_name (op), count, offset, *charged);
@@ -330,8 +373,15 @@ admit (struct throttle_handle *h, enum throttle_op op,
   if (throttle_debug_verbose)
     nbdkit_debug ("throttle: wait %s count=%" PRIu32 " offset=%" PRIu64
                   " units=%" PRIu64, op_name (op), count, offset, need);
-  if (throttle_budget_charge (b, need, throttle_cancelled, NULL,
-                              THROTTLE_WAIT_POLL_MS, charged) == -1) {
+  if (parts)
+    r = throttle_budget_charge_part (b, need, part_min (capacity),
+                                     throttle_config.metric.page_units,
+                                     throttle_cancelled, NULL,
+                                     THROTTLE_WAIT_POLL_MS, charged);
+  else
+    r = throttle_budget_charge (b, need, throttle_cancelled, NULL,
+                                THROTTLE_WAIT_POLL_MS, charged);
+  if (r == -1) {
     nbdkit_error ("throttle: %s of %" PRIu32 " bytes at %" PRIu64
                   " abandoned while waiting for credit: "
                   "server shutting down",
@@ -339,10 +389,13 @@ admit (struct throttle_handle *h, enum throttle_op op,
     *err = ESHUTDOWN;
     return -1;
   }
+  if (parts && *charged < need)
+    *len = *charged / throttle_config.metric.page_units * THROTTLE_PAGE_SIZE;
   if (throttle_debug_verbose)
     nbdkit_debug ("throttle: admit %s count=%" PRIu32 " offset=%" PRIu64
-                  " units=%" PRIu64 " after waiting",
-                  op_name (op), count, offset, *charged);
+                  " units=%" PRIu64 " after waiting%s",
+                  op_name (op), *len, offset, *charged,
+                  *len < count ? " (a part)" : "");
   return 0;
 }
 
@@ -369,24 +422,81 @@ reply (struct throttle_handle *h, int r)
   return r;
 }
 
+/* Serve one admitted part of a read or a write; credits 'charged'
+ * (writeback: hands it over, to be credited when the write is on the
+ * backend).
+ */
 static int
-throttle_pread (nbdkit_next *next, void *handle, void *buf,
-                uint32_t count, uint64_t offset, uint32_t flags, int *err)
+read_part (struct throttle_handle *h, nbdkit_next *next, void *buf,
+           uint32_t count, uint64_t offset, uint32_t flags, uint64_t charged,
+           int *err)
 {
-  struct throttle_handle *h = handle;
-  uint64_t charged = 0;
   int r;
 
-  throttle_guards_thread_enter ();
-  if (throttle_config.charge_reads &&
-      admit (h, THROTTLE_OP_READ, count, offset, flags, &charged, err) == -1)
-    return reply (h, -1);
   if (throttle_writeback_enabled ())
     r = throttle_writeback_pread (&h->wb, next, buf, count, offset, flags, err);
   else
     r = next->pread (next, buf, count, offset, flags, err);
   done (h, charged);
-  return reply (h, r);
+  return r;
+}
+
+static int
+write_part (struct throttle_handle *h, nbdkit_next *next, void *buf,
+            uint32_t count, uint64_t offset, uint32_t flags, uint64_t charged,
+            int *err)
+{
+  int r;
+
+  if (throttle_writeback_enabled ())
+    return throttle_writeback_pwrite (&h->wb, h->exp, next, buf, count, offset,
+                                      flags, charged, err);
+  r = next->pwrite (next, buf, count, offset, flags, err);
+  done (h, charged);
+  return r;
+}
+
+typedef int part_fn (struct throttle_handle *h, nbdkit_next *next, void *buf,
+                     uint32_t count, uint64_t offset, uint32_t flags,
+                     uint64_t charged, int *err);
+
+/* A read or write, admitted and served part after part (usually in one
+ * part).  Each part carries the request's flags, so a FUA write is on
+ * stable storage whole when it returns; a failed part fails the
+ * request, which the NBD protocol allows to have written some of it.
+ */
+static int
+serve (struct throttle_handle *h, nbdkit_next *next, enum throttle_op op,
+       bool charge, void *buf, uint32_t count, uint64_t offset,
+       uint32_t flags, int *err, part_fn *fn)
+{
+  for (;;) {
+    uint64_t charged = 0;
+    uint32_t len = count;
+
+    if (charge &&
+        admit (h, op, count, offset, flags, &charged, &len, err) == -1)
+      return -1;
+    if (fn (h, next, buf, len, offset, flags, charged, err) == -1)
+      return -1;
+    if (len == count)
+      return 0;
+    buf = (char *) buf + len;
+    offset += len;
+    count -= len;
+  }
+}
+
+static int
+throttle_pread (nbdkit_next *next, void *handle, void *buf,
+                uint32_t count, uint64_t offset, uint32_t flags, int *err)
+{
+  struct throttle_handle *h = handle;
+
+  throttle_guards_thread_enter ();
+  return reply (h, serve (h, next, THROTTLE_OP_READ,
+                          throttle_config.charge_reads, buf, count, offset,
+                          flags, err, read_part));
 }
 
 static int
@@ -394,20 +504,11 @@ throttle_pwrite (nbdkit_next *next, void *handle, const void *buf,
                  uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
   struct throttle_handle *h = handle;
-  uint64_t charged;
-  int r;
 
   throttle_guards_thread_enter ();
-  if (admit (h, THROTTLE_OP_WRITE, count, offset, flags, &charged, err) == -1)
-    return reply (h, -1);
-  if (throttle_writeback_enabled ())
-    /* Credits 'charged' when the write is on the backend. */
-    return reply (h, throttle_writeback_pwrite (&h->wb, h->exp, next, buf,
-                                                count, offset, flags, charged,
-                                                err));
-  r = next->pwrite (next, buf, count, offset, flags, err);
-  done (h, charged);
-  return reply (h, r);
+  /* The buffer is only read (write_part passes it on as const). */
+  return reply (h, serve (h, next, THROTTLE_OP_WRITE, true, (void *) buf,
+                          count, offset, flags, err, write_part));
 }
 
 static int
@@ -416,10 +517,12 @@ throttle_zero (nbdkit_next *next, void *handle,
 {
   struct throttle_handle *h = handle;
   uint64_t charged;
+  uint32_t len;             /* never split: always count */
   int r;
 
   throttle_guards_thread_enter ();
-  if (admit (h, THROTTLE_OP_ZERO, count, offset, flags, &charged, err) == -1)
+  if (admit (h, THROTTLE_OP_ZERO, count, offset, flags, &charged, &len,
+             err) == -1)
     return reply (h, -1);
   if (throttle_writeback_enabled ())
     r = throttle_writeback_zero (&h->wb, next, count, offset, flags, err);
@@ -435,10 +538,12 @@ throttle_trim (nbdkit_next *next, void *handle,
 {
   struct throttle_handle *h = handle;
   uint64_t charged;
+  uint32_t len;             /* never split: always count */
   int r;
 
   throttle_guards_thread_enter ();
-  if (admit (h, THROTTLE_OP_TRIM, count, offset, flags, &charged, err) == -1)
+  if (admit (h, THROTTLE_OP_TRIM, count, offset, flags, &charged, &len,
+             err) == -1)
     return reply (h, -1);
   if (throttle_writeback_enabled ())
     r = throttle_writeback_trim (&h->wb, next, count, offset, flags, err);

@@ -346,6 +346,117 @@ START_TEST (test_over_credit_aborts)
 }
 END_TEST
 
+/* --- requests served in parts ---------------------------------------- */
+
+struct part_arg {
+  struct throttle_budget *b;
+  uint64_t need, min, quantum;
+  int result;
+  uint64_t charged;
+};
+
+static void *
+part_thread (void *vp)
+{
+  struct part_arg *a = vp;
+
+  a->result = throttle_budget_charge_part (a->b, a->need, a->min, a->quantum,
+                                           NULL, NULL, 0, &a->charged);
+  return NULL;
+}
+
+/* What is free is granted in quanta once it reaches min, at once when
+ * nobody waits, and to the head of the queue when units come back.
+ */
+START_TEST (test_part_grants)
+{
+  struct throttle_budget b;
+  struct part_arg a = { .need = 60, .min = 20, .quantum = 10 };
+  pthread_t t;
+  uint64_t held, c;
+
+  throttle_budget_init (&b, 100);
+  a.b = &b;
+  throttle_budget_charge (&b, 75, NULL, NULL, 0, &held);
+  /* 25 free: 20 of them, in quanta of 10. */
+  ck_assert_int_eq (throttle_budget_charge_part (&b, 60, 20, 10, NULL, NULL,
+                                                 0, &c), 0);
+  ck_assert_uint_eq (c, 20);
+  /* 5 free, below min: wait.  15 back: 20 free, granted as a part. */
+  pthread_create (&t, NULL, part_thread, &a);
+  wait_for_waiters (&b, 1);
+  throttle_budget_credit (&b, 15);
+  pthread_join (t, NULL);
+  ck_assert_int_eq (a.result, 0);
+  ck_assert_uint_eq (a.charged, 20);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 100);
+  /* The whole need when it is free. */
+  throttle_budget_credit (&b, 60 + c + a.charged);
+  ck_assert_int_eq (throttle_budget_charge_part (&b, 60, 20, 10, NULL, NULL,
+                                                 0, &c), 0);
+  ck_assert_uint_eq (c, 60);
+  throttle_budget_credit (&b, c);
+  /* Larger than the capacity: parts of at most the capacity, never
+   * clamped.
+   */
+  ck_assert_int_eq (throttle_budget_charge_part (&b, 250, 20, 10, NULL, NULL,
+                                                 0, &c), 0);
+  ck_assert_uint_eq (c, 100);
+  ck_assert_uint_eq (stats_of (&b).clamped, 0);
+  throttle_budget_credit (&b, c);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 0);
+  throttle_budget_destroy (&b);
+}
+END_TEST
+
+/* A part goes to the head only: a later request that would fit in
+ * what the head is granted still queues behind it.
+ */
+START_TEST (test_part_fifo)
+{
+  struct throttle_budget b;
+  struct part_arg head = { .need = 60, .min = 20, .quantum = 10 };
+  struct part_arg small = { .need = 10, .min = 10, .quantum = 10 };
+  pthread_t th, ts;
+  uint64_t held;
+
+  throttle_budget_init (&b, 100);
+  head.b = small.b = &b;
+  throttle_budget_charge (&b, 90, NULL, NULL, 0, &held);
+  pthread_create (&th, NULL, part_thread, &head);
+  wait_for_waiters (&b, 1);
+  pthread_create (&ts, NULL, part_thread, &small);
+  wait_for_waiters (&b, 2);
+  throttle_budget_credit (&b, 20);      /* 30 free: all to the head */
+  pthread_join (th, NULL);
+  ck_assert_uint_eq (head.charged, 30);
+  ck_assert_uint_eq (stats_of (&b).waiters, 1);
+  throttle_budget_credit (&b, head.charged);
+  pthread_join (ts, NULL);
+  ck_assert_uint_eq (small.charged, 10);
+  throttle_budget_credit (&b, small.charged + 70);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 0);
+  throttle_budget_destroy (&b);
+}
+END_TEST
+
+START_TEST (test_part_bad_args)
+{
+  struct throttle_budget b;
+  uint64_t c;
+
+  throttle_budget_init (&b, 100);
+  ck_assert_int_eq (throttle_budget_charge_part (&b, 60, 20, 0, NULL, NULL,
+                                                 0, &c), -1);
+  ck_assert_int_eq (throttle_budget_charge_part (&b, 60, 0, 10, NULL, NULL,
+                                                 0, &c), -1);
+  ck_assert_int_eq (throttle_budget_charge_part (&b, 60, 25, 10, NULL, NULL,
+                                                 0, &c), -1);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 0);
+  throttle_budget_destroy (&b);
+}
+END_TEST
+
 /* --- many threads ---------------------------------------------------- */
 
 #define CAPACITY 1000
@@ -378,9 +489,14 @@ hammer_thread (void *vp)
     long now, peak;
     bool use_cancel = rand_r (&seed) % 8 == 0;
 
-    if (throttle_budget_charge (&hammer_b, need,
-                                use_cancel ? random_cancel : NULL, &seed,
-                                1, &c) == -1) {
+    /* A third are served in parts of at least 100 units. */
+    if ((rand_r (&seed) % 3 == 0
+         ? throttle_budget_charge_part (&hammer_b, need, 100, 50,
+                                        use_cancel ? random_cancel : NULL,
+                                        &seed, 1, &c)
+         : throttle_budget_charge (&hammer_b, need,
+                                   use_cancel ? random_cancel : NULL, &seed,
+                                   1, &c)) == -1) {
       atomic_fetch_add (&hammer_cancelled, 1);
       continue;
     }
@@ -457,6 +573,9 @@ budget_suite (void)
   tcase_add_test (tc, test_shutdown_wakes_waiters);
   tcase_add_test (tc, test_set_capacity);
   tcase_add_test_raise_signal (tc, test_over_credit_aborts, SIGABRT);
+  tcase_add_test (tc, test_part_grants);
+  tcase_add_test (tc, test_part_fifo);
+  tcase_add_test (tc, test_part_bad_args);
   tcase_add_test (tc, test_hammer);
   suite_add_tcase (s, tc);
   return s;
