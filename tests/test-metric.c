@@ -69,6 +69,34 @@ START_TEST (test_load_builtin)
 }
 END_TEST
 
+/* page_units is what the filter's parts rely on: a page-aligned read
+ * or write of n pages costs exactly n * page_units; 0 where that is not
+ * so.
+ */
+START_TEST (test_page_units)
+{
+  static const char *names[] = { "bytes", "pages", "requests" };
+  struct throttle_metric m;
+  char err[256];
+  size_t i;
+  uint32_t n;
+
+  for (i = 0; i < 3; i++) {
+    ck_assert_int_eq (throttle_metric_load (names[i], &m, err, sizeof err), 0);
+    if (strcmp (names[i], "requests") == 0)
+      ck_assert_uint_eq (m.page_units, 0);
+    else
+      for (n = 1; n <= 512; n *= 2) {
+        ck_assert_uint_eq (cost (m.fn, THROTTLE_OP_WRITE, n * 4096, 8192),
+                           n * m.page_units);
+        ck_assert_uint_eq (cost (m.fn, THROTTLE_OP_READ, n * 4096, 4096 * n),
+                           n * m.page_units);
+      }
+    throttle_metric_unload (&m);
+  }
+}
+END_TEST
+
 START_TEST (test_load_errors)
 {
   struct throttle_metric m;
@@ -94,6 +122,7 @@ START_TEST (test_load_user)
   ck_assert_ptr_nonnull (path);
   ck_assert_int_eq (throttle_metric_load (path, &m, err, sizeof err), 0);
   ck_assert_ptr_nonnull (m.dl);
+  ck_assert_uint_eq (m.page_units, 0);        /* never split */
   ck_assert_uint_eq (cost (m.fn, THROTTLE_OP_WRITE, 1048577, 0), 3);
   ck_assert_uint_eq (cost (m.fn, THROTTLE_OP_ZERO, 1048577, 0), 0);
   throttle_metric_unload (&m);
@@ -113,6 +142,7 @@ main (void)
   tcase_add_test (tc, test_pages);
   tcase_add_test (tc, test_requests);
   tcase_add_test (tc, test_load_builtin);
+  tcase_add_test (tc, test_page_units);
   tcase_add_test (tc, test_load_errors);
   tcase_add_test (tc, test_load_user);
   suite_add_tcase (s, tc);
