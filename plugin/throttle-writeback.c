@@ -103,7 +103,6 @@ struct wb_writer {
   nbdkit_next *ctx;
   void *bounce;
   uint64_t flushed_gen;
-  int flush_err;
 };
 
 struct throttle_wb {
@@ -133,15 +132,20 @@ struct throttle_wb {
   void *meta;                    /* the mapping holding recs and links */
   size_t meta_len;
 
-  /* Background write failures: a counter that every connection
-   * compares with what it has seen (like the kernel's errseq_t), so
-   * each connection open at the failure hears of it once.
+  /* Failures a flush reports: background writes, and writers'
+   * flushes (what the writer wrote may be lost).  Like the kernel's
+   * errseq_t, a counter that only grows: each flush samples it when it
+   * arrives and fails if it moved before the flush answers, and each
+   * connection keeps the value it last reported.  So a failure reaches
+   * every flush waiting when it happened, and the next flush of every
+   * connection open then; a later success cannot hide it, as a single
+   * "last result" would.
    */
   uint64_t error_seq;
   bool error_unreported;         /* no flush has reported the last one */
   int last_errno;
   uint64_t last_err_offset;
-  uint32_t last_err_count;
+  uint32_t last_err_count;       /* 0: a writer's flush failed */
 
   bool multi_conn;               /* a flush on any context covers all */
   bool writer_flush;             /* writers' contexts can flush */
@@ -345,6 +349,32 @@ copy_out (struct throttle_wb *wb, const struct wb_rec *r,
   }
 }
 
+/* Called with wb->lock held: a background write of count bytes at
+ * offset failed, or (count 0) a writer's flush did, with err.
+ */
+static void
+record_error (struct throttle_wb *wb, int err, uint32_t count,
+              uint64_t offset)
+{
+  wb->error_seq++;
+  wb->error_unreported = true;
+  wb->last_errno = err;
+  wb->last_err_offset = offset;
+  wb->last_err_count = count;
+}
+
+/* The last failure, for a message: "4096 bytes at 0: ..." */
+static void
+describe_last_error (const struct throttle_wb *wb, char *buf, size_t len)
+{
+  if (wb->last_err_count == 0)
+    snprintf (buf, len, "a writer's flush: %s", strerror (wb->last_errno));
+  else
+    snprintf (buf, len, "write of %" PRIu32 " bytes at %" PRIu64 ": %s",
+              wb->last_err_count, wb->last_err_offset,
+              strerror (wb->last_errno));
+}
+
 static void *
 writer_main (void *arg)
 {
@@ -363,8 +393,16 @@ writer_main (void *arg)
       pthread_mutex_unlock (&wb->lock);
       if (wb->writer_flush)
         res = w->ctx->flush (w->ctx, 0, &err);
+      if (res == -1) {
+        if (err == 0)
+          err = EIO;
+        nbdkit_error ("throttle: writeback: flushing a writer's backend "
+                      "context of export \"%s\" failed: %s; the flushes "
+                      "waiting report it", wb->exp->name, strerror (err));
+      }
       pthread_mutex_lock (&wb->lock);
-      w->flush_err = res == -1 ? (err ? err : EIO) : 0;
+      if (res == -1)
+        record_error (wb, err, 0, 0);
       w->flushed_gen = gen;
       pthread_cond_broadcast (&wb->done);
       continue;
@@ -399,11 +437,7 @@ writer_main (void *arg)
 
       pthread_mutex_lock (&wb->lock);
       if (res == -1) {
-        wb->error_seq++;
-        wb->error_unreported = true;
-        wb->last_errno = err;
-        wb->last_err_offset = r->offset;
-        wb->last_err_count = r->count;
+        record_error (wb, err, r->count, r->offset);
         wb->failed++;
       }
       else {
@@ -457,12 +491,14 @@ wb_destroy (struct throttle_wb *wb)
                   " failed=%" PRIu64 " peak_pending_bytes=%" PRIu64,
                   wb->exp->name, wb->written, wb->written_bytes, wb->direct,
                   wb->failed, wb->peak_pending_bytes);
-  if (wb->error_unreported)
-    nbdkit_error ("throttle: writeback: export \"%s\": %" PRIu64
-                  " background write(s) failed and no flush reported it; "
-                  "last: %" PRIu32 " bytes at %" PRIu64 ": %s",
-                  wb->exp->name, wb->failed, wb->last_err_count,
-                  wb->last_err_offset, strerror (wb->last_errno));
+  if (wb->error_unreported) {
+    char last[128];
+
+    describe_last_error (wb, last, sizeof last);
+    nbdkit_error ("throttle: writeback: export \"%s\": the last failure "
+                  "(%s) and no flush reported it; %" PRIu64 " background "
+                  "write(s) failed in all", wb->exp->name, last, wb->failed);
+  }
   throttle_mempool_destroy (wb->pool);
   throttle_mempool_destroy (wb->bounce_pool);
   if (wb->meta)
@@ -973,13 +1009,15 @@ throttle_writeback_flush (struct throttle_wb_conn *c, nbdkit_next *next,
                           uint32_t flags, int *err)
 {
   struct throttle_wb *wb = conn_wb (c);
-  int flush_err = 0;
+  uint64_t arrived_seq, seen;
+  char last[128];
   size_t i;
 
   if (wb == NULL)
     return next->flush (next, flags, err);
 
   pthread_mutex_lock (&wb->lock);
+  arrived_seq = wb->error_seq;
   wait_all_older (wb, wb->next_seq);
 
   /* Without multi-conn the plugin promises nothing about writes made
@@ -997,33 +1035,29 @@ throttle_writeback_flush (struct throttle_wb_conn *c, nbdkit_next *next,
       if (waiting)
         pthread_cond_wait (&wb->done, &wb->lock);
     } while (waiting);
-    for (i = 0; i < wb->nr_writers; ++i)
-      if (wb->writers[i].flush_err && !flush_err)
-        flush_err = wb->writers[i].flush_err;
   }
   pthread_mutex_unlock (&wb->lock);
 
   if (next->flush (next, flags, err) == -1)
     return -1;
-  if (flush_err) {
-    nbdkit_error ("throttle: writeback: flushing a writer's backend "
-                  "context failed: %s", strerror (flush_err));
-    *err = flush_err;
-    return -1;
-  }
 
+  /* Failures since this flush arrived, which it was waiting for, and
+   * failures before that this connection has not heard of.  Another
+   * flush of the connection that reports first does not make this one
+   * succeed: it compares with what it sampled, not only with seen.
+   */
   pthread_mutex_lock (&wb->lock);
-  if (c->seen_errors != wb->error_seq) {
-    uint64_t missed = wb->error_seq - c->seen_errors;
-
+  seen = c->seen_errors < arrived_seq ? c->seen_errors : arrived_seq;
+  if (seen != wb->error_seq) {
     c->seen_errors = wb->error_seq;
     wb->error_unreported = false;
     *err = wb->last_errno;
+    describe_last_error (wb, last, sizeof last);
     nbdkit_error ("throttle: writeback: flush of export \"%s\": %" PRIu64
-                  " background write(s) failed since this connection's "
-                  "last report; last: %" PRIu32 " bytes at %" PRIu64 ": %s",
-                  wb->exp->name, missed, wb->last_err_count,
-                  wb->last_err_offset, strerror (wb->last_errno));
+                  " failure(s) of background writes or writers' flushes "
+                  "since this flush arrived or this connection's last "
+                  "report; last: %s", wb->exp->name, wb->error_seq - seen,
+                  last);
     pthread_mutex_unlock (&wb->lock);
     return -1;
   }
