@@ -203,9 +203,28 @@ throttle_writeback_config (const char *key, const char *value)
   return 0;
 }
 
+/* Bytes an export's writeback state takes, all of it touched and
+ * (unless throttle-mlock=off) locked: the pool, with its free stack
+ * and its records and links, and a buffer per writer.  The caller
+ * ensures pool is at most half of RAM, so nothing here overflows.
+ */
+static uint64_t
+wb_memory (uint64_t pool)
+{
+  uint64_t nr = pool / WB_ELEM;
+  uint64_t per = sizeof (struct wb_rec) + sizeof (struct wb_link) +
+    sizeof (void *) + 1;
+  uint64_t bounce = pool < WB_MAX_WRITE ? pool : WB_MAX_WRITE;
+
+  return pool + nr * per + nr_threads * bounce;
+}
+
 int
 throttle_writeback_config_complete (void)
 {
+  const char *why;
+  uint64_t ram, need;
+
   if (!writeback) {
     if (pool_param || nr_threads != WB_DEFAULT_THREADS)
       nbdkit_debug ("throttle: throttle-writeback-* ignored: "
@@ -216,25 +235,64 @@ throttle_writeback_config_complete (void)
   /* Cover the whole budget where the metric says how many bytes it
    * holds; other metrics do not, so the pool is then a second bound
    * of its own (a write waits for buffers as it waits for units).
+   * The parameter that decided the size is named in every error.
    */
-  if (pool_param)
+  if (pool_param) {
     pool_bytes = pool_param;
-  else if (throttle_config.metric.fn == throttle_metric_bytes)
+    why = "throttle-writeback-pool";
+  }
+  else if (throttle_config.metric.fn == throttle_metric_bytes) {
     pool_bytes = throttle_config.capacity;
-  else if (throttle_config.metric.fn == throttle_metric_pages)
-    pool_bytes = throttle_config.capacity * THROTTLE_PAGE_SIZE;
-  else
+    why = "throttle-capacity (the pool's default under "
+      "throttle-metric=bytes)";
+  }
+  else if (throttle_config.metric.fn == throttle_metric_pages) {
+    if (__builtin_mul_overflow (throttle_config.capacity,
+                                (uint64_t) THROTTLE_PAGE_SIZE, &pool_bytes)) {
+      nbdkit_error ("throttle-capacity: %" PRIu64 " pages of %d bytes "
+                    "overflow a 64-bit writeback pool size: lower "
+                    "throttle-capacity, or set throttle-writeback-pool",
+                    throttle_config.capacity, THROTTLE_PAGE_SIZE);
+      return -1;
+    }
+    why = "throttle-capacity (the pool's default under "
+      "throttle-metric=pages is capacity x 4096)";
+  }
+  else {
     pool_bytes = 16 * 1024 * 1024;
+    why = "the default throttle-writeback-pool";
+  }
+  /* Cannot overflow: a size nbdkit parsed is below 2^63, and a
+   * product of pages a multiple of WB_ELEM already.
+   */
   pool_bytes = (pool_bytes + WB_ELEM - 1) / WB_ELEM * WB_ELEM;
-  if (pool_bytes / WB_ELEM >= NO_SLOT) {
-    nbdkit_error ("throttle-writeback-pool: %" PRIu64 " bytes is too large",
-                  pool_bytes);
+
+  /* Refused here, before nbdkit starts: each pool is allocated,
+   * touched and locked at the first connection, where a pool RAM
+   * cannot hold fails every connection or wakes the OOM killer.  Half
+   * of RAM, as throttle-reserve is judged.
+   */
+  ram = (uint64_t) sysconf (_SC_PHYS_PAGES) * sysconf (_SC_PAGESIZE);
+  if (pool_bytes > ram / 2 || (need = wb_memory (pool_bytes)) > ram / 2) {
+    nbdkit_error ("%s: a writeback pool of %" PRIu64 " bytes per export "
+                  "(plus its records and %u writers' buffers) needs more "
+                  "than half of RAM, %" PRIu64 " of %" PRIu64 " bytes: "
+                  "lower %s", why, pool_bytes, nr_threads, ram / 2, ram,
+                  pool_param ? "throttle-writeback-pool" :
+                  "throttle-capacity, or set throttle-writeback-pool");
+    return -1;
+  }
+  if (pool_bytes / WB_ELEM >= NO_SLOT) {     /* 16 TiB */
+    nbdkit_error ("%s: a writeback pool of %" PRIu64 " bytes is more "
+                  "than the %" PRIu32 " buffers of %d bytes a pool can "
+                  "have", why, pool_bytes, NO_SLOT - 1, WB_ELEM);
     return -1;
   }
   nbdkit_debug ("throttle: writeback: pool %" PRIu64 " bytes per export "
-                "in %d-byte buffers, %u writer threads, writes above "
+                "in %d-byte buffers (%" PRIu64 " bytes in all with records "
+                "and writers' buffers), %u writer threads, writes above "
                 "%d bytes go through directly",
-                pool_bytes, WB_ELEM, nr_threads,
+                pool_bytes, WB_ELEM, need, nr_threads,
                 (int) (pool_bytes < WB_MAX_WRITE ? pool_bytes : WB_MAX_WRITE));
   throttle_control_set_extra_stats (throttle_writeback_stats_json);
   return 0;
