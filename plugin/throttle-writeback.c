@@ -222,7 +222,7 @@ wb_memory (uint64_t pool)
 int
 throttle_writeback_config_complete (void)
 {
-  const char *why;
+  const char *why, *fix;
   uint64_t ram, need;
 
   if (!writeback) {
@@ -240,11 +240,13 @@ throttle_writeback_config_complete (void)
   if (pool_param) {
     pool_bytes = pool_param;
     why = "throttle-writeback-pool";
+    fix = "lower throttle-writeback-pool";
   }
   else if (throttle_config.metric.fn == throttle_metric_bytes) {
     pool_bytes = throttle_config.capacity;
     why = "throttle-capacity (the pool's default under "
       "throttle-metric=bytes)";
+    fix = "lower throttle-capacity, or set throttle-writeback-pool";
   }
   else if (throttle_config.metric.fn == throttle_metric_pages) {
     if (__builtin_mul_overflow (throttle_config.capacity,
@@ -257,10 +259,12 @@ throttle_writeback_config_complete (void)
     }
     why = "throttle-capacity (the pool's default under "
       "throttle-metric=pages is capacity x 4096)";
+    fix = "lower throttle-capacity, or set throttle-writeback-pool";
   }
   else {
     pool_bytes = 16 * 1024 * 1024;
     why = "the default throttle-writeback-pool";
+    fix = "set a smaller throttle-writeback-pool";
   }
   /* Cannot overflow: a size nbdkit parsed is below 2^63, and a
    * product of pages a multiple of WB_ELEM already.
@@ -276,16 +280,14 @@ throttle_writeback_config_complete (void)
   if (pool_bytes > ram / 2 || (need = wb_memory (pool_bytes)) > ram / 2) {
     nbdkit_error ("%s: a writeback pool of %" PRIu64 " bytes per export "
                   "(plus its records and %u writers' buffers) needs more "
-                  "than half of RAM, %" PRIu64 " of %" PRIu64 " bytes: "
-                  "lower %s", why, pool_bytes, nr_threads, ram / 2, ram,
-                  pool_param ? "throttle-writeback-pool" :
-                  "throttle-capacity, or set throttle-writeback-pool");
+                  "than half of RAM, %" PRIu64 " of %" PRIu64 " bytes: %s",
+                  why, pool_bytes, nr_threads, ram / 2, ram, fix);
     return -1;
   }
   if (pool_bytes / WB_ELEM >= NO_SLOT) {     /* 16 TiB */
     nbdkit_error ("%s: a writeback pool of %" PRIu64 " bytes is more "
                   "than the %" PRIu32 " buffers of %d bytes a pool can "
-                  "have", why, pool_bytes, NO_SLOT - 1, WB_ELEM);
+                  "have: %s", why, pool_bytes, NO_SLOT - 1, WB_ELEM, fix);
     return -1;
   }
   nbdkit_debug ("throttle: writeback: pool %" PRIu64 " bytes per export "
@@ -421,7 +423,7 @@ record_error (struct throttle_wb *wb, int err, uint32_t count,
   wb->last_err_count = count;
 }
 
-/* The last failure, for a message: "4096 bytes at 0: ..." */
+/* The last failure, for a message: "write of 4096 bytes at 0: ..." */
 static void
 describe_last_error (const struct throttle_wb *wb, char *buf, size_t len)
 {
