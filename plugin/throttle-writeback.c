@@ -551,14 +551,12 @@ wb_destroy (struct throttle_wb *wb)
                   " failed=%" PRIu64 " peak_pending_bytes=%" PRIu64,
                   wb->exp->name, wb->written, wb->written_bytes, wb->direct,
                   wb->failed, wb->peak_pending_bytes);
-  if (wb->error_unreported) {
-    char last[128];
-
-    describe_last_error (wb, last, sizeof last);
-    nbdkit_error ("throttle: writeback: export \"%s\": the last failure "
-                  "(%s) and no flush reported it; %" PRIu64 " background "
-                  "write(s) failed in all", wb->exp->name, last, wb->failed);
-  }
+  if (wb->error_unreported)
+    nbdkit_error ("throttle: writeback: export \"%s\": %" PRIu64
+                  " background write(s) failed and no flush reported it; "
+                  "last: %" PRIu32 " bytes at %" PRIu64 ": %s",
+                  wb->exp->name, wb->failed, wb->last_err_count,
+                  wb->last_err_offset, strerror (wb->last_errno));
   throttle_mempool_destroy (wb->pool);
   throttle_mempool_destroy (wb->bounce_pool);
   if (wb->meta)
@@ -1072,6 +1070,7 @@ throttle_writeback_flush (struct throttle_wb_conn *c, nbdkit_next *next,
   uint64_t arrived_seq, seen;
   char last[128];
   size_t i;
+  int res;
 
   if (wb == NULL)
     return next->flush (next, flags, err);
@@ -1098,31 +1097,34 @@ throttle_writeback_flush (struct throttle_wb_conn *c, nbdkit_next *next,
   }
   pthread_mutex_unlock (&wb->lock);
 
-  if (next->flush (next, flags, err) == -1)
-    return -1;
+  res = next->flush (next, flags, err);
 
   /* Failures since this flush arrived, which it was waiting for, and
    * failures before that this connection has not heard of.  Another
    * flush of the connection that reports first does not make this one
-   * succeed: it compares with what it sampled, not only with seen.
+   * succeed: it compares with what it sampled, not only with seen.  A
+   * flush that fails anyway reports them too (with its own error), so
+   * that a writer's failed flush, always awaited by some flush, is
+   * always reported.
    */
   pthread_mutex_lock (&wb->lock);
   seen = c->seen_errors < arrived_seq ? c->seen_errors : arrived_seq;
   if (seen != wb->error_seq) {
     c->seen_errors = wb->error_seq;
     wb->error_unreported = false;
-    *err = wb->last_errno;
+    if (res == 0) {
+      *err = wb->last_errno;
+      res = -1;
+    }
     describe_last_error (wb, last, sizeof last);
     nbdkit_error ("throttle: writeback: flush of export \"%s\": %" PRIu64
                   " failure(s) of background writes or writers' flushes "
                   "since this flush arrived or this connection's last "
                   "report; last: %s", wb->exp->name, wb->error_seq - seen,
                   last);
-    pthread_mutex_unlock (&wb->lock);
-    return -1;
   }
   pthread_mutex_unlock (&wb->lock);
-  return 0;
+  return res;
 }
 
 int
