@@ -103,7 +103,6 @@ struct wb_writer {
   nbdkit_next *ctx;
   void *bounce;
   uint64_t flushed_gen;
-  int flush_err;
 };
 
 struct throttle_wb {
@@ -133,15 +132,20 @@ struct throttle_wb {
   void *meta;                    /* the mapping holding recs and links */
   size_t meta_len;
 
-  /* Background write failures: a counter that every connection
-   * compares with what it has seen (like the kernel's errseq_t), so
-   * each connection open at the failure hears of it once.
+  /* Failures a flush reports: background writes, and writers'
+   * flushes (what the writer wrote may be lost).  Like the kernel's
+   * errseq_t, a counter that only grows: each flush samples it when it
+   * arrives and fails if it moved before the flush answers, and each
+   * connection keeps the value it last reported.  So a failure reaches
+   * every flush waiting when it happened, and the next flush of every
+   * connection open then; a later success cannot hide it, as a single
+   * "last result" would.
    */
   uint64_t error_seq;
   bool error_unreported;         /* no flush has reported the last one */
   int last_errno;
   uint64_t last_err_offset;
-  uint32_t last_err_count;
+  uint32_t last_err_count;       /* 0: a writer's flush failed */
 
   bool multi_conn;               /* a flush on any context covers all */
   bool writer_flush;             /* writers' contexts can flush */
@@ -199,9 +203,28 @@ throttle_writeback_config (const char *key, const char *value)
   return 0;
 }
 
+/* Bytes an export's writeback state takes, all of it touched and
+ * (unless throttle-mlock=off) locked: the pool, with its free stack
+ * and its records and links, and a buffer per writer.  The caller
+ * ensures pool is at most half of RAM, so nothing here overflows.
+ */
+static uint64_t
+wb_memory (uint64_t pool)
+{
+  uint64_t nr = pool / WB_ELEM;
+  uint64_t per = sizeof (struct wb_rec) + sizeof (struct wb_link) +
+    sizeof (void *) + 1;
+  uint64_t bounce = pool < WB_MAX_WRITE ? pool : WB_MAX_WRITE;
+
+  return pool + nr * per + nr_threads * bounce;
+}
+
 int
 throttle_writeback_config_complete (void)
 {
+  const char *why, *fix;
+  uint64_t ram, need;
+
   if (!writeback) {
     if (pool_param || nr_threads != WB_DEFAULT_THREADS)
       nbdkit_debug ("throttle: throttle-writeback-* ignored: "
@@ -212,25 +235,66 @@ throttle_writeback_config_complete (void)
   /* Cover the whole budget where the metric says how many bytes it
    * holds; other metrics do not, so the pool is then a second bound
    * of its own (a write waits for buffers as it waits for units).
+   * The parameter that decided the size is named in every error.
    */
-  if (pool_param)
+  if (pool_param) {
     pool_bytes = pool_param;
-  else if (throttle_config.metric.fn == throttle_metric_bytes)
+    why = "throttle-writeback-pool";
+    fix = "lower throttle-writeback-pool";
+  }
+  else if (throttle_config.metric.fn == throttle_metric_bytes) {
     pool_bytes = throttle_config.capacity;
-  else if (throttle_config.metric.fn == throttle_metric_pages)
-    pool_bytes = throttle_config.capacity * THROTTLE_PAGE_SIZE;
-  else
+    why = "throttle-capacity (the pool's default under "
+      "throttle-metric=bytes)";
+    fix = "lower throttle-capacity, or set throttle-writeback-pool";
+  }
+  else if (throttle_config.metric.fn == throttle_metric_pages) {
+    if (__builtin_mul_overflow (throttle_config.capacity,
+                                (uint64_t) THROTTLE_PAGE_SIZE, &pool_bytes)) {
+      nbdkit_error ("throttle-capacity: %" PRIu64 " pages of %d bytes "
+                    "overflow a 64-bit writeback pool size: lower "
+                    "throttle-capacity, or set throttle-writeback-pool",
+                    throttle_config.capacity, THROTTLE_PAGE_SIZE);
+      return -1;
+    }
+    why = "throttle-capacity (the pool's default under "
+      "throttle-metric=pages is capacity x 4096)";
+    fix = "lower throttle-capacity, or set throttle-writeback-pool";
+  }
+  else {
     pool_bytes = 16 * 1024 * 1024;
+    why = "the default throttle-writeback-pool";
+    fix = "set a smaller throttle-writeback-pool";
+  }
+  /* Cannot overflow: a size nbdkit parsed is below 2^63, and a
+   * product of pages a multiple of WB_ELEM already.
+   */
   pool_bytes = (pool_bytes + WB_ELEM - 1) / WB_ELEM * WB_ELEM;
-  if (pool_bytes / WB_ELEM >= NO_SLOT) {
-    nbdkit_error ("throttle-writeback-pool: %" PRIu64 " bytes is too large",
-                  pool_bytes);
+
+  /* Refused here, before nbdkit starts: each pool is allocated,
+   * touched and locked at the first connection, where a pool RAM
+   * cannot hold fails every connection or wakes the OOM killer.  Half
+   * of RAM, as throttle-reserve is judged.
+   */
+  ram = (uint64_t) sysconf (_SC_PHYS_PAGES) * sysconf (_SC_PAGESIZE);
+  if (pool_bytes > ram / 2 || (need = wb_memory (pool_bytes)) > ram / 2) {
+    nbdkit_error ("%s: a writeback pool of %" PRIu64 " bytes per export "
+                  "(plus its records and %u writers' buffers) needs more "
+                  "than half of RAM, %" PRIu64 " of %" PRIu64 " bytes: %s",
+                  why, pool_bytes, nr_threads, ram / 2, ram, fix);
+    return -1;
+  }
+  if (pool_bytes / WB_ELEM >= NO_SLOT) {     /* 16 TiB */
+    nbdkit_error ("%s: a writeback pool of %" PRIu64 " bytes is more "
+                  "than the %" PRIu32 " buffers of %d bytes a pool can "
+                  "have: %s", why, pool_bytes, NO_SLOT - 1, WB_ELEM, fix);
     return -1;
   }
   nbdkit_debug ("throttle: writeback: pool %" PRIu64 " bytes per export "
-                "in %d-byte buffers, %u writer threads, writes above "
+                "in %d-byte buffers (%" PRIu64 " bytes in all with records "
+                "and writers' buffers), %u writer threads, writes above "
                 "%d bytes go through directly",
-                pool_bytes, WB_ELEM, nr_threads,
+                pool_bytes, WB_ELEM, need, nr_threads,
                 (int) (pool_bytes < WB_MAX_WRITE ? pool_bytes : WB_MAX_WRITE));
   throttle_control_set_extra_stats (throttle_writeback_stats_json);
   return 0;
@@ -345,6 +409,32 @@ copy_out (struct throttle_wb *wb, const struct wb_rec *r,
   }
 }
 
+/* Called with wb->lock held: a background write of count bytes at
+ * offset failed, or (count 0) a writer's flush did, with err.
+ */
+static void
+record_error (struct throttle_wb *wb, int err, uint32_t count,
+              uint64_t offset)
+{
+  wb->error_seq++;
+  wb->error_unreported = true;
+  wb->last_errno = err;
+  wb->last_err_offset = offset;
+  wb->last_err_count = count;
+}
+
+/* The last failure, for a message: "write of 4096 bytes at 0: ..." */
+static void
+describe_last_error (const struct throttle_wb *wb, char *buf, size_t len)
+{
+  if (wb->last_err_count == 0)
+    snprintf (buf, len, "a writer's flush: %s", strerror (wb->last_errno));
+  else
+    snprintf (buf, len, "write of %" PRIu32 " bytes at %" PRIu64 ": %s",
+              wb->last_err_count, wb->last_err_offset,
+              strerror (wb->last_errno));
+}
+
 static void *
 writer_main (void *arg)
 {
@@ -363,8 +453,16 @@ writer_main (void *arg)
       pthread_mutex_unlock (&wb->lock);
       if (wb->writer_flush)
         res = w->ctx->flush (w->ctx, 0, &err);
+      if (res == -1) {
+        if (err == 0)
+          err = EIO;
+        nbdkit_error ("throttle: writeback: flushing a writer's backend "
+                      "context of export \"%s\" failed: %s; the flushes "
+                      "waiting report it", wb->exp->name, strerror (err));
+      }
       pthread_mutex_lock (&wb->lock);
-      w->flush_err = res == -1 ? (err ? err : EIO) : 0;
+      if (res == -1)
+        record_error (wb, err, 0, 0);
       w->flushed_gen = gen;
       pthread_cond_broadcast (&wb->done);
       continue;
@@ -399,11 +497,7 @@ writer_main (void *arg)
 
       pthread_mutex_lock (&wb->lock);
       if (res == -1) {
-        wb->error_seq++;
-        wb->error_unreported = true;
-        wb->last_errno = err;
-        wb->last_err_offset = r->offset;
-        wb->last_err_count = r->count;
+        record_error (wb, err, r->count, r->offset);
         wb->failed++;
       }
       else {
@@ -973,13 +1067,16 @@ throttle_writeback_flush (struct throttle_wb_conn *c, nbdkit_next *next,
                           uint32_t flags, int *err)
 {
   struct throttle_wb *wb = conn_wb (c);
-  int flush_err = 0;
+  uint64_t arrived_seq, seen;
+  char last[128];
   size_t i;
+  int res;
 
   if (wb == NULL)
     return next->flush (next, flags, err);
 
   pthread_mutex_lock (&wb->lock);
+  arrived_seq = wb->error_seq;
   wait_all_older (wb, wb->next_seq);
 
   /* Without multi-conn the plugin promises nothing about writes made
@@ -997,38 +1094,37 @@ throttle_writeback_flush (struct throttle_wb_conn *c, nbdkit_next *next,
       if (waiting)
         pthread_cond_wait (&wb->done, &wb->lock);
     } while (waiting);
-    for (i = 0; i < wb->nr_writers; ++i)
-      if (wb->writers[i].flush_err && !flush_err)
-        flush_err = wb->writers[i].flush_err;
   }
   pthread_mutex_unlock (&wb->lock);
 
-  if (next->flush (next, flags, err) == -1)
-    return -1;
-  if (flush_err) {
-    nbdkit_error ("throttle: writeback: flushing a writer's backend "
-                  "context failed: %s", strerror (flush_err));
-    *err = flush_err;
-    return -1;
-  }
+  res = next->flush (next, flags, err);
 
+  /* Failures since this flush arrived, which it was waiting for, and
+   * failures before that this connection has not heard of.  Another
+   * flush of the connection that reports first does not make this one
+   * succeed: it compares with what it sampled, not only with seen.  A
+   * flush that fails anyway reports them too (with its own error), so
+   * that a writer's failed flush, always awaited by some flush, is
+   * always reported.
+   */
   pthread_mutex_lock (&wb->lock);
-  if (c->seen_errors != wb->error_seq) {
-    uint64_t missed = wb->error_seq - c->seen_errors;
-
+  seen = c->seen_errors < arrived_seq ? c->seen_errors : arrived_seq;
+  if (seen != wb->error_seq) {
     c->seen_errors = wb->error_seq;
     wb->error_unreported = false;
-    *err = wb->last_errno;
+    if (res == 0) {
+      *err = wb->last_errno;
+      res = -1;
+    }
+    describe_last_error (wb, last, sizeof last);
     nbdkit_error ("throttle: writeback: flush of export \"%s\": %" PRIu64
-                  " background write(s) failed since this connection's "
-                  "last report; last: %" PRIu32 " bytes at %" PRIu64 ": %s",
-                  wb->exp->name, missed, wb->last_err_count,
-                  wb->last_err_offset, strerror (wb->last_errno));
-    pthread_mutex_unlock (&wb->lock);
-    return -1;
+                  " failure(s) of background writes or writers' flushes "
+                  "since this flush arrived or this connection's last "
+                  "report; last: %s", wb->exp->name, wb->error_seq - seen,
+                  last);
   }
   pthread_mutex_unlock (&wb->lock);
-  return 0;
+  return res;
 }
 
 int

@@ -4,6 +4,12 @@
  * statefile=PATH.  Data is not stored (reads return zeroes) unless
  * file=PATH names a file to keep it in: a disk that is slow by the
  * delay, and whose data can be checked afterwards.
+ *
+ * flush-fail=K and flush-delay-ms=MS make a backend whose handles
+ * differ, for the writeback flush tests: the first flush on the K-th
+ * handle opened (counting from 1) waits delay-ms and fails with EIO,
+ * its later flushes succeed at once; every flush on another handle
+ * waits flush-delay-ms and succeeds.
  */
 
 #include <config.h>
@@ -13,6 +19,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +35,14 @@ static bool plain_sleep;        /* sleep=plain: not cut short by nbdkit */
 static const char *statefile;
 static const char *file;
 static int fd = -1;
+static unsigned flush_fail;             /* 0: no handle fails a flush */
+static unsigned flush_delay_ms;
+static atomic_uint handles_opened;
+
+struct flush_handle {                   /* only with flush-fail=K */
+  unsigned nr;                          /* 1 for the first handle opened */
+  atomic_bool flushed;
+};
 
 static atomic_llong bytes_now, bytes_peak;
 static atomic_llong reqs_now, reqs_peak;
@@ -57,6 +72,14 @@ inflight_config (const char *key, const char *value)
       nbdkit_error ("sleep=%s: expected plain or nbdkit", value);
       return -1;
     }
+  }
+  else if (strcmp (key, "flush-fail") == 0) {
+    if (nbdkit_parse_unsigned ("flush-fail", value, &flush_fail) == -1)
+      return -1;
+  }
+  else if (strcmp (key, "flush-delay-ms") == 0) {
+    if (nbdkit_parse_unsigned ("flush-delay-ms", value, &flush_delay_ms) == -1)
+      return -1;
   }
   else {
     nbdkit_error ("unknown parameter %s", key);
@@ -98,7 +121,25 @@ inflight_unload (void)
 static void *
 inflight_open (int readonly)
 {
-  return NBDKIT_HANDLE_NOT_NEEDED;
+  struct flush_handle *h;
+
+  if (flush_fail == 0)
+    return NBDKIT_HANDLE_NOT_NEEDED;
+  h = calloc (1, sizeof *h);
+  if (h == NULL) {
+    nbdkit_error ("calloc: %m");
+    return NULL;
+  }
+  h->nr = atomic_fetch_add (&handles_opened, 1) + 1;
+  nbdkit_debug ("inflight: handle %u opened", h->nr);
+  return h;
+}
+
+static void
+inflight_close (void *handle)
+{
+  if (flush_fail != 0)
+    free (handle);
 }
 
 static int64_t
@@ -190,6 +231,23 @@ inflight_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 static int
 inflight_flush (void *handle, uint32_t flags)
 {
+  struct flush_handle *h = handle;
+  unsigned ms = flush_delay_ms;
+
+  if (flush_fail == 0)
+    return 0;
+  if (h->nr == flush_fail) {
+    if (atomic_exchange (&h->flushed, true))
+      return 0;
+    ms = delay_ms;
+  }
+  if (nbdkit_nanosleep (ms / 1000, (ms % 1000) * 1000000) == -1)
+    return -1;
+  if (h->nr == flush_fail) {
+    nbdkit_debug ("inflight: failing the first flush on handle %u", h->nr);
+    nbdkit_set_error (EIO);
+    return -1;
+  }
   return 0;
 }
 
@@ -200,6 +258,7 @@ static struct nbdkit_plugin plugin = {
   .get_ready         = inflight_get_ready,
   .unload            = inflight_unload,
   .open              = inflight_open,
+  .close             = inflight_close,
   .get_size          = inflight_get_size,
   .pread             = inflight_pread,
   .pwrite            = inflight_pwrite,

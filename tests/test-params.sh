@@ -9,11 +9,11 @@ requires_file "$TEST_NOMETRIC"
 
 bad ()
 {
-  local expect=$1; shift
-  if "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M "$@" --run true \
-       >"$tmp/out" 2>&1; then
-    fail "nbdkit started with $*"
-  fi
+  local expect=$1 rc=0; shift
+  "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M "$@" --run true \
+    >"$tmp/out" 2>&1 || rc=$?
+  [ $rc != 0 ] || fail "nbdkit started with $*"
+  [ $rc -lt 128 ] || { cat "$tmp/out"; fail "nbdkit crashed (exit $rc) with $*"; }
   grep -q -- "$expect" "$tmp/out" ||
     { cat "$tmp/out"; fail "$*: error does not say '$expect'"; }
   echo "rejected $*: $(grep -m1 error "$tmp/out")"
@@ -29,6 +29,32 @@ bad "throttle-metric: .*does not define the symbol throttle_metric" \
     throttle-metric="$TEST_NOMETRIC"
 bad "throttle-reads=maybe: expected true or false" throttle-reads=maybe
 bad "unknown parameter throttle-capacty" throttle-capacty=1M
+
+# Writeback pools: allocated, touched and locked at the first
+# connection, so one that cannot be had is refused at start, naming
+# the parameter that sized it.  2^52 pages of 4096 bytes overflow 64
+# bits (once to a pool of 0 bytes, once to one buffer); RAM's size
+# (anything above half of it) does not fit.
+wb="throttle-mode=writeback"
+ram=$(( $(getconf _PHYS_PAGES) * $(getconf PAGESIZE) ))
+bad "throttle-capacity: 4503599627370496 pages of 4096 bytes overflow" \
+    $wb throttle-metric=pages throttle-capacity=4503599627370496
+bad "throttle-capacity: 4503599627370497 pages of 4096 bytes overflow" \
+    $wb throttle-metric=pages throttle-capacity=4503599627370497
+bad "throttle-capacity (the pool's default under throttle-metric=pages .*half of RAM" \
+    $wb throttle-metric=pages throttle-capacity=4503599627370495
+bad "throttle-capacity (the pool's default under throttle-metric=bytes).*half of RAM" \
+    $wb throttle-capacity=$ram
+bad "throttle-capacity (.*half of RAM" $wb throttle-capacity=9223372036854775807
+bad "throttle-writeback-pool: a writeback pool of $ram bytes.*half of RAM" \
+    $wb throttle-writeback-pool=$ram
+# A pool of its own makes any capacity fine, and so does writethrough.
+for ok in "$wb throttle-capacity=$ram throttle-writeback-pool=16M" \
+          "throttle-capacity=$ram" \
+          "throttle-metric=pages throttle-capacity=4503599627370496"; do
+  "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M $ok --run true \
+    >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "refused: $ok"; }
+done
 
 "$NBDKIT" --filter="$THROTTLE_FILTER" memory --help >"$tmp/help" 2>&1
 for p in throttle-capacity throttle-metric throttle-reads; do
