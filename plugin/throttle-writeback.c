@@ -40,6 +40,7 @@
 #include <nbdkit-filter.h>
 
 #include "throttle.h"
+#include "throttle-abort.h"
 #include "throttle-control.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
@@ -326,7 +327,7 @@ throttle_writeback_get_ready (int thread_model)
                   ? "serialize_connections" : "serialize_all_requests");
     return -1;
   }
-  return 0;
+  return throttle_abort_install ();
 }
 
 static bool
@@ -378,6 +379,7 @@ retire (struct throttle_wb *wb, struct wb_rec *r)
     wb->free_link = l;
   }
   wb->pending--;
+  throttle_abort_pending (-1);
   wb->pending_bytes -= r->count;
   throttle_budget_credit (&wb->exp->budget, r->charged);
 
@@ -443,6 +445,7 @@ writer_main (void *arg)
   struct wb_rec *r;
 
   throttle_guards_thread_enter ();
+  throttle_abort_writer_thread ();
 
   pthread_mutex_lock (&wb->lock);
   for (;;) {
@@ -862,6 +865,8 @@ throttle_writeback_pwrite (struct throttle_wb_conn *c,
     return res;
   }
 
+  throttle_abort_hold ();
+
   /* Each buffer is filled as soon as it is had, and chained through a
    * link: holding a buffer guarantees a free link (there are as many
    * links as buffers), and nothing here needs stack beyond a few words.
@@ -923,6 +928,7 @@ throttle_writeback_pwrite (struct throttle_wb_conn *c,
   if (wb->tail) wb->tail->next = r; else wb->head = r;
   wb->tail = r;
   wb->pending++;
+  throttle_abort_pending (1);
   wb->pending_bytes += count;
   if (wb->pending_bytes > wb->peak_pending_bytes)
     wb->peak_pending_bytes = wb->pending_bytes;

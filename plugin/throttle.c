@@ -19,6 +19,7 @@
 #include <nbdkit-filter.h>
 
 #include "throttle.h"
+#include "throttle-abort.h"
 #include "throttle-control.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
@@ -210,6 +211,7 @@ throttle_unload (void)
 {
   throttle_control_unload ();
   throttle_guards_unload ();
+  throttle_abort_uninstall ();
   throttle_export_foreach (print_summary, NULL);
   throttle_export_free_all ();
   throttle_metric_unload (&throttle_config.metric);

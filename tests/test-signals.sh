@@ -99,9 +99,27 @@ s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(b"stats\n")
 print(json.loads(s.makefile("rb").readline())["exports"][0]["writeback"]["pending_writes"])
 EOF
 ) || fail "$name: no stats from the control socket"
-  signal_exit $name $srv $sig
+  if [ $sig = ABRT ]; then
+    $PY - $srv <<'EOF' || fail "$name: cannot signal nbdkit's main thread"
+import ctypes, signal, sys
+pid = int(sys.argv[1])
+SYS_tgkill = 234                # x86_64
+libc = ctypes.CDLL(None, use_errno=True)
+sys.exit(libc.syscall(SYS_tgkill, pid, pid, signal.SIGABRT) != 0)
+EOF
+    for i in $(seq 100); do kill -0 $srv 2>/dev/null || break; sleep 0.1; done
+    kill -0 $srv 2>/dev/null && fail "$name: nbdkit still running 10 s after SIGABRT"
+    wait $srv 2>/dev/null || :
+  else
+    signal_exit $name $srv $sig
+  fi
   wait $client 2>/dev/null || :
-  grep -q "Assertion\|Aborted" "$tmp/$name.log" && fail "$name: nbdkit aborted"
+  if [ $sig = ABRT ]; then
+    grep -q "every acknowledged write is on the backend" "$tmp/$name.log" ||
+      fail "$name: the abort did not wait for the writers"
+  else
+    grep -q "Assertion\|Aborted" "$tmp/$name.log" && fail "$name: nbdkit aborted"
+  fi
   grep -q 'no flush reported it\|background write .* failed' "$tmp/$name.log" &&
     fail "$name: a background write failed"
   [ "${pending:-0}" -gt 0 ] ||
@@ -110,7 +128,9 @@ EOF
   $PY "$srcdir/hostile-client.py" verify "$uri" "$tmp/$name.acked" ||
     fail "$name: data acknowledged before SIG$sig was lost"
   stop_nbdkit $pid
-  [ "$(summary "$tmp/$name.log" in_flight)" = 0 ] || fail "$name: units left in flight"
+  # (An abort unloads nothing: no summary.)
+  [ $sig = ABRT ] || [ "$(summary "$tmp/$name.log" in_flight)" = 0 ] ||
+    fail "$name: units left in flight"
   echo "$name: $(wc -l <"$tmp/$name.acked") acknowledged blocks, $pending pending at the signal, all read back"
   rm -f "$img"
 }
@@ -122,4 +142,16 @@ for sig in TERM INT; do
     run=$((run + 1))
     wb_run $sig wb-$sig-$run $delay
   done
+done
+
+# An abort (nbdkit 1.32 can abort by itself, see BUGS in the man page)
+# skips every cleanup; the filter's SIGABRT handler waits for the
+# writers before the process dies.  Three runs.  The abort is raised in
+# one thread, as abort() does: nbdkit's main thread, waiting for
+# connections and holding no lock (a kill -ABRT could interrupt a
+# thread in the middle of printf, holding the lock of stderr that the
+# writers then need to log with -v, and the drain would wait its 10 s
+# out, as it would for an abort in a thread holding a lock they need).
+for delay in 0.4 0.7 1.0; do
+  wb_run ABRT wb-ABRT-$delay $delay
 done
