@@ -31,7 +31,7 @@
  */
 NBDKIT_DLL_PUBLIC int throttle_debug_verbose = 0;
 
-struct throttle_config throttle_config;
+struct throttle_config throttle_config = { .split = true };
 static const char *metric_spec = "bytes";
 
 /* Default capacity per metric: 16 MiB of payload, or the pages and
@@ -102,6 +102,8 @@ throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
   }
   else if (strcmp (key, "throttle-reads") == 0)
     return parse_bool_param (key, value, &throttle_config.charge_reads);
+  else if (strcmp (key, "throttle-split") == 0)
+    return parse_bool_param (key, value, &throttle_config.split);
   else if ((r = throttle_guards_config (key, value)) != 0 ||
            (r = throttle_control_config (key, value)) != 0 ||
            (r = throttle_writeback_config (key, value)) != 0)
@@ -147,6 +149,8 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   "throttle-metric=bytes|pages|requests|/path/metric.so\n" \
   "                            How requests are charged (default bytes).\n" \
   "throttle-reads=true|false   Charge reads too (default false).\n" \
+  "throttle-split=true|false   Serve large reads and writes in parts\n" \
+  "                            charged one by one (default true).\n" \
   throttle_guards_config_help "\n" \
   throttle_control_config_help "\n" \
   throttle_writeback_config_help
@@ -325,7 +329,7 @@ static bool
 in_parts (uint64_t capacity, enum throttle_op op, uint32_t count,
           uint64_t offset, uint64_t need)
 {
-  return throttle_config.metric.page_units != 0 &&
+  return throttle_config.split && throttle_config.metric.page_units != 0 &&
     (op == THROTTLE_OP_READ || op == THROTTLE_OP_WRITE) &&
     offset % THROTTLE_PAGE_SIZE == 0 && count % THROTTLE_PAGE_SIZE == 0 &&
     need > 2 * part_min (capacity);

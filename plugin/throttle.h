@@ -17,6 +17,7 @@ struct throttle_config {
   uint64_t capacity;          /* 0 = the metric's default */
   struct throttle_metric metric;
   bool charge_reads;
+  bool split;                 /* serve large reads and writes in parts */
 };
 extern struct throttle_config throttle_config;
 

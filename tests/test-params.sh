@@ -28,6 +28,7 @@ bad "throttle-metric: .*/nonexistent/metric.so" throttle-metric=/nonexistent/met
 bad "throttle-metric: .*does not define the symbol throttle_metric" \
     throttle-metric="$TEST_NOMETRIC"
 bad "throttle-reads=maybe: expected true or false" throttle-reads=maybe
+bad "throttle-split=maybe: expected true or false" throttle-split=maybe
 bad "unknown parameter throttle-capacty" throttle-capacty=1M
 
 # Writeback pools: allocated, touched and locked at the first
@@ -57,7 +58,7 @@ for ok in "$wb throttle-capacity=$ram throttle-writeback-pool=16M" \
 done
 
 "$NBDKIT" --filter="$THROTTLE_FILTER" memory --help >"$tmp/help" 2>&1
-for p in throttle-capacity throttle-metric throttle-reads; do
+for p in throttle-capacity throttle-metric throttle-reads throttle-split; do
   grep -q "^$p=" "$tmp/help" || fail "--help does not list $p"
 done
 

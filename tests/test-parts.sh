@@ -24,6 +24,19 @@ echo "bound: backend peak $peak (capacity 524288), $parts parts admitted, clampe
 [ "$(summary "$tmp/parts-bound.log" clamped)" = 0 ] || fail "a request was clamped"
 [ "$(summary "$tmp/parts-bound.log" in_flight)" = 0 ] || fail "units left in flight"
 
+# ... and with throttle-split=false every request is charged whole:
+# no part, the 1M writes clamped.
+start_nbdkit parts-off --threads=64 --filter="$THROTTLE_FILTER" \
+  "$TEST_PLUGIN" delay-ms=10 throttle-capacity=512K throttle-split=false \
+  -D throttle.verbose=1
+"$THROTTLE_LOAD" -t 1 -c 4 -q 16 -b 4k:90,1M:10 --random "$uri" \
+  >"$tmp/off.out" || { cat "$tmp/off.out"; fail "the load failed (split off)"; }
+stop_nbdkit $pid
+grep -q "(a part)" "$tmp/parts-off.log" && fail "throttle-split=false: a request was split"
+[ "$(summary "$tmp/parts-off.log" clamped)" -gt 0 ] ||
+  fail "throttle-split=false: no 1M write was clamped"
+echo "split off: no part, clamped=$(summary "$tmp/parts-off.log" clamped)"
+
 # 2. The data: mixed sizes, reads charged too (so they come in parts as
 # well), verified, in both modes.
 for mode in writethrough writeback; do
