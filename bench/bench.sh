@@ -11,9 +11,37 @@
 #
 # Environment (set by 'make bench'): THROTTLE_FILTER, THROTTLE_LOAD,
 # TEST_PLUGIN (tests/.libs/test-inflight-plugin.so), abs_top_srcdir,
-# abs_top_builddir, NBDKIT.  Knobs: BENCH_TIME (seconds per measured
-# run, default 2), BENCH_ROUNDS (default 3), BENCH_OUT (where
-# BENCHMARKS.md and bench/latency.svg go, default abs_top_srcdir).
+# abs_top_builddir, NBDKIT.
+#
+# Knobs:
+#   BENCH_TIME          seconds per measured run (default 2)
+#   BENCH_TIME_2M       seconds per run of case 2m (default 2.5 x
+#                       BENCH_TIME: its 1M job completes few writes a
+#                       second, and its maximum latency needs many)
+#   BENCH_ROUNDS        rounds (default 3; case 1 gets BENCH_ROUNDS1,
+#                       default 2 more)
+#   BENCH_CASES         which cases to run, of "1 2 2m 4" (the default:
+#                       all); spaces or commas between them
+#   BENCH_OUT           where BENCHMARKS.md and bench/*.svg go.  Default:
+#                       abs_top_srcdir for a full run, but
+#                       abs_top_builddir/bench-out for a smoke run or a
+#                       subset of the cases, so that those never
+#                       overwrite the committed report
+#   BENCH_SMOKE=1       a short run that only checks the plumbing:
+#                       BENCH_TIME=0.5, one round, BENCH_IDLE=warn
+#                       (each still overridable)
+# The machine must be idle (other work on it is the main noise).
+# Before the first run the script samples it: the 1-minute load
+# average, and the share of CPU time idle in /proc/stat over a few
+# seconds.  When either is over its threshold it waits and samples
+# again; when the last try is still busy it stops with a message.
+#   BENCH_MAX_LOAD      highest 1-minute load average (default nproc/4)
+#   BENCH_MIN_IDLE      lowest CPU idle percentage (default 90)
+#   BENCH_IDLE_SECS     length of the CPU sample in seconds (default 3)
+#   BENCH_IDLE_RETRIES  samples after the first when busy (default 5)
+#   BENCH_IDLE_WAIT     seconds between samples (default 60)
+#   BENCH_IDLE=warn     sample and report, but run even when busy
+#                       (BENCHMARKS.md then says so); default: check
 
 set -u
 : "${THROTTLE_FILTER:?set THROTTLE_FILTER to the built nbdkit-throttle-filter.so}"
@@ -22,12 +50,62 @@ set -u
 : "${abs_top_builddir:?set abs_top_builddir}"
 NBDKIT=${NBDKIT:-nbdkit}
 TEST_PLUGIN=${TEST_PLUGIN:-$abs_top_builddir/tests/.libs/test-inflight-plugin.so}
-T=${BENCH_TIME:-2}
-ROUNDS=${BENCH_ROUNDS:-3}
-OUT=${BENCH_OUT:-$abs_top_srcdir}
+die () { echo "bench: $*" >&2; exit 1; }
+
+SMOKE=${BENCH_SMOKE:-0}
+case $SMOKE in
+  1) T=${BENCH_TIME:-0.5} ROUNDS=${BENCH_ROUNDS:-1} extra1=0 IDLE_MODE=${BENCH_IDLE:-warn} ;;
+  0) T=${BENCH_TIME:-2} ROUNDS=${BENCH_ROUNDS:-3} extra1=2 IDLE_MODE=${BENCH_IDLE:-check} ;;
+  *) die "BENCH_SMOKE=$SMOKE: expected 0 or 1" ;;
+esac
+T2M=${BENCH_TIME_2M:-$(awk "BEGIN { print $T * 2.5 }")}
+ALL_CASES="1 2 2m 4"
+CASES=${BENCH_CASES:-$ALL_CASES}
+CASES=${CASES//,/ }
+MAX_LOAD=${BENCH_MAX_LOAD:-$(awk "BEGIN { print $(nproc) / 4 }")}
+MIN_IDLE=${BENCH_MIN_IDLE:-90}
+IDLE_SECS=${BENCH_IDLE_SECS:-3}
+IDLE_RETRIES=${BENCH_IDLE_RETRIES:-5}
+IDLE_WAIT=${BENCH_IDLE_WAIT:-60}
 bench_dir=$abs_top_srcdir/bench
 
-die () { echo "bench: $*" >&2; exit 1; }
+for c in $CASES; do
+  [[ " $ALL_CASES " = *" $c "* ]] ||
+    die "BENCH_CASES: unknown case '$c' (the cases are: $ALL_CASES)"
+done
+[ -n "${CASES// /}" ] || die "BENCH_CASES names no case (the cases are: $ALL_CASES)"
+# want CASE: true when CASE is to run.
+want () { [[ " $CASES " = *" $1 "* ]]; }
+case $IDLE_MODE in
+  check|warn) ;;
+  *) die "BENCH_IDLE=$IDLE_MODE: expected check or warn" ;;
+esac
+for v in BENCH_TIME:$T BENCH_TIME_2M:$T2M BENCH_MAX_LOAD:$MAX_LOAD \
+         BENCH_MIN_IDLE:$MIN_IDLE BENCH_IDLE_SECS:$IDLE_SECS; do
+  [[ ${v#*:} =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
+    die "${v%%:*}=${v#*:}: expected a number"
+done
+for v in BENCH_TIME:$T BENCH_TIME_2M:$T2M BENCH_IDLE_SECS:$IDLE_SECS; do
+  awk "BEGIN { exit !(${v#*:} > 0) }" || die "${v%%:*}=${v#*:}: must be more than 0"
+done
+[[ $ROUNDS =~ ^[0-9]+$ ]] || die "BENCH_ROUNDS=$ROUNDS: expected a whole number"
+ROUNDS1=${BENCH_ROUNDS1:-$((ROUNDS + extra1))}
+for v in BENCH_ROUNDS1:$ROUNDS1 \
+         BENCH_IDLE_RETRIES:$IDLE_RETRIES BENCH_IDLE_WAIT:$IDLE_WAIT; do
+  [[ ${v#*:} =~ ^[0-9]+$ ]] || die "${v%%:*}=${v#*:}: expected a whole number"
+done
+[ "$ROUNDS" -ge 1 ] || die "BENCH_ROUNDS=$ROUNDS: must be at least 1"
+[ "$ROUNDS1" -ge 1 ] || die "BENCH_ROUNDS1=$ROUNDS1: must be at least 1"
+# A smoke run or a subset of the cases must not replace the committed
+# report with a partial one.
+partial=no
+[ "$SMOKE" = 1 ] && partial=yes
+for c in $ALL_CASES; do want "$c" || partial=yes; done
+if [ $partial = yes ]; then
+  OUT=${BENCH_OUT:-$abs_top_builddir/bench-out}
+else
+  OUT=${BENCH_OUT:-$abs_top_srcdir}
+fi
 for f in "$THROTTLE_FILTER" "$THROTTLE_LOAD"; do
   [ -e "$f" ] || die "$f is not built (run make first)"
 done
@@ -180,8 +258,12 @@ measure_once () {
       "$uri" >"$out" 2>"$res/$tag.err" || ok=no
   else
     # fio chats on stdout ("connected to NBD server"): JSON to a file.
-    fio --output-format=json --output="$out" --ioengine=nbd --uri="$uri" \
-      --name=bench --runtime="$(awk "BEGIN { print int($T * 1000) }")ms" \
+    # json+ adds each job's latency histogram (for case 2m's CDF).
+    # Options before the first --name apply to every job: ARGS may
+    # bring their own job sections, else they make up one job.
+    [[ " $* " = *" --name="* ]] || set -- --name=bench "$@"
+    fio --output-format=json+ --output="$out" --ioengine=nbd --uri="$uri" \
+      --runtime="$(awk "BEGIN { print int(${RUN_TIME:-$T} * 1000) }")ms" \
       --time_based=1 "$@" >"$res/$tag.err" 2>&1 || ok=no
   fi
   stop_server
@@ -203,8 +285,68 @@ rotate () {
   for ((i = 0; i < n; i++)); do echo "${a[(i + r) % n]}"; done
 }
 
-echo "bench: $ROUNDS rounds, $T s per run; results in $res"
-# Other jobs on the machine are the main noise: say how busy it was.
+# sample_idle: sets idle_load (the 1-minute load average), idle_cpu
+# (percent of all CPUs' time spent idle or waiting for I/O over
+# IDLE_SECS seconds) and idle_steal (percent stolen by the hypervisor,
+# which counts as busy), and returns 0 when both are within the
+# thresholds.
+sample_idle () {
+  local a b
+  a=$(head -1 /proc/stat)
+  sleep "$IDLE_SECS"
+  b=$(head -1 /proc/stat)
+  idle_load=$(cut -d' ' -f1 /proc/loadavg)
+  # cpu user nice system idle iowait irq softirq steal (guest time is
+  # already counted in user and nice).
+  read -r idle_cpu idle_steal < <(
+    awk -v a="$a" -v b="$b" 'BEGIN {
+      split(a, x); split(b, y)
+      for (i = 2; i <= 9; i++) total += y[i] - x[i]
+      idle = (y[5] - x[5]) + (y[6] - x[6])
+      steal = y[9] - x[9]
+      if (total <= 0) total = 1
+      printf "%.1f %.1f\n", 100 * idle / total, 100 * steal / total
+    }')
+  awk -v l="$idle_load" -v ml="$MAX_LOAD" -v c="$idle_cpu" -v mc="$MIN_IDLE" \
+    'BEGIN { exit !(l <= ml && c >= mc) }'
+}
+
+# idle_check: sample until the machine is idle, at most 1 +
+# IDLE_RETRIES times, IDLE_WAIT seconds apart.  Stops the benchmark if
+# it never is (unless BENCH_IDLE=warn).  Sets idle_report for the
+# machine section.
+idle_check () {
+  local try samples=0 verdict=busy
+  for ((try = 1; try <= IDLE_RETRIES + 1; try++)); do
+    samples=$try
+    if sample_idle; then verdict=idle; break; fi
+    echo "bench: the machine is busy: load average $idle_load (at most $MAX_LOAD wanted)," \
+         "CPU idle ${idle_cpu}% over ${IDLE_SECS} s (at least ${MIN_IDLE}% wanted)" >&2
+    [ "$IDLE_MODE" = warn ] && break
+    if [ $try -le "$IDLE_RETRIES" ]; then
+      echo "bench: sampling again in $IDLE_WAIT s ($try of $IDLE_RETRIES retries)" >&2
+      sleep "$IDLE_WAIT"
+    fi
+  done
+  idle_report="load average $idle_load, CPU idle ${idle_cpu}% (steal ${idle_steal}%) over ${IDLE_SECS} s; sample $samples of at most $((IDLE_RETRIES + 1))"
+  if [ $verdict = idle ]; then
+    idle_report="$idle_report: idle"
+  elif [ "$IDLE_MODE" = warn ]; then
+    idle_report="$idle_report: **busy, run anyway (BENCH_IDLE=warn): these numbers mean little**"
+    echo "bench: BENCH_IDLE=warn: running anyway" >&2
+  else
+    die "the machine stayed busy over $((IDLE_RETRIES + 1)) samples $IDLE_WAIT s apart;" \
+        "benchmarks on a busy machine are noise.  Stop the other work and run it alone," \
+        "or change BENCH_MAX_LOAD / BENCH_MIN_IDLE / BENCH_IDLE_RETRIES / BENCH_IDLE_WAIT," \
+        "or set BENCH_IDLE=warn to run anyway" \
+        "(see the top of bench/bench.sh)"
+  fi
+}
+
+echo "bench: cases $CASES; rounds: $ROUNDS ($ROUNDS1 for case 1); $T s per run; results in $res"
+echo "bench: sampling the machine's idle state (${IDLE_SECS} s)"
+idle_check
+echo "bench: $idle_report"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- 1. overhead: a capacity that never binds ------------------------
@@ -216,7 +358,7 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 # the noisiest (differences of a few percent), so it gets more rounds.
 SPAN1=256M
 BE1="memory 1G"
-ROUNDS1=${BENCH_ROUNDS1:-$((ROUNDS + 2))}
+want 1 &&
 for ((r = 0; r < ROUNDS1; r++)); do
   echo "case 1, round $r"
   for c in $(rotate 4 $r none throttle:1G throttle:1G+throttle-rt=off rate:1T); do
@@ -241,8 +383,8 @@ done
 # 64 requests queued, 4 times the capacity; nbdkit gets 64 threads so
 # the throttle alone bounds what reaches the backend.  rate: nbdkit's
 # rate filter at capacity/delay, the same throughput limit.
-if [ $have_inflight = yes ]; then
-  BE2="--threads=64 $TEST_PLUGIN delay-ms=10 statefile=@STATE@"
+BE2="--threads=64 $TEST_PLUGIN delay-ms=10 statefile=@STATE@"
+if want 2 && [ $have_inflight = yes ]; then
   for ((r = 0; r < ROUNDS; r++)); do
     echo "case 2, round $r"
     # 4K only: capacity 64K = 16 requests = 6.25 MiB/s at 10 ms.
@@ -256,8 +398,35 @@ if [ $have_inflight = yes ]; then
         -t "$T" -c 4 -q 16 -b 4k:95,1M:5 --random
     done
   done
-else
+elif want 2; then
   echo "bench: case 2 skipped: $TEST_PLUGIN is not built (make -C tests test-inflight-plugin.la)"
+fi
+
+# --- 2m. mixed sizes, fio: the budget before and after serving in parts --
+# Issue 12, item 2, as stated there: fio's nbd engine, 4 jobs of 4K
+# random writes at iodepth 16 plus one job of 1M sequential writes at
+# iodepth 4, in one fio run; capacity 2M over the 10 ms backend of case
+# 2 (limit 2M / 10 ms = 200 MiB/s).  throttle-split=false is the strict
+# whole-request FIFO from before; the default serves the 1M writes in
+# parts.  group_reporting merges the four 4K jobs into one entry of
+# fio's JSON (their latency histograms too); new_group keeps the 1M
+# job apart.
+if ! want 2m; then
+  :
+elif [ $have_fio = no ]; then
+  echo "bench: case 2m skipped: fio with its nbd engine is not installed (apt-get install fio)"
+elif [ $have_inflight = no ]; then
+  echo "bench: case 2m skipped: $TEST_PLUGIN is not built (make -C tests test-inflight-plugin.la)"
+else
+  for ((r = 0; r < ROUNDS; r++)); do
+    echo "case 2m, round $r"
+    for c in $(rotate 3 $r none throttle:2M+throttle-split=false throttle:2M); do
+      RUN_TIME=$T2M measure 2m mixed-4k4x16-1M1x4 "$c" $r 0 "$BE2" fio \
+        --size=256M --group_reporting \
+        --name=4k --rw=randwrite --bs=4k --iodepth=16 --numjobs=4 \
+        --name=1M --new_group --rw=write --bs=1M --iodepth=4
+    done
+  done
 fi
 
 # --- 4. write-behind over a slow backend --------------------------------
@@ -269,6 +438,7 @@ fi
 # = 12.5 MiB/s, what 16 threads at 5 ms can do with 4K writes.
 SPAN4=64M
 BE4="--filter=delay memory 1G delay-write=5ms"
+want 4 &&
 for ((r = 0; r < ROUNDS; r++)); do
   echo "case 4, round $r"
   for c in $(rotate 5 $r none throttle:8M:writethrough throttle:8M:writeback \
@@ -281,6 +451,11 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 
 # --- the report ----------------------------------------------------------
+# The machine after the run, with our own processes gone: was other
+# work started meanwhile?
+sample_idle
+idle_after="load average $idle_load, CPU idle ${idle_cpu}% (steal ${idle_steal}%) over ${IDLE_SECS} s"
+
 machine () {
   echo "- nproc: $(nproc)"
   echo "- CPU: $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
@@ -289,16 +464,32 @@ machine () {
   echo "- libnbd: $(pkg-config --modversion libnbd 2>/dev/null || echo unknown)"
   if [ $have_fio = yes ]; then echo "- fio: $(fio --version)"; fi
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "- rounds: $ROUNDS1 for case 1, $ROUNDS for the others; $T s per timed run"
+  echo "- cases run: $CASES$([ "$SMOKE" = 1 ] && echo " (**smoke run**: checks the plumbing, its numbers mean nothing)")"
+  echo "- rounds: $ROUNDS1 for case 1, $ROUNDS for the others; $T s per timed run, $T2M s in case 2m"
   echo "- runs retried after a failure: $retried"
+  echo "- idle check before the run (BENCH_IDLE=$IDLE_MODE; wanted: load average <= $MAX_LOAD (BENCH_MAX_LOAD), CPU idle >= ${MIN_IDLE}% (BENCH_MIN_IDLE), up to $IDLE_RETRIES more samples $IDLE_WAIT s apart (BENCH_IDLE_RETRIES, BENCH_IDLE_WAIT)): $idle_report"
+  echo "- idle sample after the run: $idle_after"
   echo "- load average (1/5/15 min) before: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 machine > "$res/machine.md"
 
 python3 "$bench_dir/summarize.py" "$index" "$res/machine.md" "$res" \
-  > "$OUT/BENCHMARKS.md.tmp" || die "summarize.py failed"
-mv "$OUT/BENCHMARKS.md.tmp" "$OUT/BENCHMARKS.md"
-mkdir -p "$OUT/bench"
-(cd "$res" && gnuplot -e "outfile='$OUT/bench/latency.svg'" \
-   "$bench_dir/latency.gp") || die "gnuplot failed"
-echo "bench: wrote $OUT/BENCHMARKS.md and $OUT/bench/latency.svg"
+  > "$res/BENCHMARKS.md" || die "summarize.py failed"
+mkdir -p "$OUT/bench" || die "cannot create $OUT/bench"
+if ! cp "$res/BENCHMARKS.md" "$OUT/BENCHMARKS.md.tmp" ||
+   ! mv "$OUT/BENCHMARKS.md.tmp" "$OUT/BENCHMARKS.md"; then
+  die "cannot write $OUT/BENCHMARKS.md"
+fi
+wrote="$OUT/BENCHMARKS.md"
+# summarize.py writes the plot commands for the curves that exist.
+if [ -s "$res/plotcmd.gp" ]; then
+  (cd "$res" && gnuplot -e "outfile='$OUT/bench/latency.svg'" \
+     "$bench_dir/latency.gp") || die "gnuplot failed on latency.gp"
+  wrote="$wrote $OUT/bench/latency.svg"
+fi
+if [ -s "$res/plotcmd-mixed.gp" ]; then
+  (cd "$res" && gnuplot -e "outfile='$OUT/bench/mixed-cdf.svg'" \
+     "$bench_dir/mixed-cdf.gp") || die "gnuplot failed on mixed-cdf.gp"
+  wrote="$wrote $OUT/bench/mixed-cdf.svg"
+fi
+echo "bench: wrote $wrote"

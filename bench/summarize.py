@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Turn the results of bench.sh into BENCHMARKS.md (on stdout) and the
-gnuplot data of the latency plot.
+gnuplot data of the plots: plotcmd.gp for latency.gp (case 4) and
+plotcmd-mixed.gp with mixed-*.cdf for mixed-cdf.gp (case 2m), each
+only when its case ran.
 
 usage: summarize.py INDEX.tsv MACHINE.md RESULTS-DIR
 
@@ -23,6 +25,50 @@ class Run:
     pass
 
 
+class FioJob:
+    """One job section of a fio run: its entries in jobs[] merged (one
+    entry per reporting group with group_reporting, else one per job)."""
+
+    def __init__(self):
+        self.bw = 0.0           # B/s, summed over the entries
+        self.ios = 0
+        self.lat_max = 0.0      # us, submission to completion
+        self.p99s = []          # us, completion latency, per entry
+        self.bins = {}          # completion latency (ns) -> count
+
+    def p99(self):
+        """p99 of the completion latency in us: fio's own for a single
+        entry, else from the merged histograms (json+)."""
+        if len(self.p99s) == 1 or not self.bins:
+            return max(self.p99s)
+        return percentile(self.bins, 99.0) / 1000.0
+
+
+def percentile(bins, pct):
+    total = sum(bins.values())
+    seen = 0
+    for lat in sorted(bins):
+        seen += bins[lat]
+        if seen >= total * pct / 100.0:
+            return lat
+    return max(bins)
+
+
+def fio_jobs(j):
+    """jobname -> FioJob from fio's JSON (json or json+)."""
+    jobs = {}
+    for e in j["jobs"]:
+        w = e["write"]
+        b = jobs.setdefault(e["jobname"], FioJob())
+        b.bw += float(w["bw_bytes"])
+        b.ios += w.get("total_ios", 0)
+        b.lat_max = max(b.lat_max, w["lat_ns"]["max"] / 1000.0)
+        b.p99s.append(w["clat_ns"].get("percentile", {}).get("99.000000", 0) / 1000.0)
+        for k, v in w["clat_ns"].get("bins", {}).items():
+            b.bins[int(k)] = b.bins.get(int(k), 0) + v
+    return jobs
+
+
 def load_result(tool, path):
     """Throughput (B/s), IOPS and latencies (us) from a client's JSON."""
     with open(path) as f:
@@ -40,8 +86,9 @@ def load_result(tool, path):
         r.largest_max = j["largest_size_max_latency_us"]
         r.by_size = {s["size"]: s["latency_us"] for s in j["by_size"]}
     else:
+        r.jobs = fio_jobs(j)
         w = j["jobs"][0]["write"]
-        r.bw = float(w["bw_bytes"])
+        r.bw = sum(b.bw for b in r.jobs.values())
         r.iops = w["iops"]
         clat = w["clat_ns"]
         pct = clat.get("percentile", {})
@@ -82,20 +129,35 @@ def med(case, wl, config, attr, tool="load"):
     return statistics.median(v) if v else None
 
 
-def ratio(case, wl, num, den, attr="bw", tool="load"):
-    """Median and range over rounds of num/den, paired by round."""
-    a, b = rounds(case, wl, num, tool), rounds(case, wl, den, tool)
-    v = [a[k].__dict__[attr] / b[k].__dict__[attr]
-         for k in a if k in b and b[k].__dict__[attr]]
+def ratio_values(values):
+    """Median, range and count of per-round values, or None."""
+    v = list(values)
     if not v:
         return None
-    return statistics.median(v), min(v), max(v)
+    return statistics.median(v), min(v), max(v), len(v)
+
+
+def ratio(case, wl, num, den, attr="bw", tool="load"):
+    """Median, range and number of rounds of num/den, paired by round."""
+    a, b = rounds(case, wl, num, tool), rounds(case, wl, den, tool)
+    return ratio_values(getattr(a[k], attr) / getattr(b[k], attr)
+                        for k in a if k in b and getattr(b[k], attr))
 
 
 def fmt_ratio(r):
     if r is None:
         return "n/a"
-    return "%.3f (%.3f-%.3f)" % r
+    return "%.3f (%.3f-%.3f, %d round%s)" % (r + ("" if r[3] == 1 else "s",))
+
+
+def fmt_spread(values, f):
+    """Median (range) of per-round values, each formatted by f."""
+    v = list(values)
+    if not v:
+        return "n/a"
+    if len(v) == 1:
+        return f(v[0])
+    return "%s (%s-%s)" % (f(statistics.median(v)), f(min(v)), f(max(v)))
 
 
 def mib(x):
@@ -131,67 +193,86 @@ def config_name(c):
 
 out = []
 p = out.append
-p("# Benchmarks")
-p("")
-p("Written by `make bench` (`bench/bench.sh`); do not edit by hand.  Every")
-p("number below was measured in the run described here.  Configurations")
-p("alternate within each round; a ratio is taken within a round and the")
-p("median over rounds is shown with the range in parentheses.  Latencies")
-p("are from `throttle-load` (request handed to libnbd to reply read) or")
-p("fio's completion latency, in microseconds unless marked ms.")
-p("The ranges are run-to-run noise: the machine is shared, and the load")
-p("average under Machine says how busy it was with other work (on 2")
-p("cores, anything above 2 means the benchmark waited for CPU).")
-p("")
-p("## Machine")
-p("")
-with open(machine_path) as f:
-    out.extend(l.rstrip("\n") for l in f)
-p("")
 
-# --- 1 --------------------------------------------------------------
-p("## 1. Overhead: a capacity that never binds")
-p("")
-p("Backend: `memory 1G`, a 256M area written once before each run.")
-p("Throttle: `throttle-capacity=1G` (more than could ever be in flight),")
-p("other parameters at their defaults.  Peer: nbdkit's `rate` filter at")
-p("`rate=1T` (never binds).  Target: throttled/unthrottled >= 0.97.")
-p("The throttle runs with its defaults, and with `throttle-rt=off` to")
-p("separate the cost of the budget from that of the request threads'")
-p("real-time priority (`throttle-rt=auto` makes them SCHED_FIFO when it")
-p("can, which it can here: on 2 cores they then preempt the client).")
-p("")
-p("| workload | client | configuration | MiB/s (median) | / no filter | target 0.97 | p50 | p99 | max |")
-p("|---|---|---|---|---|---|---|---|---|")
-for wl in ("4k-randwrite-qd64", "1M-seqwrite-qd8"):
-    for tool in ("load", "fio"):
-        if not rounds("1", wl, "none", tool):
-            continue
-        for c in ("none", "throttle:1G", "throttle:1G+throttle-rt=off", "rate:1T"):
-            if not rounds("1", wl, c, tool):
+
+def header():
+    """Title, how to read the numbers, and the machine."""
+    p("# Benchmarks")
+    p("")
+    p("Written by `make bench` (`bench/bench.sh`); do not edit by hand.  Every")
+    p("number below was measured in the run described here.  Configurations")
+    p("alternate within each round; a ratio is taken within a round and the")
+    p("median over rounds is shown with the range in parentheses.  Latencies")
+    p("are from `throttle-load` (request handed to libnbd to reply read) or")
+    p("fio's completion latency, in microseconds unless marked ms.")
+    p("Every ratio is given as median (lowest-highest, number of rounds).")
+    p("The ranges are run-to-run noise.  Other work on the machine is the")
+    p("main source of it, so `bench.sh` first samples the machine's idle")
+    p("state (1-minute load average, and the share of CPU time idle in")
+    p("`/proc/stat` over a few seconds), and when it is busy waits and samples")
+    p("again, then refuses to run; the thresholds and retries are knobs")
+    p("(`BENCH_MAX_LOAD`, `BENCH_MIN_IDLE`, `BENCH_IDLE_RETRIES`,")
+    p("`BENCH_IDLE_WAIT`, `BENCH_IDLE=warn` to run anyway; see the top of")
+    p("`bench/bench.sh`).  Machine shows the sample the run started from,")
+    p("one taken after it, and the load averages.")
+    p("")
+    p("## Machine")
+    p("")
+    with open(machine_path) as f:
+        out.extend(l.rstrip("\n") for l in f)
+    p("")
+
+
+def case1():
+    """Overhead: a capacity that never binds."""
+    if not any(k[0] == "1" for k in runs):
+        return
+    p("## 1. Overhead: a capacity that never binds")
+    p("")
+    p("Backend: `memory 1G`, a 256M area written once before each run.")
+    p("Throttle: `throttle-capacity=1G` (more than could ever be in flight),")
+    p("other parameters at their defaults.  Peer: nbdkit's `rate` filter at")
+    p("`rate=1T` (never binds).  Target: throttled/unthrottled >= 0.97.")
+    p("The throttle runs with its defaults, and with `throttle-rt=off` to")
+    p("separate the cost of the budget from that of the request threads'")
+    p("real-time priority (`throttle-rt=auto` makes them SCHED_FIFO when it")
+    p("can, which it can here: on 2 cores they then preempt the client).")
+    p("")
+    p("| workload | client | configuration | MiB/s (median) | / no filter | target 0.97 | p50 | p99 | max |")
+    p("|---|---|---|---|---|---|---|---|---|")
+    for wl in ("4k-randwrite-qd64", "1M-seqwrite-qd8"):
+        for tool in ("load", "fio"):
+            if not rounds("1", wl, "none", tool):
                 continue
-            r = ratio("1", wl, c, "none", tool=tool) if c != "none" else None
-            if c.startswith("throttle"):
-                target = "n/a" if r is None else ("met" if r[0] >= 0.97 else "**missed**")
-            else:
-                target = ""
-            p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                wl, "throttle-load" if tool == "load" else "fio nbd",
-                config_name(c), mib(med("1", wl, c, "bw", tool)),
-                fmt_ratio(r) if c != "none" else "1", target,
-                us(med("1", wl, c, "p50", tool)),
-                us(med("1", wl, c, "p99", tool)),
-                us(med("1", wl, c, "max", tool))))
-p("")
+            for c in ("none", "throttle:1G", "throttle:1G+throttle-rt=off", "rate:1T"):
+                if not rounds("1", wl, c, tool):
+                    continue
+                r = ratio("1", wl, c, "none", tool=tool) if c != "none" else None
+                if c.startswith("throttle"):
+                    target = "n/a" if r is None else ("met" if r[0] >= 0.97 else "**missed**")
+                else:
+                    target = ""
+                p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                    wl, "throttle-load" if tool == "load" else "fio nbd",
+                    config_name(c), mib(med("1", wl, c, "bw", tool)),
+                    fmt_ratio(r) if c != "none" else "1", target,
+                    us(med("1", wl, c, "p50", tool)),
+                    us(med("1", wl, c, "p99", tool)),
+                    us(med("1", wl, c, "max", tool))))
+    p("")
 
-# --- 2 --------------------------------------------------------------
+
 CASE2 = [
     ("4k-randwrite-4x16", "64K", 65536, "rate:50M",
      "4K random writes, 4 connections x queue depth 16 (256K wanted in flight)"),
     ("mix-4k95-1M5-4x16", "2M", 2 << 20, "rate:1600M",
      "95% 4K + 5% 1M random writes, 4 connections x queue depth 16"),
 ]
-if any(rounds("2", c[0], "none") for c in CASE2):
+
+def case2():
+    """Under pressure, throttle-load."""
+    if not any(rounds("2", c[0], "none") for c in CASE2):
+        return
     p("## 2. Under pressure: a capacity well below the demand")
     p("")
     p("Backend: the test suite's inflight plugin (`tests/test-inflight-plugin.c`):")
@@ -199,7 +280,8 @@ if any(rounds("2", c[0], "none") for c in CASE2):
     p("requests in flight *at the backend*, below every filter.  nbdkit runs")
     p("with `--threads=64` so the filter, not nbdkit's thread pool, bounds")
     p("what reaches the backend.  The backend's limit under a capacity C is")
-    p("C / 10 ms; the rate filter is set to that same throughput.  Fairness")
+    p("C / 10 ms; the rate filter is set to that same throughput (of the")
+    p("limit: per round, then median, range and rounds).  Fairness")
     p("is Jain's index over the 4 connections' bytes (target >= 0.95).")
     p("Peaks are the maximum over rounds; latencies and maxima of latency")
     p("the median over rounds (one stalled run on a busy machine would")
@@ -225,8 +307,9 @@ if any(rounds("2", c[0], "none") for c in CASE2):
             l1 = [r.by_size[1 << 20]["max"] for r in rs.values()
                   if (1 << 20) in r.by_size and r.by_size[1 << 20]["count"]]
             fair = [r.fairness for r in rs.values()]
-            p("| %s | %s | %.3f | %d / %d (max over rounds) | %s | %.3f (%.3f-%.3f) | %s | %s | %s ms |" % (
-                config_name(c), mib(bw), bw / limit, peak_b, peak_r,
+            frac = ratio_values(r.bw / limit for r in rs.values())
+            p("| %s | %s | %s | %d / %d (max over rounds) | %s | %.3f (%.3f-%.3f) | %s | %s | %s ms |" % (
+                config_name(c), mib(bw), fmt_ratio(frac), peak_b, peak_r,
                 "yes" if peak_b <= capb else "**no**",
                 statistics.median(fair), min(fair), max(fair),
                 "%s ms" % ms(p4),
@@ -234,82 +317,237 @@ if any(rounds("2", c[0], "none") for c in CASE2):
                 ms(statistics.median(r.max for r in rs.values()))))
         p("")
 
-# --- 3 --------------------------------------------------------------
-p("## 3. Peers")
-p("")
-p("nbdkit's `rate` filter appears in every table above, set to a rate")
-p("that never binds in case 1 and to the throttle's own limit in cases 2")
-p("and 4.  fio's `nbd` engine (`--ioengine=nbd`) is the second,")
-p("independent client of case 1.")
-p("")
 
-# --- 4 --------------------------------------------------------------
-p("## 4. Write-behind over a slow backend")
-p("")
-p("Backend: `memory 1G` under nbdkit's `delay` filter, `delay-write=5ms`;")
-p("a 64M area written once (1M writes) before each run, and with")
-p("writeback 1 s more for the pool to drain.")
-p("Throttle: `throttle-capacity=8M`, `throttle-mode=writethrough` or")
-p("`writeback` (pool: the default, the whole budget), other parameters at")
-p("their defaults.  burst: 4M of 4K random writes, queue depth 16 (fits")
-p("in the budget); sustained: 4K random writes at queue depth 16 for the")
-p("whole run (writeback fills its pool in a fraction of a second, then")
-p("goes at the speed its writer threads drain it: 4 by default, 16 in")
-p("the extra row, against nbdkit's 16 request threads in writethrough).")
-p("Peak RSS: nbdkit's VmHWM, median over rounds.")
-p("")
-p("| configuration | burst MiB/s | burst p50 / p99 / max | sustained MiB/s | sustained p50 / p99 / max | peak RSS MiB |")
-p("|---|---|---|---|---|---|")
-for c in ("none", "throttle:8M:writethrough", "throttle:8M:writeback",
-          "throttle:8M:writeback+throttle-writeback-threads=16", "rate:100M"):
-    if ("4", "4k-burst-4M-qd16", c) in unavailable:
-        p("| %s | not available: nbdkit rejected the parameter | | | | |" % config_name(c))
-        continue
-    b, s = "4k-burst-4M-qd16", "4k-sustained-qd16"
-    if not rounds("4", b, c):
-        continue
-    rss = statistics.median(r.rss_kib for r in rounds("4", s, c).values()) / 1024.0
-    p("| %s | %s | %s / %s / %s ms | %s | %s / %s / %s ms | %.0f |" % (
-        config_name(c),
-        mib(med("4", b, c, "bw")), ms(med("4", b, c, "p50")),
-        ms(med("4", b, c, "p99")), ms(med("4", b, c, "max")),
-        mib(med("4", s, c, "bw")), ms(med("4", s, c, "p50")),
-        ms(med("4", s, c, "p99")), ms(med("4", s, c, "max")), rss))
-p("")
-wb = ratio("4", "4k-burst-4M-qd16", "throttle:8M:writeback", "throttle:8M:writethrough")
-ws = ratio("4", "4k-sustained-qd16", "throttle:8M:writeback", "throttle:8M:writethrough")
-if ("4", "4k-burst-4M-qd16", "throttle:8M:writeback") in unavailable:
-    p("writeback: not available (nbdkit rejected `throttle-mode=writeback`).")
-else:
-    p("Throughput writeback / writethrough: burst %s, sustained %s." % (
-        fmt_ratio(wb), fmt_ratio(ws)))
-p("")
-p("![latency distributions](bench/latency.svg)")
-p("")
-p("`bench/latency.svg`: the latency distribution (CDF) of each")
-p("configuration of case 4 in the last round.")
+# Case 2m: the configurations, their labels in the table and the plot.
+CASE2M_WL = "mixed-4k4x16-1M1x4"
+CASE2M_CAP = 2 << 20
+CASE2M_LIMIT = CASE2M_CAP / 0.010
+CASE2M = [
+    ("none", "no filter"),
+    ("throttle:2M+throttle-split=false", "FIFO, whole requests (before)"),
+    ("throttle:2M", "served in parts (after)"),
+]
+CASE2M_BEFORE, CASE2M_AFTER = CASE2M[1][0], CASE2M[2][0]
 
-print("\n".join(out))
 
-# --- plot data: which CDF files exist, for latency.gp ----------------
-last = {}
-cmds = []
-for panel, wl in (("burst", "4k-burst-4M-qd16"), ("sustained", "4k-sustained-qd16")):
-    items = []
-    for c, title in (("none", "no filter"),
-                     ("throttle:8M:writethrough", "throttle writethrough"),
-                     ("throttle:8M:writeback", "throttle writeback"),
-                     ("rate:100M", "rate filter")):
-        rs = rounds("4", wl, c)
+def job(r, name):
+    """The FioJob NAME of run r (an empty one if fio reported none)."""
+    return r.jobs.get(name) or FioJob()
+
+
+def case2m():
+    """Mixed sizes with fio: FIFO before vs parts after."""
+    if not any(rounds("2m", CASE2M_WL, c, "fio") for c, _ in CASE2M):
+        return
+    p("## 2m. Mixed sizes with fio: strict FIFO before, large requests in parts after")
+    p("")
+    p("Issue 12, item 2, as stated there.  One fio run (`--ioengine=nbd`),")
+    p("two job sections: 4 jobs of 4K random writes at iodepth 16, and one")
+    p("job of 1M sequential writes at iodepth 4.  Backend: the inflight")
+    p("plugin of case 2 (every write held 10 ms, peak bytes in flight")
+    p("recorded below every filter), nbdkit `--threads=64`.  Capacity 2M:")
+    p("the backend's limit is 2M / 10 ms = %.0f MiB/s." % (CASE2M_LIMIT / MiB))
+    p("`throttle-split=false` is the budget as it was: every request charged")
+    p("whole, in strict FIFO order, so a 1M write at the head waits for half")
+    p("the capacity to be free while the units freed meanwhile stay idle.")
+    p("The default (`throttle-split=true`) serves a page-aligned request")
+    p("larger than a quarter of the capacity in parts, each charged on its")
+    p("own (see *Large requests are served in parts* in")
+    p("nbdkit-throttle-filter(1)).  Goals: at least 0.80 of the limit, the")
+    p("peak at the backend at most 2M, no 1M write slower than 1 s, and 4K")
+    p("p99 no worse than before.")
+    p("")
+    p("Every cell: median (lowest-highest) over the rounds counted in the")
+    p("second column.  Throughput is fio's, all five jobs summed; 4K p99 is")
+    p("the completion latency of the four 4K jobs together (fio's")
+    p("`group_reporting`); 1M max is the 1M job's slowest write, submission")
+    p("to completion.")
+    p("")
+    p("| configuration | rounds | of the limit | MiB/s: 4K + 1M | peak at backend (bytes) | <= 2M | 4K p99 (ms) | 1M max latency (ms) | 1M writes done |")
+    p("|---|---|---|---|---|---|---|---|---|")
+    for c, label in CASE2M:
+        rs = rounds("2m", CASE2M_WL, c, "fio")
         if not rs:
             continue
-        r = rs[max(rs)]
-        if os.path.exists(r.cdf):
-            items.append("'%s' using ($1/1000):3 with steps title '%s'" % (r.cdf, title))
-    if items:
-        cmds.append("set title '%s: 4K random writes, queue depth 16, 5 ms backend'\n"
-                    "plot %s\n" % (panel, ", \\\n     ".join(items)))
-with open(os.path.join(res_dir, "plotcmd.gp"), "w") as f:
-    f.write("set multiplot layout 1,%d\n" % max(len(cmds), 1))
-    f.write("".join(cmds))
-    f.write("unset multiplot\n")
+        v = list(rs.values())
+        peaks = [r.state.get("peak_bytes", 0) for r in v]
+        p("| %s | %d | %s | %s + %s | %s | %s | %s | %s | %s |" % (
+            label if c == "none" else "%s: %s" % (label, config_name(c)), len(v),
+            fmt_spread((r.bw / CASE2M_LIMIT for r in v), lambda x: "%.3f" % x),
+            fmt_spread((job(r, "4k").bw for r in v), mib),
+            fmt_spread((job(r, "1M").bw for r in v), mib),
+            fmt_spread(peaks, lambda x: "%d" % x),
+            "n/a" if c == "none" else ("yes" if max(peaks) <= CASE2M_CAP else "**no**"),
+            fmt_spread((job(r, "4k").p99() for r in v), ms),
+            fmt_spread((job(r, "1M").lat_max for r in v), ms),
+            fmt_spread((job(r, "1M").ios for r in v), lambda x: "%d" % x)))
+    p("")
+    before = rounds("2m", CASE2M_WL, CASE2M_BEFORE, "fio")
+    after = rounds("2m", CASE2M_WL, CASE2M_AFTER, "fio")
+    if after:
+        frac = ratio_values(r.bw / CASE2M_LIMIT for r in after.values())
+        peak = max(r.state.get("peak_bytes", 0) for r in after.values())
+        worst = max(job(r, "1M").lat_max for r in after.values())
+        p("Goals, served in parts (after):")
+        p("")
+        p("- throughput %s of the limit: %s (goal >= 0.80, on the median)" % (
+            fmt_ratio(frac), "met" if frac[0] >= 0.80 else "**missed**"))
+        p("- peak at the backend, highest round: %d bytes: %s (goal <= %d)" % (
+            peak, "met" if peak <= CASE2M_CAP else "**missed**", CASE2M_CAP))
+        p("- slowest 1M write, slowest round: %s ms: %s (goal <= 1000 ms)" % (
+            ms(worst), "met" if worst <= 1e6 else "**missed**"))
+        if before:
+            pr = ratio_values(job(after[k], "4k").p99() / job(before[k], "4k").p99()
+                              for k in after if k in before and job(before[k], "4k").p99())
+            p("- 4K p99 after / before, per round: %s: %s (goal <= 1, on the median)" % (
+                fmt_ratio(pr), "n/a" if pr is None else
+                ("met" if pr[0] <= 1.0 else "**missed**")))
+            p("- throughput after / before, per round: %s" % fmt_ratio(
+                ratio("2m", CASE2M_WL, CASE2M_AFTER, CASE2M_BEFORE, tool="fio")))
+        p("")
+    p("![latency CDF of case 2m](bench/mixed-cdf.svg)")
+    p("")
+    p("`bench/mixed-cdf.svg`: the completion latency distribution (CDF) of")
+    p("the 4K and of the 1M writes of case 2m, from fio's latency histograms")
+    p("(`--output-format=json+`) pooled over all rounds: FIFO before, parts")
+    p("after, and no filter for reference.")
+    p("")
+
+
+def case2m_plot():
+    """CDF files and plot commands for mixed-cdf.gp, if case 2m ran."""
+    panels = []
+    for name, title in (("4k", "4K random writes: 4 jobs x iodepth 16"),
+                        ("1M", "1M writes: 1 job x iodepth 4")):
+        items = []
+        for c, label in (CASE2M[1], CASE2M[2], CASE2M[0]):
+            bins = {}
+            for r in rounds("2m", CASE2M_WL, c, "fio").values():
+                for lat, n in job(r, name).bins.items():
+                    bins[lat] = bins.get(lat, 0) + n
+            total = sum(bins.values())
+            if not total:
+                continue
+            path = os.path.join(res_dir, "mixed-%s-%s.cdf" % (
+                name, c.replace(":", "_").replace("+", "_").replace("=", "_")))
+            seen = 0
+            with open(path, "w") as f:
+                f.write("# latency_ms fraction_at_or_below\n")
+                for lat in sorted(bins):
+                    seen += bins[lat]
+                    f.write("%.6f %.6f\n" % (lat / 1e6, seen / total))
+            items.append("'%s' using 1:2 with steps title '%s'" % (
+                path, label.replace("'", "")))
+        if items:
+            panels.append("set title '%s; capacity 2M, 10 ms backend'\n"
+                          "plot %s\n" % (title, ", \\\n     ".join(items)))
+    path = os.path.join(res_dir, "plotcmd-mixed.gp")
+    if not panels:
+        if os.path.exists(path):
+            os.remove(path)
+        return
+    with open(path, "w") as f:
+        f.write("set multiplot layout 1,%d\n" % len(panels))
+        f.write("".join(panels))
+        f.write("unset multiplot\n")
+
+
+def case3():
+    """Peers: prose only."""
+    p("## 3. Peers")
+    p("")
+    p("nbdkit's `rate` filter appears in every table above, set to a rate")
+    p("that never binds in case 1 and to the throttle's own limit in cases 2")
+    p("and 4.  fio's `nbd` engine (`--ioengine=nbd`) is the second,")
+    p("independent client of case 1, and the only client of case 2m.")
+    p("")
+
+
+def case4():
+    """Write-behind over a slow backend."""
+    if not any(k[0] == "4" for k in runs) and not any(k[0] == "4" for k in unavailable):
+        return
+    p("## 4. Write-behind over a slow backend")
+    p("")
+    p("Backend: `memory 1G` under nbdkit's `delay` filter, `delay-write=5ms`;")
+    p("a 64M area written once (1M writes) before each run, and with")
+    p("writeback 1 s more for the pool to drain.")
+    p("Throttle: `throttle-capacity=8M`, `throttle-mode=writethrough` or")
+    p("`writeback` (pool: the default, the whole budget), other parameters at")
+    p("their defaults.  burst: 4M of 4K random writes, queue depth 16 (fits")
+    p("in the budget); sustained: 4K random writes at queue depth 16 for the")
+    p("whole run (writeback fills its pool in a fraction of a second, then")
+    p("goes at the speed its writer threads drain it: 4 by default, 16 in")
+    p("the extra row, against nbdkit's 16 request threads in writethrough).")
+    p("Peak RSS: nbdkit's VmHWM, median over rounds.")
+    p("")
+    p("| configuration | burst MiB/s | burst p50 / p99 / max | sustained MiB/s | sustained p50 / p99 / max | peak RSS MiB |")
+    p("|---|---|---|---|---|---|")
+    for c in ("none", "throttle:8M:writethrough", "throttle:8M:writeback",
+              "throttle:8M:writeback+throttle-writeback-threads=16", "rate:100M"):
+        if ("4", "4k-burst-4M-qd16", c) in unavailable:
+            p("| %s | not available: nbdkit rejected the parameter | | | | |" % config_name(c))
+            continue
+        b, s = "4k-burst-4M-qd16", "4k-sustained-qd16"
+        if not rounds("4", b, c):
+            continue
+        rss = statistics.median(r.rss_kib for r in rounds("4", s, c).values()) / 1024.0
+        p("| %s | %s | %s / %s / %s ms | %s | %s / %s / %s ms | %.0f |" % (
+            config_name(c),
+            mib(med("4", b, c, "bw")), ms(med("4", b, c, "p50")),
+            ms(med("4", b, c, "p99")), ms(med("4", b, c, "max")),
+            mib(med("4", s, c, "bw")), ms(med("4", s, c, "p50")),
+            ms(med("4", s, c, "p99")), ms(med("4", s, c, "max")), rss))
+    p("")
+    wb = ratio("4", "4k-burst-4M-qd16", "throttle:8M:writeback", "throttle:8M:writethrough")
+    ws = ratio("4", "4k-sustained-qd16", "throttle:8M:writeback", "throttle:8M:writethrough")
+    if ("4", "4k-burst-4M-qd16", "throttle:8M:writeback") in unavailable:
+        p("writeback: not available (nbdkit rejected `throttle-mode=writeback`).")
+    else:
+        p("Throughput writeback / writethrough: burst %s, sustained %s." % (
+            fmt_ratio(wb), fmt_ratio(ws)))
+    p("")
+    p("![latency distributions](bench/latency.svg)")
+    p("")
+    p("`bench/latency.svg`: the latency distribution (CDF) of each")
+    p("configuration of case 4 in the last round.")
+
+
+def case4_plot():
+    """CDF file names and plot commands for latency.gp, if case 4 ran."""
+    cmds = []
+    for panel, wl in (("burst", "4k-burst-4M-qd16"), ("sustained", "4k-sustained-qd16")):
+        items = []
+        for c, title in (("none", "no filter"),
+                         ("throttle:8M:writethrough", "throttle writethrough"),
+                         ("throttle:8M:writeback", "throttle writeback"),
+                         ("rate:100M", "rate filter")):
+            rs = rounds("4", wl, c)
+            if not rs:
+                continue
+            r = rs[max(rs)]
+            if os.path.exists(r.cdf):
+                items.append("'%s' using ($1/1000):3 with steps title '%s'" % (r.cdf, title))
+        if items:
+            cmds.append("set title '%s: 4K random writes, queue depth 16, 5 ms backend'\n"
+                        "plot %s\n" % (panel, ", \\\n     ".join(items)))
+    path = os.path.join(res_dir, "plotcmd.gp")
+    if not cmds:
+        if os.path.exists(path):
+            os.remove(path)
+        return
+    with open(path, "w") as f:
+        f.write("set multiplot layout 1,%d\n" % len(cmds))
+        f.write("".join(cmds))
+        f.write("unset multiplot\n")
+
+
+header()
+case1()
+case2()
+case2m()
+case3()
+case4()
+print("\n".join(out))
+case4_plot()
+case2m_plot()
