@@ -21,6 +21,7 @@ PACKAGES=(
   fio qemu-utils
   qemu-system-x86 linux-image-amd64 busybox-static nbd-client
   cpio xz-utils zstd kmod strace libcap2-bin
+  systemd
   gnuplot-nox
 )
 
