@@ -55,7 +55,7 @@ grep -q "Found ordering cycle" "$tmp/verify.out" ||
 echo "ok: systemd-analyze verify reports a misspelt key and an ordering cycle"
 
 # --- what swap needs of the unit -----------------------------------------
-# key VALUE: the unit has the line KEY=VALUE.
+# has LINE: the unit has exactly this line.
 has ()
 {
   grep -qxF "$1" "$unit" || fail "$unit: no line '$1'"

@@ -86,15 +86,17 @@ put_utf8 (char **d, unsigned cp)
 
 /* A string at ps->p (on its opening quote), decoded.  \u0000 is
  * refused: the result is a C string.  The decoded form is never longer
- * than the escaped one, so the input's length bounds the buffer.
+ * than the escaped one, so the escaped length bounds the buffer.
  */
 static char *
 parse_string (struct parser *ps)
 {
-  const char *s = ps->p + 1;
+  const char *s = ps->p + 1, *e = s;
   char *out, *d;
 
-  out = d = malloc (strlen (s) + 1);
+  while (*e && *e != '"')
+    e += e[0] == '\\' && e[1] ? 2 : 1;
+  out = d = malloc (e - s + 1);
   if (out == NULL) {
     fail (ps, strerror (errno));
     return NULL;

@@ -94,9 +94,11 @@ fill_row (char row[NCOLS][CELL], const struct ctl_json *e, bool bytes)
   uint64_t waited = get (e, "waited");
   char name[MAX_EXPORT_DISPLAY];
 
-  snprintf (row[COL_EXPORT], CELL, "%s",
-            ctl_format_export (ctl_json_get (e, "name")->str, name,
-                               sizeof name));
+  ctl_format_export (ctl_json_get (e, "name")->str, name, sizeof name);
+  /* A long name is cut where it says so. */
+  if (strlen (name) >= CELL)
+    strcpy (name + CELL - 4, "...");
+  snprintf (row[COL_EXPORT], CELL, "%s", name);
   ctl_format_units (get (e, "capacity"), bytes, row[COL_CAPACITY], CELL);
   ctl_format_units (get (e, "in_flight"), bytes, row[COL_IN_FLIGHT], CELL);
   ctl_format_units (get (e, "peak"), bytes, row[COL_PEAK], CELL);
@@ -192,7 +194,7 @@ ctl_stats (const char *path, const char *export, bool json, double timeout)
   else {
     error ("the export name holds a newline or is too long: it cannot "
            "be sent");
-    return 1;
+    return 2;
   }
   reply = ctl_ask (path, line, timeout, &raw, err, sizeof err);
   if (reply == NULL) {
