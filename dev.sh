@@ -103,6 +103,8 @@ package ()
     "$work"/nbdkit-throttle-dev_"$version"_*.deb >"$work/install.log" 2>&1 ||
     { cat "$work/install.log"; exit 1; }
   "$top/debian/tests/installed.sh"
+  # Kept when asked for, or when something failed above (set -e).
+  [ -n "${THROTTLE_PKGDIR:-}" ] || rm -rf "$work"
 }
 
 case "${1:-}" in
