@@ -4,6 +4,9 @@
 #   ./dev.sh demo     install what is missing, build, run the main job
 #   ./dev.sh check    install what is missing, build, run every test
 #   ./dev.sh bench    install what is missing, build, run the benchmarks
+#   ./dev.sh package  install what is missing, build the Debian package
+#                     (lintian errors fail), install it, try the installed
+#                     files
 #   ./dev.sh deps     only install what is missing
 #
 # Builds out of tree in ./build (THROTTLE_BUILDDIR to change).
@@ -21,7 +24,9 @@ PACKAGES=(
   fio qemu-utils
   qemu-system-x86 linux-image-amd64 busybox-static nbd-client
   cpio xz-utils zstd kmod strace libcap2-bin
+  systemd
   gnuplot-nox
+  debhelper dpkg-dev fakeroot lintian man-db
 )
 
 deps ()
@@ -72,6 +77,36 @@ demo ()
   grep "throttle: summary" "$log" | sed 's/^.*throttle: /== nbdkit at exit: /'
 }
 
+# The Debian package, built from a copy of the tracked files (so that
+# nothing lands in the tree or beside it), checked with lintian, then
+# installed on this machine and tried from the installed files only.
+package ()
+{
+  local work=${THROTTLE_PKGDIR:-$(mktemp -d /var/tmp/throttle-pkg.XXXXXX)}
+  local version src
+  version=$(sed -n '1s/^nbdkit-throttle (\([^)]*\)).*/\1/p' "$top/debian/changelog")
+  src=$work/nbdkit-throttle-$version
+  rm -rf "$src"
+  mkdir -p "$src"
+  git -C "$top" ls-files -z | tar -C "$top" --null -T - -cf - | tar -C "$src" -xf -
+  echo "== dpkg-buildpackage -us -uc -b in $src"
+  (cd "$src" && dpkg-buildpackage -us -uc -b) >"$work/build.log" 2>&1 ||
+    { tail -n 60 "$work/build.log"; echo "dev.sh: the package did not build (log: $work/build.log)"; exit 1; }
+  local changes=$work/nbdkit-throttle_${version}_$(dpkg --print-architecture).changes
+  echo "== lintian (errors fail)"
+  lintian --fail-on error --info "$changes" || { echo "dev.sh: lintian reported errors"; exit 1; }
+  echo "== install"
+  local sudo=
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    --no-install-recommends "$work"/nbdkit-throttle_"$version"_*.deb \
+    "$work"/nbdkit-throttle-dev_"$version"_*.deb >"$work/install.log" 2>&1 ||
+    { cat "$work/install.log"; exit 1; }
+  "$top/debian/tests/installed.sh"
+  # Kept when asked for, or when something failed above (set -e).
+  [ -n "${THROTTLE_PKGDIR:-}" ] || rm -rf "$work"
+}
+
 case "${1:-}" in
   deps) deps ;;
   demo) deps; build; demo ;;
@@ -86,5 +121,6 @@ case "${1:-}" in
     "$top/tests/run-sanitizers.sh"
     ;;
   bench) deps; build; cd "$builddir"; make bench ;;
-  *) sed -n '2,9p' "$0"; exit 2 ;;
+  package) deps; package ;;
+  *) sed -n '2,12p' "$0"; exit 2 ;;
 esac

@@ -72,6 +72,30 @@ else
     echo "build-initramfs: no disk plugin (THROTTLE_DISK_PLUGIN=${THROTTLE_DISK_PLUGIN:-})"
 fi
 
+# The swap unit and its helper (configuration units-*): the guest's init
+# runs the unit's Exec lines, which name the helper by its installed
+# path, and the helper runs nbdkit with the short names, so the filter
+# and the plugin go into nbdkit's own directories as a package puts them.
+if [ -n "${THROTTLE_SWAP_UNIT:-}" ] && [ -f "$THROTTLE_SWAP_UNIT" ] &&
+   [ -n "${THROTTLE_SWAP_HELPER:-}" ] && [ -f "$THROTTLE_SWAP_HELPER" ] &&
+   [ -n "${THROTTLE_FILTER:-}" ] && [ -f "$THROTTLE_FILTER" ] &&
+   [ -n "${THROTTLE_DISK_PLUGIN:-}" ] && [ -f "$THROTTLE_DISK_PLUGIN" ]; then
+    helper=$(sed -n 's/^ExecStart=\([^ ]*\) start %i$/\1/p' "$THROTTLE_SWAP_UNIT")
+    confdir=$(sed -n 's/^confdir=${NBDKIT_THROTTLE_CONFDIR:-\(.*\)}$/\1/p' "$THROTTLE_SWAP_HELPER")
+    [ -n "$helper" ] && [ -n "$confdir" ] ||
+        { echo "build-initramfs: cannot read the helper's path or confdir" >&2; exit 1; }
+    filterdir=$(nbdkit --dump-config | sed -n 's/^filterdir=//p')
+    put "$THROTTLE_SWAP_UNIT" /etc/systemd/system/nbdkit-throttle-swap@.service
+    put "$THROTTLE_SWAP_HELPER" "$helper"
+    chmod 755 "$root$helper"
+    add_elf "$THROTTLE_FILTER" "$filterdir/nbdkit-throttle-filter.so"
+    add_elf "$THROTTLE_DISK_PLUGIN" "$plugindir/nbdkit-throttle-disk-plugin.so"
+    echo "UNIT=/etc/systemd/system/nbdkit-throttle-swap@.service" >> "$conf"
+    echo "UNIT_CONFDIR=$confdir" >> "$conf"
+else
+    echo "build-initramfs: no swap unit (THROTTLE_SWAP_UNIT=${THROTTLE_SWAP_UNIT:-}, THROTTLE_SWAP_HELPER=${THROTTLE_SWAP_HELPER:-})"
+fi
+
 # ldd prints "name => /path (addr)" and "/lib64/ld-linux-x86-64.so.2 (addr)".
 libs=$(for e in "${elves[@]}"; do ldd "$e"; done |
        awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' |

@@ -8,6 +8,7 @@
 # 0 otherwise.  The other configurations are recorded, never fail.
 #
 # Environment: THROTTLE_FILTER, THROTTLE_DISK_PLUGIN (the built .so files),
+# THROTTLE_SWAP_UNIT, THROTTLE_SWAP_HELPER (the built unit and helper),
 # abs_builddir (the work directory goes under it),
 # THROTTLE_SWAP_ALLOW_MISSING=1 (development: run what can run when the
 # filter or the disk plugin is not built, without failing),
@@ -51,6 +52,11 @@ missing=
     missing="$missing disk plugin (THROTTLE_DISK_PLUGIN=${THROTTLE_DISK_PLUGIN:-unset});"
 have_filter=0; [ -n "${THROTTLE_FILTER:-}" ] && [ -f "$THROTTLE_FILTER" ] && have_filter=1
 have_disk=0; [ -n "${THROTTLE_DISK_PLUGIN:-}" ] && [ -f "$THROTTLE_DISK_PLUGIN" ] && have_disk=1
+have_units=0
+[ -n "${THROTTLE_SWAP_UNIT:-}" ] && [ -f "$THROTTLE_SWAP_UNIT" ] &&
+    [ -n "${THROTTLE_SWAP_HELPER:-}" ] && [ -f "$THROTTLE_SWAP_HELPER" ] && have_units=1
+[ $have_units = 1 ] ||
+    missing="$missing swap unit and helper (THROTTLE_SWAP_UNIT=${THROTTLE_SWAP_UNIT:-unset}, THROTTLE_SWAP_HELPER=${THROTTLE_SWAP_HELPER:-unset});"
 
 work=${abs_builddir:-$PWD}/swap-work
 rm -rf "$work"
@@ -89,6 +95,9 @@ for ((b = 1; b <= maxboots; b++)); do
         esac
         case " $args " in
             *" thr.filter=1 "*) [ $have_filter = 1 ] || { unrunnable="$unrunnable $c"; continue; } ;;
+        esac
+        case " $args " in
+            *" thr.units=1 "*) [ $have_units = 1 ] || { unrunnable="$unrunnable $c"; continue; } ;;
         esac
         if [ "$(swap_config "$c" must)" = 1 ]; then
             jobs_must+=("$c $b")
@@ -230,7 +239,7 @@ if [ $fail = 1 ]; then
         [ -f "$l" ] || continue
         echo
         echo "================ $l (markers, then the console from the first sign of trouble) ================"
-        clean < "$l" | grep -E '^(ROOTFS|GUEST-CONFIG|SYSCTL|NBDKIT-CMD|SWAP-ON|GUARDS|SWAPTEST|WRITEOUT-DONE|SWAPIN-DONE|VERIFY|SETUP-FAILED|SWAPSTATS|nbdkit: .*(error|guards))'
+        clean < "$l" | grep -E '^(ROOTFS|GUEST-CONFIG|SYSCTL|NBDKIT-CMD|UNIT-[A-Za-z]*|SWAP-ON|GUARDS|SWAPTEST|WRITEOUT-DONE|SWAPIN-DONE|VERIFY|SETUP-FAILED|SWAPSTATS|nbdkit: .*(error|guards))'
         clean < "$l" | sed -n '/blocked for more than\|=== host:\|Kernel panic\|Out of memory\|VERIFY-FAILED\|SETUP-FAILED/,$p' | head -n 400
     done
     echo "check-swap: FAIL"

@@ -8,6 +8,8 @@
 # The MUST configurations are the deployment the reserve issue recommends
 # for swap-in: the filter's defaults (real-time request threads where
 # permitted, as in the guest) plus that vm.min_free_kbytes.
+# thr.units=1: the same deployment started and stopped by the command
+# lines of nbdkit-throttle-swap@.service, in its order (see init.sh).
 swap_configs ()
 {
     cat <<'EOF'
@@ -15,6 +17,7 @@ disk-wt-c1        1 3 thr.plugin=disk thr.filter=1 thr.mode=writethrough thr.con
 disk-wt-c2        1 3 thr.plugin=disk thr.filter=1 thr.mode=writethrough thr.conns=2 thr.minfree=16384 thr.guards=1
 disk-wb-c1        1 3 thr.plugin=disk thr.filter=1 thr.mode=writeback thr.conns=1 thr.minfree=16384 thr.guards=1
 disk-wb-c2        1 3 thr.plugin=disk thr.filter=1 thr.mode=writeback thr.conns=2 thr.minfree=16384 thr.guards=1
+units-wt-c2       1 3 thr.units=1 thr.plugin=disk thr.filter=1 thr.mode=writethrough thr.conns=2 thr.minfree=16384 thr.guards=1
 disk-wt-c1-nomin  0 1 thr.plugin=disk thr.filter=1 thr.mode=writethrough thr.conns=1 thr.minfree=0 thr.guards=1
 filter-file       0 3 thr.plugin=file thr.filter=1 thr.conns=1 thr.minfree=16384 thr.guards=1
 filter-memory     0 3 thr.plugin=memory thr.filter=1 thr.conns=1 thr.minfree=16384 thr.guards=1

@@ -28,7 +28,7 @@ fail ()
 # Defaults, then thr.KEY=VALUE from the command line.
 THR_cfg=unnamed THR_plugin=file THR_filter=0 THR_mode= THR_conns=1
 THR_minfree=0 THR_guards=0 THR_hungsecs=20 THR_size= THR_verbose=1
-THR_memsize=32M THR_args=
+THR_memsize=32M THR_args= THR_units=0
 for word in $(cat /proc/cmdline); do
     case "$word" in
         thr.*=*)
@@ -45,7 +45,7 @@ done
 rootfs=$(stat -f -c %t /)
 echo "ROOTFS type=0x$rootfs"
 [ "$rootfs" = 858458f6 ] || fail "the root file system is not ramfs (rootfstype=ramfs ignored?)"
-echo "GUEST-CONFIG cfg=$THR_cfg plugin=$THR_plugin filter=$THR_filter mode=$THR_mode conns=$THR_conns minfree=$THR_minfree guards=$THR_guards"
+echo "GUEST-CONFIG cfg=$THR_cfg plugin=$THR_plugin filter=$THR_filter mode=$THR_mode conns=$THR_conns minfree=$THR_minfree guards=$THR_guards units=$THR_units"
 
 # build-initramfs.sh listed MODULES dependencies first (virtio_ring before
 # virtio).
@@ -71,38 +71,90 @@ echo "SYSCTL min_free_kbytes=$(cat /proc/sys/vm/min_free_kbytes) hung_task_timeo
 
 [ -b /dev/vda ] || fail "no /dev/vda"
 
-case "$THR_plugin" in
-    file)   set -- file file=/dev/vda ;;
-    memory) set -- memory size=$THR_memsize allocator=malloc,mlock=true ;;
-    disk)   [ -n "$DISK_PLUGIN" ] || fail "the disk plugin is not in the initramfs"
-            set -- "$DISK_PLUGIN" file=/dev/vda ;;
-    *)      fail "unknown plugin $THR_plugin" ;;
-esac
-if [ "$THR_filter" = 1 ]; then
-    [ -n "$FILTER" ] || fail "the throttle filter is not in the initramfs"
-    set -- --filter="$FILTER" "$@"
-    [ -n "$THR_mode" ] && set -- "$@" throttle-mode="$THR_mode"
+# thr.units=1: what nbdkit-throttle-swap@.service does at boot, by
+# running the unit's own Exec lines in its order (start, attach; at the
+# end, stop), so that the guest boots exactly the units' command lines.
+# systemd's part is played here: the instance's configuration, the
+# unit's OOMScoreAdjust, the main PID from its PIDFile, SIGTERM after
+# ExecStop.  The guest runs as root, so the unit's User= and capabilities
+# are not played.
+UNIT_INSTANCE=swaptest
+unit_value ()
+{
+    sed -n "s/^$1=//p" "$UNIT" | sed "s/%i/$UNIT_INSTANCE/g"
+}
+unit_step ()
+{
+    local key=$1 line oom
+    oom=$(unit_value OOMScoreAdjust)
+    unit_value "$key" > /tmp/unit-steps
+    [ -s /tmp/unit-steps ] || fail "the unit has no $key="
+    while IFS= read -r line; do
+        # '+' (full privileges) is the only prefix the unit uses; any
+        # other would mean this no longer does what systemd does.
+        case "$line" in
+            +/*) line=${line#+} ;;
+            /*) ;;
+            *) fail "unit $key=$line: a prefix this init does not play" ;;
+        esac
+        echo "UNIT-$key $line"
+        # shellcheck disable=SC2086
+        ( [ -n "$oom" ] && echo "$oom" > /proc/self/oom_score_adj; exec $line ) ||
+            fail "unit $key=$line exited with $?"
+    done < /tmp/unit-steps
+}
+
+if [ "$THR_units" = 1 ]; then
+    [ -n "${UNIT:-}" ] || fail "the swap unit is not in the initramfs"
+    mkdir -p "$UNIT_CONFDIR"
+    {
+        echo "DEVICE=/dev/nbd0"
+        echo "DISK=/dev/vda"
+        echo "CONNECTIONS=$THR_conns"
+        [ -n "$THR_mode" ] && echo "MODE=$THR_mode"
+        # As below: the filter's debug, not the core's per-request lines.
+        [ "$THR_verbose" = 1 ] && echo "NBDKIT_ARGS=-v -D nbdkit.backend.datapath=0"
+    } > "$UNIT_CONFDIR/$UNIT_INSTANCE.conf"
+    sed 's/^/UNIT-CONF /' "$UNIT_CONFDIR/$UNIT_INSTANCE.conf"
+    unit_step ExecStart
+    pidfile=$(unit_value PIDFile)
+    [ -s "$pidfile" ] || fail "no PID file $pidfile after ExecStart"
+    NBDKIT_PID=$(cat "$pidfile")
+    unit_step ExecStartPost
+else
+    case "$THR_plugin" in
+        file)   set -- file file=/dev/vda ;;
+        memory) set -- memory size=$THR_memsize allocator=malloc,mlock=true ;;
+        disk)   [ -n "$DISK_PLUGIN" ] || fail "the disk plugin is not in the initramfs"
+                set -- "$DISK_PLUGIN" file=/dev/vda ;;
+        *)      fail "unknown plugin $THR_plugin" ;;
+    esac
+    if [ "$THR_filter" = 1 ]; then
+        [ -n "$FILTER" ] || fail "the throttle filter is not in the initramfs"
+        set -- --filter="$FILTER" "$@"
+        [ -n "$THR_mode" ] && set -- "$@" throttle-mode="$THR_mode"
+    fi
+    # Extra nbdkit arguments, '+' for space.
+    [ -n "$THR_args" ] && set -- "$@" $(echo "$THR_args" | tr + ' ')
+    # -v shows the filter's debug (reserve size, locked memory); the core's
+    # per-request lines would flood the console during the pressure.
+    [ "$THR_verbose" = 1 ] && set -- -v -D nbdkit.backend.datapath=0 "$@"
+
+    echo "NBDKIT-CMD nbdkit -U /run/nbd.sock -P /run/nbdkit.pid $*"
+    /usr/bin/nbdkit -U /run/nbd.sock -P /run/nbdkit.pid "$@" ||
+        fail "nbdkit exited with $?"
+    i=0
+    while [ ! -s /run/nbdkit.pid ] || [ ! -S /run/nbd.sock ]; do
+        i=$((i + 1)); [ $i -gt 100 ] && fail "nbdkit did not start"
+        sleep 0.1
+    done
+    NBDKIT_PID=$(cat /run/nbdkit.pid)
+
+    /usr/sbin/nbd-client -unix /run/nbd.sock /dev/nbd0 -N "" -swap -b 4096 \
+        -C "$THR_conns" || fail "nbd-client exited with $?"
+    mkswap /dev/nbd0 >/dev/null || fail "mkswap"
+    swapon /dev/nbd0 || fail "swapon"
 fi
-# Extra nbdkit arguments, '+' for space.
-[ -n "$THR_args" ] && set -- "$@" $(echo "$THR_args" | tr + ' ')
-# -v shows the filter's debug (reserve size, locked memory); the core's
-# per-request lines would flood the console during the pressure.
-[ "$THR_verbose" = 1 ] && set -- -v -D nbdkit.backend.datapath=0 "$@"
-
-echo "NBDKIT-CMD nbdkit -U /run/nbd.sock -P /run/nbdkit.pid $*"
-/usr/bin/nbdkit -U /run/nbd.sock -P /run/nbdkit.pid "$@" ||
-    fail "nbdkit exited with $?"
-i=0
-while [ ! -s /run/nbdkit.pid ] || [ ! -S /run/nbd.sock ]; do
-    i=$((i + 1)); [ $i -gt 100 ] && fail "nbdkit did not start"
-    sleep 0.1
-done
-NBDKIT_PID=$(cat /run/nbdkit.pid)
-
-/usr/sbin/nbd-client -unix /run/nbd.sock /dev/nbd0 -N "" -swap -b 4096 \
-    -C "$THR_conns" || fail "nbd-client exited with $?"
-mkswap /dev/nbd0 >/dev/null || fail "mkswap"
-swapon /dev/nbd0 || fail "swapon"
 echo "SWAP-ON $(tail -n 1 /proc/swaps)"
 
 # Thread flags (field 9 of stat; the comm field may hold spaces, so count
@@ -133,6 +185,20 @@ echo "SWAPTEST-EXIT $?"
 guards post
 awk '/^(pswpin|pswpout) / { printf "%s=%d ", $1, $2 } END { print "" }' \
     /proc/vmstat | sed 's/^/SWAPSTATS /'
+if [ "$THR_units" = 1 ]; then
+    # The unit's stop: ExecStop (swapoff, then nbd-client -d), then
+    # SIGTERM to the main process, which must exit.
+    unit_step ExecStop
+    grep -q '^/dev/nbd0 ' /proc/swaps && fail "unit stop: /dev/nbd0 is still swap"
+    [ -e /sys/block/nbd0/pid ] && fail "unit stop: /dev/nbd0 is still connected"
+    kill -TERM "$NBDKIT_PID"
+    i=0
+    while [ -d "/proc/$NBDKIT_PID" ]; do
+        i=$((i + 1)); [ $i -gt 100 ] && fail "unit stop: nbdkit still running 10 s after SIGTERM"
+        sleep 0.1
+    done
+    echo "UNIT-STOPPED swapoff, nbd-client -d, nbdkit exited"
+fi
 echo "GUEST-DONE"
 poweroff -f
 sleep 60

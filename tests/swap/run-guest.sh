@@ -170,6 +170,10 @@ elif has SETUP-FAILED; then
 elif [ $swapin = 1 ] && { [ $swapout_mib -lt "${SWAP_MIN_OUT_MIB:-16}" ] || [ $swapin_mib -lt "${SWAP_MIN_IN_MIB:-4}" ]; }; then
     # A run that never swapped proves nothing.
     reason=no-swap
+elif [ $swapin = 1 ] && case " $args " in *" thr.units=1 "*) ! has UNIT-STOPPED ;; *) false ;; esac; then
+    # The unit's stop (swapoff, nbd-client -d, nbdkit's exit) is part
+    # of what the units configuration checks.
+    reason=unit-stop-missing
 elif [ $swapin = 1 ]; then
     reason=ok
 else

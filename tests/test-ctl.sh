@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# throttle-ctl against a real nbdkit under load: stats as a table and as
+# the raw reply, set capacity with nbdkit's size suffixes (the change
+# shows in the server's own reply), watch's rates, odd export names
+# round-trip; and each failure an operator meets gets its own clear
+# message and exit status: a command-line mistake (2, nothing sent), no
+# socket, not a socket, a stale socket, permission denied, a server that
+# answers garbage, the wrong JSON, nothing (timeout) or closes, an NBD
+# socket, and a server that goes away under watch (1).
+source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
+: "${THROTTLE_CTL:?THROTTLE_CTL must point to the built throttle-ctl}"
+: "${THROTTLE_LOAD:?THROTTLE_LOAD must point to the built throttle-load}"
+requires_file "$THROTTLE_FILTER"
+requires_file "$THROTTLE_CTL"
+requires_file "$THROTTLE_LOAD"
+requires $PY -c 'import nbd'
+
+CTL=$THROTTLE_CTL
+ctl=$tmp/ctl.sock
+
+# expect RC PATTERN ARGS...: throttle-ctl ARGS exits RC with PATTERN in
+# its output (stdout and stderr together).
+expect ()
+{
+  local rc=$1 pattern=$2 r=0; shift 2
+  timeout 20 "$CTL" "$@" >"$tmp/out" 2>&1 || r=$?
+  [ "$r" = "$rc" ] || { cat "$tmp/out"; fail "throttle-ctl $*: exit $r, expected $rc"; }
+  grep -q -- "$pattern" "$tmp/out" ||
+    { cat "$tmp/out"; fail "throttle-ctl $*: no '$pattern' in the output"; }
+  echo "ok: throttle-ctl $* -> $r: $(grep -m1 -- "$pattern" "$tmp/out")"
+}
+
+# --- mistakes on the command line: status 2, before any connection ---
+expect 2 "no SOCKET" 
+expect 2 "no command" "$tmp/none"
+expect 2 'unknown command "frob"' "$tmp/none" frob
+expect 2 'bad size "1.5M": unknown suffix' "$tmp/none" set capacity "" 1.5M
+expect 2 'bad size "1MiB": unknown suffix' "$tmp/none" set capacity "" 1MiB
+expect 2 'bad size "abc"' "$tmp/none" set capacity "" abc
+expect 2 'bad size "-1"' "$tmp/none" set capacity "" -- -1
+expect 2 'must be greater than 0' "$tmp/none" set capacity "" 0
+expect 2 'too large' "$tmp/none" set capacity "" 9E
+expect 2 'usage: set capacity EXPORT SIZE' "$tmp/none" set capacity ""
+expect 2 'bad INTERVAL "0"' "$tmp/none" watch 0
+expect 2 'bad COUNT "x"' "$tmp/none" watch 1 x
+expect 2 'too many arguments' "$tmp/none" stats a b
+expect 2 '\-\-timeout abc' --timeout abc "$tmp/none" stats
+
+# --- sockets that are not a live control socket: status 1 --------------
+expect 1 "no such socket (is nbdkit running with throttle-control=$tmp/none?)" \
+  "$tmp/none" stats
+echo text > "$tmp/file"
+expect 1 "$tmp/file: not a socket" "$tmp/file" stats
+# A stale socket: bound, then its server gone without removing it.
+$PY -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' \
+  "$tmp/stale.sock"
+expect 1 "connection refused: nobody serves this socket" "$tmp/stale.sock" stats
+
+# Fake servers of other protocols, one connection each.
+cat > "$tmp/fake.py" <<'EOF'
+import socket, sys, time
+mode, path = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_UNIX)
+s.bind(path)
+s.listen(1)
+c, _ = s.accept()
+c.recv(100)
+if mode == "garbage":
+    c.sendall(b"hello there\n")
+elif mode == "json":
+    c.sendall(b'{"foo":1}\n')
+elif mode == "partial":
+    c.sendall(b'{"metric":"bytes"')
+elif mode == "silent":
+    time.sleep(10)
+c.close()
+EOF
+fake ()
+{
+  local mode=$1 i
+  rm -f "$tmp/fake.sock"
+  $PY "$tmp/fake.py" "$mode" "$tmp/fake.sock" &
+  _pids+=($!)
+  for i in $(seq 50); do [ -S "$tmp/fake.sock" ] && return; sleep 0.1; done
+  fail "the fake server did not start"
+}
+fake garbage
+expect 1 'the reply is not JSON (unexpected character at byte 0): "hello there"' \
+  "$tmp/fake.sock" stats
+fake json
+expect 1 'the reply has no "exports" array: not a throttle control socket' \
+  "$tmp/fake.sock" stats
+fake partial
+expect 1 'closed the connection in the middle of a reply (17 bytes' \
+  "$tmp/fake.sock" stats
+fake close
+expect 1 'closed the connection without a reply' "$tmp/fake.sock" stats
+fake silent
+t0=$(date +%s.%N)
+expect 1 'no reply within 1 s' --timeout 1 "$tmp/fake.sock" stats
+t1=$(date +%s.%N)
+kill $! 2>/dev/null; wait $! 2>/dev/null || :
+awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 4) }' ||
+  fail "a silent server held throttle-ctl for $(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }') s (timeout 1 s)"
+
+# --- a real server ------------------------------------------------------
+# Writes take 20 ms in the backend, so 2 x 8 writes of 64K keep the 256K
+# budget full and requests waiting.
+start_nbdkit srv --filter="$THROTTLE_FILTER" --filter=delay memory 1G \
+  delay-write=20ms throttle-capacity=256K throttle-control="$ctl" \
+  throttle-rt=off
+srv=$pid
+for i in $(seq 50); do [ -S "$ctl" ] && break; sleep 0.1; done
+[ -S "$ctl" ] || fail "no control socket"
+
+# The NBD socket is not the control socket.
+expect 1 'not a throttle control socket' "$tmp/srv.sock" stats
+# Permission denied: the socket is 0600, owned by whoever runs nbdkit.
+if [ "$(id -u)" = 0 ]; then
+  chmod 755 "$tmp"
+  r=0
+  setpriv --reuid=nobody --regid=nogroup --clear-groups \
+    "$CTL" "$ctl" stats >"$tmp/out" 2>&1 || r=$?
+  cat "$tmp/out"
+  [ $r = 1 ] && grep -q "$ctl: permission denied (the control socket has mode 0600" "$tmp/out" ||
+    fail "another user: exit $r, no 'permission denied'"
+  echo "ok: another user gets 'permission denied'"
+  chmod 700 "$tmp"
+else
+  mkdir "$tmp/locked"
+  ln "$ctl" "$tmp/locked/ctl.sock" 2>/dev/null || cp -a "$ctl" "$tmp/locked/"
+  chmod 000 "$tmp/locked"
+  expect 1 "permission denied" "$tmp/locked/ctl.sock" stats
+  chmod 700 "$tmp/locked"
+fi
+
+expect 0 "no exports yet" "$ctl" stats
+expect 1 'the server refused: unknown export "": no client has opened it yet' \
+  "$ctl" set capacity "" 1M
+
+"$THROTTLE_LOAD" --unix "$tmp/srv.sock" -c 2 -q 8 -b 64k --read-ratio 0 \
+  -t 6 >"$tmp/load.out" 2>&1 &
+load=$!
+_pids+=($load)
+sleep 1
+
+expect 0 '^""  *256K  *256K  *256K ' "$ctl" stats
+grep -q '^EXPORT  *CAPACITY  *IN-FLIGHT  *PEAK  *WAITING  *ADMITTED  *WAITED  *CANCELLED  *CLAMPED  *MEAN-WAIT  *MAX-WAIT$' "$tmp/out" ||
+  { cat "$tmp/out"; fail "stats: not the table's header"; }
+expect 0 '"capacity":262144' --json "$ctl" stats ""
+$PY -c 'import json, sys; r = json.load(open(sys.argv[1]))
+assert r["exports"][0]["name"] == "" and r["exports"][0]["capacity"] == 262144, r' \
+  "$tmp/out" || fail "stats --json: not the server's reply"
+expect 1 'the server refused: unknown export "nosuch"' "$ctl" stats nosuch
+
+# set capacity: the number sent is nbdkit's reading of the suffix, and
+# the server's own reply shows it.
+expect 0 'export "": capacity 1048576 (1M), was 262144 (256K)' \
+  "$ctl" set capacity "" 1M
+expect 0 '"capacity":1048576' --json "$ctl" stats
+expect 0 'capacity 524288 (512K), was 1048576 (1M)' "$ctl" set capacity "" 512k
+expect 0 '"ok":true,"export":"","capacity":8192,"previous":524288' \
+  --json "$ctl" set capacity "" 16s
+expect 0 'capacity 1048576 (1M), was 8192 (8K)' "$ctl" set capacity "" 1048576b
+expect 1 'the server refused: unknown export "nosuch"' \
+  "$ctl" set capacity nosuch 1M
+
+# watch: a header, then one line per sample; after the first, requests
+# are admitted at a rate and the capacity set above shows.
+expect 0 '^TIME  *EXPORT  *CAPACITY  *IN-FLIGHT  *WAITING  *ADMIT/S  *WAITED/S  *MEAN-WAIT  *MAX-WAIT  *WB-PENDING$' \
+  "$ctl" watch 0.3 4
+cat "$tmp/out"
+[ "$(grep -c '^[0-9][0-9]:[0-9][0-9]:[0-9][0-9] ""  *1M ' "$tmp/out")" = 4 ] ||
+  fail "watch 0.3 4: not 4 lines for the export at capacity 1M"
+awk 'NR > 2 { if ($6 !~ /^[0-9]+$/ || $6 == 0) bad = 1 } END { exit bad }' \
+  "$tmp/out" || fail "watch: no admissions per second under load"
+expect 0 '"exports"' --json "$ctl" watch 0.2 2
+[ "$(grep -c '^{"metric"' "$tmp/out")" = 2 ] || fail "watch --json 0.2 2: not 2 replies"
+wait $load || { cat "$tmp/load.out"; fail "the load failed"; }
+
+# After the load: waits were counted and their mean is shown.
+expect 0 '^""  *1M ' "$ctl" stats
+awk '$1 == "\"\"" { if ($10 == "-" || $11 == "-") bad = 1 } END { exit bad }' \
+  "$tmp/out" || fail "stats: no mean or max wait after a load that waited"
+
+# An export name with a blank, a quote and a backslash round-trips.
+name='a b"c\d'
+$PY -c 'import nbd, sys
+h = nbd.NBD(); h.set_export_name(sys.argv[2]); h.connect_unix(sys.argv[1])
+h.pwrite(b"x" * 4096, 0); h.shutdown()' "$tmp/srv.sock" "$name"
+expect 0 '^"a b\\"c\\\\d"  *256K ' "$ctl" stats "$name"
+expect 0 'export "a b\\"c\\\\d": capacity 131072 (128K), was 262144 (256K)' \
+  "$ctl" set capacity "$name" 128K
+expect 0 '"name":"a b\\"c\\\\d","capacity":131072' --json "$ctl" stats "$name"
+
+# A server that goes away under watch ends it with status 1.
+"$CTL" "$ctl" watch 0.2 >"$tmp/watch.out" 2>&1 &
+w=$!
+sleep 0.7
+stop_nbdkit $srv
+r=0
+for i in $(seq 50); do kill -0 $w 2>/dev/null || break; sleep 0.1; done
+kill -0 $w 2>/dev/null && fail "watch still running 5 s after the server stopped"
+wait $w || r=$?
+cat "$tmp/watch.out"
+[ $r = 1 ] && grep -q "no such socket" "$tmp/watch.out" ||
+  fail "watch after the server stopped: exit $r, no 'no such socket'"
+echo "ok: watch ends with status 1 when the server goes away"
+echo "test-ctl: PASS"

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# The swap units and their helper, on the host: systemd-analyze verify
+# accepts the unit as built (and would report a mistake in it), the
+# unit has the order, dependencies and privileges swap needs, and the
+# helper refuses a bad configuration with a message naming the mistake
+# and prints the command lines a good one gives.  What the command lines
+# do is the guest test's business (tests/swap/, configuration units-*).
+source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
+: "${THROTTLE_SWAP_UNIT:?THROTTLE_SWAP_UNIT must point to the built unit}"
+: "${THROTTLE_SWAP_HELPER:?THROTTLE_SWAP_HELPER must point to the built helper}"
+requires_file "$THROTTLE_SWAP_UNIT"
+requires_file "$THROTTLE_SWAP_HELPER"
+requires systemd-analyze --version
+
+unit=$THROTTLE_SWAP_UNIT
+helper=$THROTTLE_SWAP_HELPER
+
+# --- systemd-analyze verify ----------------------------------------------
+# verify checks that every Exec command exists: point the unit at the
+# built helper, the only difference from the file that is installed.
+installed=$(sed -n 's/^ExecStart=\([^ ]*\) start %i$/\1/p' "$unit")
+[ -n "$installed" ] || fail "no 'ExecStart=HELPER start %i' in $unit"
+mkdir "$tmp/units"
+sed "s|$installed|$helper|g" "$unit" > "$tmp/units/nbdkit-throttle-swap@.service"
+# verify_unit FILE: systemd-analyze verify of an instance; prints what
+# it said, and fails on any complaint, warnings included.
+verify_unit ()
+{
+  local dir r=0
+  dir=$(dirname "$1")
+  systemd-analyze verify --man=no "$dir/nbdkit-throttle-swap@test.service" \
+    >"$tmp/verify.out" 2>&1 || r=$?
+  cat "$tmp/verify.out"
+  [ $r = 0 ] && [ ! -s "$tmp/verify.out" ]
+}
+verify_unit "$tmp/units/nbdkit-throttle-swap@.service" ||
+  fail "systemd-analyze verify complained about the unit"
+echo "ok: systemd-analyze verify accepts nbdkit-throttle-swap@test.service"
+
+# The check can fail: a misspelt key, and an ordering cycle (swap
+# needed before sysinit.target with the default dependencies).
+mkdir "$tmp/bad1" "$tmp/bad2"
+sed 's/^OOMScoreAdjust=/OOMScoreAdjustt=/' "$tmp/units/nbdkit-throttle-swap@.service" \
+  > "$tmp/bad1/nbdkit-throttle-swap@.service"
+! verify_unit "$tmp/bad1/nbdkit-throttle-swap@.service" ||
+  fail "systemd-analyze verify accepted a misspelt key"
+sed 's/^DefaultDependencies=no$/After=sysinit.target/' \
+  "$tmp/units/nbdkit-throttle-swap@.service" > "$tmp/bad2/nbdkit-throttle-swap@.service"
+grep -q '^After=sysinit.target' "$tmp/bad2/nbdkit-throttle-swap@.service" ||
+  fail "the cycle case was not made"
+! verify_unit "$tmp/bad2/nbdkit-throttle-swap@.service" ||
+  fail "systemd-analyze verify accepted an ordering cycle"
+grep -q "Found ordering cycle" "$tmp/verify.out" ||
+  fail "systemd-analyze verify: no ordering cycle reported"
+echo "ok: systemd-analyze verify reports a misspelt key and an ordering cycle"
+
+# --- what swap needs of the unit -----------------------------------------
+# has LINE: the unit has exactly this line.
+has ()
+{
+  grep -qxF "$1" "$unit" || fail "$unit: no line '$1'"
+  echo "ok: $1"
+}
+has "DefaultDependencies=no"
+has "Wants=modprobe@nbd.service"
+has "After=modprobe@nbd.service local-fs.target systemd-sysusers.service"
+has "Before=swap.target shutdown.target"
+has "Conflicts=shutdown.target"
+has "WantedBy=swap.target"
+has "Type=forking"
+has "PIDFile=/run/nbdkit-throttle/%i/nbdkit.pid"
+has "AmbientCapabilities=CAP_SYS_RESOURCE CAP_SYS_NICE CAP_IPC_LOCK"
+has "CapabilityBoundingSet=CAP_SYS_RESOURCE CAP_SYS_NICE CAP_IPC_LOCK"
+has "LimitMEMLOCK=infinity"
+has "OOMScoreAdjust=-1000"
+has "User=nbdkit-throttle"
+# The start, attach and stop steps, in this order, all the helper's.
+grep '^Exec' "$unit" | sed "s|$installed|HELPER|" > "$tmp/exec"
+printf '%s\n' "ExecStart=HELPER start %i" "ExecStartPost=+HELPER attach %i" \
+  "ExecStop=+HELPER detach %i" | diff -u - "$tmp/exec" ||
+  fail "the unit's Exec lines are not start, attach, detach"
+echo "ok: Exec lines: start, then attach (privileged), stop: detach (privileged)"
+
+# --- the helper ------------------------------------------------------------
+export NBDKIT_THROTTLE_CONFDIR=$tmp/conf
+mkdir "$tmp/conf"
+
+# expect RC PATTERN ARGS...
+expect ()
+{
+  local rc=$1 pattern=$2 r=0; shift 2
+  "$helper" "$@" >"$tmp/out" 2>&1 || r=$?
+  [ "$r" = "$rc" ] || { cat "$tmp/out"; fail "helper $*: exit $r, expected $rc"; }
+  grep -q -- "$pattern" "$tmp/out" ||
+    { cat "$tmp/out"; fail "helper $*: no '$pattern' in its output"; }
+  echo "ok: helper $* -> $r: $(grep -m1 -- "$pattern" "$tmp/out")"
+}
+conf ()
+{
+  printf '%s\n' "$@" > "$tmp/conf/t.conf"
+}
+
+expect 2 "usage: nbdkit-throttle-swap start|attach|detach|print INSTANCE" start
+expect 2 "usage" frob t
+expect 1 'bad instance name "a/b"' print a/b
+expect 1 "$tmp/conf/none.conf: cannot read the configuration of instance \"none\"" start none
+conf "DISK=/dev/vdb"
+expect 1 "DEVICE is not set" print t
+conf "DEVICE=/dev/sda" "DISK=/dev/vdb"
+expect 1 "DEVICE=/dev/sda: expected an NBD device" print t
+conf "DEVICE=/dev/nbd0"
+expect 1 "DISK is not set" print t
+conf "DEVICE=/dev/nbd0" "DISK=vdb"
+expect 1 "DISK=vdb: expected an absolute path" print t
+conf "DEVICE=/dev/nbd0" "DISK=/dev/vdb" "SIZE=1G"
+expect 1 "t.conf:3: unknown key \"SIZE\"" print t
+conf "DEVICE=/dev/nbd0" "DISK=/dev/vdb" "just words"
+expect 1 "t.conf:3: expected KEY=VALUE" print t
+conf "DEVICE=/dev/nbd0" "DISK=/dev/vdb" "CONNECTIONS=0"
+expect 1 "CONNECTIONS=0: expected a number of connections from 1 to 99" print t
+conf "DEVICE=/dev/nbd0" "DISK=/dev/vdb" "MODE=fast"
+expect 1 "MODE=fast: expected writethrough or writeback" print t
+conf "DEVICE=/dev/nbd0" "DISK=/dev/vdb" "CAPACITY=1M;reboot"
+expect 1 "CAPACITY=1M;reboot: expected a size" print t
+conf "DEVICE=/dev/nbd0" "DISK=$tmp/none.img"
+NBDKIT_THROTTLE_DISK_WAIT=1 timeout 60 "$helper" start t >"$tmp/out" 2>&1 &&
+  fail "start with a missing DISK succeeded"
+grep -q "DISK=$tmp/none.img does not exist (waited 1 s)" "$tmp/out" ||
+  { cat "$tmp/out"; fail "start with a missing DISK: no message"; }
+echo "ok: start with a missing DISK: $(cat "$tmp/out")"
+
+# A good configuration: comments, quotes, every key.
+conf "# swap on the second disk" "" "DEVICE=/dev/nbd3" 'DISK="/dev/vdb"' \
+  "CAPACITY=8M" "CONNECTIONS=2" "MODE=writeback" "SWAP_PRIORITY=5" \
+  "NBDKIT_ARGS='pool=32 -D throttle.verbose=1'"
+expect 0 "" print t
+cat "$tmp/out"
+cat > "$tmp/want" <<EOF
+start:  nbdkit -U /run/nbdkit-throttle/t/nbd.sock -P /run/nbdkit-throttle/t/nbdkit.pid --filter=throttle throttle-disk file=/dev/vdb throttle-control=/run/nbdkit-throttle/t/control throttle-capacity=8M throttle-mode=writeback pool=32 -D throttle.verbose=1
+attach: nbd-client -unix /run/nbdkit-throttle/t/nbd.sock /dev/nbd3 -N "" -swap -b 4096 -C 2
+        mkswap /dev/nbd3
+        swapon -p 5 /dev/nbd3
+detach: swapoff /dev/nbd3
+        nbd-client -d /dev/nbd3
+EOF
+diff -u "$tmp/want" "$tmp/out" || fail "print: not the expected command lines"
+echo "test-units: PASS"

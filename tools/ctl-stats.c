@@ -1,0 +1,426 @@
+/* throttle-ctl: the stats command (a table) and watch (a line per
+ * interval per export, like vmstat).
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctl.h"
+
+#define MAX_EXPORT_DISPLAY 256
+
+static void
+error (const char *msg)
+{
+  fprintf (stderr, "throttle-ctl: %s\n", msg);
+}
+
+/* The reply's exports array, or NULL with ERR if the reply is not the
+ * filter's (a server that answers JSON of another shape).
+ */
+static const struct ctl_json *
+exports_of (const struct ctl_json *reply, const char *path,
+            char *err, size_t errlen)
+{
+  const struct ctl_json *a = ctl_json_get (reply, "exports"), *e;
+  uint64_t u;
+
+  if (a == NULL || a->type != CTL_JSON_ARRAY) {
+    snprintf (err, errlen, "%s: the reply has no \"exports\" array: not a "
+              "throttle control socket?", path);
+    return NULL;
+  }
+  for (e = a->child; e; e = e->next) {
+    const struct ctl_json *name = ctl_json_get (e, "name");
+
+    if (name == NULL || name->type != CTL_JSON_STRING ||
+        !ctl_json_get_uint (e, "capacity", &u) ||
+        !ctl_json_get_uint (e, "in_flight", &u) ||
+        !ctl_json_get_uint (e, "admitted", &u) ||
+        !ctl_json_get_uint (e, "waited", &u) ||
+        !ctl_json_get_uint (e, "wait_ns_total", &u) ||
+        !ctl_json_get_uint (e, "wait_ns_max", &u)) {
+      snprintf (err, errlen, "%s: an export in the reply lacks a name or "
+                "a counter: not a throttle control socket?", path);
+      return NULL;
+    }
+  }
+  return a;
+}
+
+static bool
+metric_is_bytes (const struct ctl_json *reply)
+{
+  const struct ctl_json *m = ctl_json_get (reply, "metric");
+
+  return m && m->type == CTL_JSON_STRING && strcmp (m->str, "bytes") == 0;
+}
+
+static uint64_t
+get (const struct ctl_json *e, const char *key)
+{
+  uint64_t u = 0;
+
+  ctl_json_get_uint (e, key, &u);
+  return u;
+}
+
+/* --- the table ----------------------------------------------------------- */
+
+enum { COL_EXPORT, COL_CAPACITY, COL_IN_FLIGHT, COL_PEAK, COL_WAITING,
+       COL_ADMITTED, COL_WAITED, COL_CANCELLED, COL_CLAMPED, COL_MEAN_WAIT,
+       COL_MAX_WAIT, COL_WB_PENDING, COL_WB_WRITES, COL_WB_ERROR, NCOLS };
+
+static const char *const headers[NCOLS] = {
+  "EXPORT", "CAPACITY", "IN-FLIGHT", "PEAK", "WAITING", "ADMITTED", "WAITED",
+  "CANCELLED", "CLAMPED", "MEAN-WAIT", "MAX-WAIT", "WB-PENDING", "WB-WRITES",
+  "WB-ERROR",
+};
+
+#define CELL 64
+
+static void
+fill_row (char row[NCOLS][CELL], const struct ctl_json *e, bool bytes)
+{
+  const struct ctl_json *wb = ctl_json_get (e, "writeback"), *wberr;
+  uint64_t waited = get (e, "waited");
+  char name[MAX_EXPORT_DISPLAY];
+
+  ctl_format_export (ctl_json_get (e, "name")->str, name, sizeof name);
+  /* A long name is cut where it says so. */
+  if (strlen (name) >= CELL)
+    strcpy (name + CELL - 4, "...");
+  snprintf (row[COL_EXPORT], CELL, "%s", name);
+  ctl_format_units (get (e, "capacity"), bytes, row[COL_CAPACITY], CELL);
+  ctl_format_units (get (e, "in_flight"), bytes, row[COL_IN_FLIGHT], CELL);
+  ctl_format_units (get (e, "peak"), bytes, row[COL_PEAK], CELL);
+  snprintf (row[COL_WAITING], CELL, "%" PRIu64, get (e, "waiters"));
+  snprintf (row[COL_ADMITTED], CELL, "%" PRIu64, get (e, "admitted"));
+  snprintf (row[COL_WAITED], CELL, "%" PRIu64, waited);
+  snprintf (row[COL_CANCELLED], CELL, "%" PRIu64, get (e, "cancelled"));
+  snprintf (row[COL_CLAMPED], CELL, "%" PRIu64, get (e, "clamped"));
+  if (waited > 0)
+    ctl_format_ns ((double) get (e, "wait_ns_total") / waited,
+                   row[COL_MEAN_WAIT], CELL);
+  else
+    strcpy (row[COL_MEAN_WAIT], "-");
+  if (get (e, "wait_ns_max") > 0)
+    ctl_format_ns (get (e, "wait_ns_max"), row[COL_MAX_WAIT], CELL);
+  else
+    strcpy (row[COL_MAX_WAIT], "-");
+  if (wb && wb->type == CTL_JSON_OBJECT) {
+    ctl_format_units (get (wb, "pending_bytes"), true, row[COL_WB_PENDING],
+                      CELL);
+    snprintf (row[COL_WB_WRITES], CELL, "%" PRIu64,
+              get (wb, "pending_writes"));
+    wberr = ctl_json_get (wb, "error");
+    snprintf (row[COL_WB_ERROR], CELL, "%s",
+              wberr && wberr->type == CTL_JSON_STRING ? wberr->str : "-");
+  }
+  else {
+    strcpy (row[COL_WB_PENDING], "-");
+    strcpy (row[COL_WB_WRITES], "-");
+    strcpy (row[COL_WB_ERROR], "-");
+  }
+}
+
+static void
+print_table (const struct ctl_json *reply, const struct ctl_json *exports)
+{
+  const struct ctl_json *m = ctl_json_get (reply, "metric"), *e;
+  bool bytes = metric_is_bytes (reply), any_wb = false;
+  int width[NCOLS], ncols, c;
+  size_t n = 0, i;
+  char (*rows)[NCOLS][CELL];
+
+  for (e = exports->child; e; e = e->next) {
+    n++;
+    if (ctl_json_get (e, "writeback"))
+      any_wb = true;
+  }
+  printf ("metric %s%s\n",
+          m && m->type == CTL_JSON_STRING ? m->str : "(unknown)",
+          bytes ? " (sizes in bytes, K = 1024)" : "");
+  if (n == 0) {
+    printf ("no exports yet: a budget is created when a client first "
+            "opens its export\n");
+    return;
+  }
+  rows = calloc (n, sizeof *rows);
+  if (rows == NULL) {
+    error ("out of memory");
+    return;
+  }
+  ncols = any_wb ? NCOLS : COL_WB_PENDING;
+  for (c = 0; c < ncols; c++)
+    width[c] = strlen (headers[c]);
+  for (i = 0, e = exports->child; e; e = e->next, i++) {
+    fill_row (rows[i], e, bytes);
+    for (c = 0; c < ncols; c++)
+      if ((int) strlen (rows[i][c]) > width[c])
+        width[c] = strlen (rows[i][c]);
+  }
+  for (c = 0; c < ncols; c++)
+    printf (c == 0 ? "%-*s" : "  %*s", width[c], headers[c]);
+  printf ("\n");
+  for (i = 0; i < n; i++) {
+    for (c = 0; c < ncols; c++)
+      printf (c == 0 ? "%-*s" : "  %*s", width[c], rows[i][c]);
+    printf ("\n");
+  }
+  free (rows);
+}
+
+int
+ctl_stats (const char *path, const char *export, bool json, double timeout)
+{
+  const struct ctl_json *exports;
+  struct ctl_json *reply;
+  char err[1024], line[1100], q[1040];
+  char *raw;
+
+  if (export == NULL)
+    snprintf (line, sizeof line, "stats");
+  else if (ctl_quote_export (export, q, sizeof q))
+    snprintf (line, sizeof line, "stats %s", q);
+  else {
+    error ("the export name holds a newline or is too long: it cannot "
+           "be sent");
+    return 2;
+  }
+  reply = ctl_ask (path, line, timeout, &raw, err, sizeof err);
+  if (reply == NULL) {
+    error (err);
+    return 1;
+  }
+  exports = exports_of (reply, path, err, sizeof err);
+  if (exports == NULL) {
+    error (err);
+    ctl_json_free (reply);
+    free (raw);
+    return 1;
+  }
+  if (json)
+    printf ("%s\n", raw);
+  else
+    print_table (reply, exports);
+  ctl_json_free (reply);
+  free (raw);
+  return fflush (stdout) == 0 ? 0 : 1;
+}
+
+/* --- watch ------------------------------------------------------------------ */
+
+/* What the last sample said of one export. */
+struct seen {
+  char *name;
+  uint64_t admitted, waited, wait_ns_total;
+};
+
+struct sample {
+  struct seen *v;
+  size_t n;
+  double t;
+};
+
+static void
+free_sample (struct sample *s)
+{
+  size_t i;
+
+  for (i = 0; i < s->n; i++)
+    free (s->v[i].name);
+  free (s->v);
+  s->v = NULL;
+  s->n = 0;
+}
+
+static const struct seen *
+find_seen (const struct sample *s, const char *name)
+{
+  size_t i;
+
+  for (i = 0; i < s->n; i++)
+    if (strcmp (s->v[i].name, name) == 0)
+      return &s->v[i];
+  return NULL;
+}
+
+static double
+monotonic (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void
+watch_header (int namew)
+{
+  printf ("%-8s %-*s %9s %9s %7s %9s %9s %9s %9s %10s\n",
+          "TIME", namew, "EXPORT", "CAPACITY", "IN-FLIGHT", "WAITING",
+          "ADMIT/S", "WAITED/S", "MEAN-WAIT", "MAX-WAIT", "WB-PENDING");
+}
+
+/* One line per export of REPLY, rates against PREV (an export absent
+ * from PREV, or whose counters went back because nbdkit restarted,
+ * gets "-").  Fills CUR.  Returns the number of lines printed.
+ */
+static size_t
+watch_lines (const struct ctl_json *reply, const struct ctl_json *exports,
+             const struct sample *prev, struct sample *cur, int namew)
+{
+  bool bytes = metric_is_bytes (reply);
+  const struct ctl_json *e, *wb;
+  char clock[16], name[MAX_EXPORT_DISPLAY];
+  char cap[CELL], infl[CELL], ar[CELL], wr[CELL], mw[CELL], xw[CELL],
+    pend[CELL];
+  time_t now = time (NULL);
+  size_t n = 0;
+
+  strftime (clock, sizeof clock, "%H:%M:%S", localtime (&now));
+  for (e = exports->child; e; e = e->next)
+    n++;
+  cur->v = calloc (n ? n : 1, sizeof *cur->v);
+  for (e = exports->child; e; e = e->next) {
+    const char *nm = ctl_json_get (e, "name")->str;
+    const struct seen *p = find_seen (prev, nm);
+    uint64_t adm = get (e, "admitted"), wtd = get (e, "waited");
+    uint64_t wns = get (e, "wait_ns_total");
+    double dt = cur->t - prev->t;
+
+    if (cur->v) {
+      struct seen *s = &cur->v[cur->n];
+
+      s->name = strdup (nm);
+      s->admitted = adm;
+      s->waited = wtd;
+      s->wait_ns_total = wns;
+      if (s->name)
+        cur->n++;
+    }
+    if (p && adm >= p->admitted && wtd >= p->waited &&
+        wns >= p->wait_ns_total && dt > 0) {
+      snprintf (ar, sizeof ar, "%.0f", (adm - p->admitted) / dt);
+      snprintf (wr, sizeof wr, "%.0f", (wtd - p->waited) / dt);
+      if (wtd > p->waited)
+        ctl_format_ns ((double) (wns - p->wait_ns_total) / (wtd - p->waited),
+                       mw, sizeof mw);
+      else
+        strcpy (mw, "-");
+    }
+    else {
+      strcpy (ar, "-");
+      strcpy (wr, "-");
+      strcpy (mw, "-");
+    }
+    if (get (e, "wait_ns_max") > 0)
+      ctl_format_ns (get (e, "wait_ns_max"), xw, sizeof xw);
+    else
+      strcpy (xw, "-");
+    wb = ctl_json_get (e, "writeback");
+    if (wb && wb->type == CTL_JSON_OBJECT)
+      ctl_format_units (get (wb, "pending_bytes"), true, pend, sizeof pend);
+    else
+      strcpy (pend, "-");
+    printf ("%-8s %-*s %9s %9s %7" PRIu64 " %9s %9s %9s %9s %10s\n",
+            clock, namew, ctl_format_export (nm, name, sizeof name),
+            ctl_format_units (get (e, "capacity"), bytes, cap, sizeof cap),
+            ctl_format_units (get (e, "in_flight"), bytes, infl, sizeof infl),
+            get (e, "waiters"), ar, wr, mw, xw, pend);
+  }
+  if (n == 0)
+    printf ("%-8s %-*s (no exports yet)\n", clock, namew, "-");
+  return n ? n : 1;
+}
+
+int
+ctl_watch (const char *path, double interval, long count, bool json,
+           double timeout)
+{
+  struct sample prev = { 0 }, cur = { 0 };
+  bool tty = isatty (STDOUT_FILENO);
+  int namew = 8, rc = 0;
+  size_t lines = 0;
+  double next = monotonic ();
+  long i;
+
+  for (i = 0; count == 0 || i < count; i++) {
+    const struct ctl_json *exports, *e;
+    struct ctl_json *reply;
+    char err[1024], name[MAX_EXPORT_DISPLAY];
+    char *raw;
+    double wait;
+
+    if (i > 0) {
+      next += interval;
+      wait = next - monotonic ();
+      if (wait > 0) {
+        struct timespec ts = { .tv_sec = (time_t) wait };
+
+        ts.tv_nsec = (long) ((wait - ts.tv_sec) * 1e9);
+        while (nanosleep (&ts, &ts) == -1 && errno == EINTR)
+          ;
+      }
+      else
+        next = monotonic ();     /* fell behind: do not catch up */
+    }
+    /* A fresh connection each time: the server drops clients idle for
+     * longer than its timeout, and a restarted nbdkit is found again.
+     */
+    reply = ctl_ask (path, "stats", timeout, &raw, err, sizeof err);
+    if (reply == NULL) {
+      error (err);
+      rc = 1;
+      break;
+    }
+    exports = exports_of (reply, path, err, sizeof err);
+    if (exports == NULL) {
+      error (err);
+      ctl_json_free (reply);
+      free (raw);
+      rc = 1;
+      break;
+    }
+    if (json)
+      printf ("%s\n", raw);
+    else {
+      int w = namew;
+
+      for (e = exports->child; e; e = e->next) {
+        int l = strlen (ctl_format_export (ctl_json_get (e, "name")->str,
+                                           name, sizeof name));
+        if (l > w)
+          w = l;
+      }
+      /* Again when the columns move, and every screenful on a tty. */
+      if (i == 0 || w != namew || (tty && lines >= 20)) {
+        namew = w;
+        watch_header (namew);
+        lines = 0;
+      }
+      cur.t = monotonic ();
+      lines += watch_lines (reply, exports, &prev, &cur, namew);
+      free_sample (&prev);
+      prev = cur;
+      memset (&cur, 0, sizeof cur);
+    }
+    ctl_json_free (reply);
+    free (raw);
+    if (fflush (stdout) != 0) {
+      rc = 1;
+      break;
+    }
+  }
+  free_sample (&prev);
+  return rc;
+}

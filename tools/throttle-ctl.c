@@ -1,0 +1,182 @@
+/* throttle-ctl: drive the throttle filter's control socket (see
+ * throttle-ctl(1) and CONTROL SOCKET in nbdkit-throttle-filter(1)).
+ *
+ * Exit status: 0 done, 1 the server could not be asked or refused,
+ * 2 a mistake on the command line (nothing was sent).
+ */
+
+#include <config.h>
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+
+#define DEFAULT_TIMEOUT 5.
+
+static const char usage_text[] =
+  "usage: throttle-ctl [--json] [--timeout SECS] SOCKET stats [EXPORT]\n"
+  "       throttle-ctl [--json] [--timeout SECS] SOCKET set capacity EXPORT SIZE\n"
+  "       throttle-ctl [--json] [--timeout SECS] SOCKET watch [INTERVAL [COUNT]]\n"
+  "The default export is \"\".  SIZE takes nbdkit's suffixes (256K, 64M).\n"
+  "See throttle-ctl(1).\n";
+
+static int usage_error (const char *fmt, ...)
+  __attribute__ ((format (printf, 1, 2)));
+
+/* Returns the exit status of a mistake on the command line. */
+static int
+usage_error (const char *fmt, ...)
+{
+  va_list ap;
+
+  fprintf (stderr, "throttle-ctl: ");
+  va_start (ap, fmt);
+  vfprintf (stderr, fmt, ap);
+  va_end (ap);
+  fprintf (stderr, "\n%s", usage_text);
+  return 2;
+}
+
+/* A positive number of seconds, at most a day. */
+static bool
+parse_seconds (const char *s, double *out)
+{
+  char *end;
+  double d = strtod (s, &end);
+
+  if (end == s || *end != '\0' || !isfinite (d) || d < 0.01 || d > 86400)
+    return false;
+  *out = d;
+  return true;
+}
+
+static int
+cmd_set_capacity (const char *path, const char *export, const char *size,
+                  bool json, double timeout)
+{
+  const struct ctl_json *ok;
+  struct ctl_json *reply;
+  char err[1024], q[1040], line[1100], a[32], b[32];
+  uint64_t v, cap, prev;
+  char *raw;
+
+  if (!ctl_parse_size (size, &v, err, sizeof err))
+    return usage_error ("%s", err);
+  if (v == 0)
+    return usage_error ("bad size \"%s\": the capacity must be greater "
+                        "than 0", size);
+  if (!ctl_quote_export (export, q, sizeof q))
+    return usage_error ("export name \"%s\": holds a newline or is too "
+                        "long, it cannot be sent", export);
+  snprintf (line, sizeof line, "set capacity %s %" PRIu64, q, v);
+  reply = ctl_ask (path, line, timeout, &raw, err, sizeof err);
+  if (reply == NULL) {
+    fprintf (stderr, "throttle-ctl: %s\n", err);
+    return 1;
+  }
+  ok = ctl_json_get (reply, "ok");
+  if (ok == NULL || ok->type != CTL_JSON_BOOL || !ok->boolean ||
+      !ctl_json_get_uint (reply, "capacity", &cap) ||
+      !ctl_json_get_uint (reply, "previous", &prev) || cap != v) {
+    fprintf (stderr, "throttle-ctl: %s: unexpected reply to \"%s\": %s\n",
+             path, line, raw);
+    ctl_json_free (reply);
+    free (raw);
+    return 1;
+  }
+  if (json)
+    printf ("%s\n", raw);
+  else
+    printf ("export %s: capacity %" PRIu64 " (%s), was %" PRIu64 " (%s)\n",
+            ctl_format_export (export, q, sizeof q), cap,
+            ctl_format_units (cap, true, a, sizeof a), prev,
+            ctl_format_units (prev, true, b, sizeof b));
+  ctl_json_free (reply);
+  free (raw);
+  return fflush (stdout) == 0 ? 0 : 1;
+}
+
+int
+main (int argc, char *argv[])
+{
+  static const struct option long_options[] = {
+    { "json", no_argument, NULL, 'j' },
+    { "timeout", required_argument, NULL, 't' },
+    { "help", no_argument, NULL, 'h' },
+    { "version", no_argument, NULL, 'V' },
+    { NULL, 0, NULL, 0 },
+  };
+  double timeout = DEFAULT_TIMEOUT;
+  bool json = false;
+  const char *path, *cmd;
+  int c, n;
+
+  while ((c = getopt_long (argc, argv, "jt:hV", long_options, NULL)) != -1) {
+    switch (c) {
+    case 'j':
+      json = true;
+      break;
+    case 't':
+      if (!parse_seconds (optarg, &timeout))
+        return usage_error ("--timeout %s: expected seconds from 0.01 to "
+                            "86400", optarg);
+      break;
+    case 'h':
+      printf ("%s", usage_text);
+      return 0;
+    case 'V':
+      printf ("throttle-ctl %s\n", PACKAGE_VERSION);
+      return 0;
+    default:
+      fprintf (stderr, "%s", usage_text);
+      return 2;
+    }
+  }
+  n = argc - optind;
+  if (n < 2)
+    return usage_error ("%s", n == 0 ? "no SOCKET and no command"
+                        : "no command");
+  path = argv[optind];
+  cmd = argv[optind + 1];
+  argv += optind + 2;
+  n -= 2;
+
+  if (strcmp (cmd, "stats") == 0) {
+    if (n > 1)
+      return usage_error ("stats: too many arguments (one EXPORT at most; "
+                          "the default export is \"\")");
+    return ctl_stats (path, n == 1 ? argv[0] : NULL, json, timeout);
+  }
+  if (strcmp (cmd, "set") == 0) {
+    if (n != 3 || strcmp (argv[0], "capacity") != 0)
+      return usage_error ("usage: set capacity EXPORT SIZE (the default "
+                          "export is \"\")");
+    return cmd_set_capacity (path, argv[1], argv[2], json, timeout);
+  }
+  if (strcmp (cmd, "watch") == 0) {
+    double interval = 1;
+    long count = 0;
+    char *end;
+
+    if (n > 2)
+      return usage_error ("watch: too many arguments (INTERVAL and COUNT "
+                          "at most)");
+    if (n >= 1 && !parse_seconds (argv[0], &interval))
+      return usage_error ("watch: bad INTERVAL \"%s\": expected seconds "
+                          "from 0.01 to 86400", argv[0]);
+    if (n == 2) {
+      count = strtol (argv[1], &end, 10);
+      if (end == argv[1] || *end != '\0' || count < 1)
+        return usage_error ("watch: bad COUNT \"%s\": expected a positive "
+                            "number of samples", argv[1]);
+    }
+    return ctl_watch (path, interval, count, json, timeout);
+  }
+  return usage_error ("unknown command \"%s\": stats, set or watch", cmd);
+}
