@@ -295,24 +295,49 @@ append_export (struct throttle_export *exp, void *opaque)
   sb_puts (b, "}");
 }
 
-/* The stats of every export, or of one (exp != NULL), as one line of
- * JSON without the newline.
+/* The stats of one export (exp != NULL), or of a page of at most
+ * STATS_PAGE exports from the from'th, as one line of JSON without the
+ * newline.  A page of the longest names (4096 bytes, each byte escaped
+ * to 6) with their writeback members stays well under MAX_OUTPUT.
  */
+#define STATS_PAGE 100
+
 static void
-build_stats (struct sbuf *b, struct throttle_export *exp)
+build_stats (struct sbuf *b, struct throttle_export *exp, size_t from)
 {
-  struct stats_ctx ctx = { .b = b, .n = 0 };
+  struct sbuf page = { 0 };
+  struct stats_ctx ctx = { .b = &page, .n = 0 };
+  size_t total;
+
+  /* The exports first, to know how many there are in all. */
+  if (exp) {
+    append_export (exp, &ctx);
+    total = throttle_export_count ();
+  }
+  else
+    total = throttle_export_foreach_range (from, STATS_PAGE,
+                                           append_export, &ctx);
 
   sb_puts (b, "{\"metric\":");
   sb_json_string (b, throttle_config.metric.name ? throttle_config.metric.name
                   : "");
+  sb_printf (b, ",\"default_capacity\":%" PRIu64 ",\"exports_total\":%zu",
+             throttle_config.capacity, total);
+  if (exp == NULL) {
+    sb_printf (b, ",\"from\":%zu", from);
+    if (from + ctx.n < total)
+      sb_printf (b, ",\"next\":%zu", from + ctx.n);
+    else
+      sb_puts (b, ",\"next\":null");
+  }
   append_extra (b, NULL);
   sb_puts (b, ",\"exports\":[");
-  if (exp)
-    append_export (exp, &ctx);
-  else
-    throttle_export_foreach (append_export, &ctx);
+  if (page.failed)
+    b->failed = true;
+  else if (page.len > 0)
+    sb_append (b, page.p, page.len);
   sb_puts (b, "]}");
+  sb_free (&page);
 }
 
 /* --- commands ---------------------------------------------------------- */
@@ -332,6 +357,34 @@ reply_error (struct sbuf *out, const char *fmt, ...)
   sb_puts (out, "{\"error\":");
   sb_json_string (out, msg);
   sb_puts (out, "}\n");
+}
+
+static void
+reply_unknown_export (struct sbuf *out, const char *name)
+{
+  reply_error (out, "unknown export \"%s\": it has no budget of its own "
+               "(only \"\" and the names the plugin has listed have one; "
+               "other names are charged to \"\")", name);
+}
+
+/* Reply with the stats, or with an error saying why they cannot be
+ * given: a reply never just goes missing.
+ */
+static void
+reply_stats (struct sbuf *out, struct throttle_export *exp, size_t from)
+{
+  struct sbuf b = { 0 };
+
+  build_stats (&b, exp, from);
+  if (b.failed)
+    reply_error (out, "stats: the reply does not fit in %d bytes or memory "
+                 "ran out: ask for one export, or a page with stats from N",
+                 MAX_OUTPUT);
+  else {
+    sb_append (out, b.p, b.len);
+    sb_puts (out, "\n");
+  }
+  sb_free (&b);
 }
 
 /* Split off the next word of *p, in place.  A word is a run of
@@ -398,8 +451,7 @@ cmd_set_capacity (struct sbuf *out, const char *name, const char *value)
   int64_t r;
 
   if (exp == NULL) {
-    reply_error (out, "unknown export \"%s\": no client has opened it yet",
-                 name);
+    reply_unknown_export (out, name);
     return;
   }
   /* nbdkit_parse_size also refuses these, but logs its own message. */
@@ -457,23 +509,34 @@ execute (struct sbuf *out, char *line)
     if (argc != 1)
       reply_error (out, "usage: help");
     else
-      sb_puts (out, "{\"commands\":[\"stats [EXPORT]\","
+      sb_puts (out, "{\"commands\":[\"stats [EXPORT]\",\"stats from N\","
                "\"set capacity EXPORT N\",\"help\"]}\n");
   }
   else if (strcmp (argv[0], "stats") == 0) {
     struct throttle_export *exp = NULL;
+    unsigned long long from = 0;
+    char *end;
 
-    if (argc > 2) {
-      reply_error (out, "usage: stats [EXPORT]");
+    if (argc == 3 && strcmp (argv[1], "from") == 0) {
+      errno = 0;
+      from = strtoull (argv[2], &end, 10);
+      if (argv[2][0] < '0' || argv[2][0] > '9' || *end != '\0' ||
+          errno || from > SIZE_MAX) {
+        reply_error (out, "bad number \"%s\": expected the index of the "
+                     "first export of the page (0, or the \"next\" of the "
+                     "page before)", argv[2]);
+        return;
+      }
+    }
+    else if (argc > 2) {
+      reply_error (out, "usage: stats [EXPORT] or stats from N");
       return;
     }
-    if (argc == 2 && (exp = throttle_export_find (argv[1])) == NULL) {
-      reply_error (out, "unknown export \"%s\": no client has opened it yet",
-                   argv[1]);
+    else if (argc == 2 && (exp = throttle_export_find (argv[1])) == NULL) {
+      reply_unknown_export (out, argv[1]);
       return;
     }
-    build_stats (out, exp);
-    sb_puts (out, "\n");
+    reply_stats (out, exp, from);
   }
   else if (strcmp (argv[0], "set") == 0) {
     if (argc != 4 || strcmp (argv[1], "capacity") != 0)
@@ -691,15 +754,24 @@ accept_retry_cb (struct ev_loop *loop, ev_timer *w, int revents)
   ev_io_start (loop, &accept_watcher);
 }
 
+/* One line per page of exports, so that no line grows without bound. */
 static void
 stats_cb (struct ev_loop *loop, ev_timer *w, int revents)
 {
-  struct sbuf b = { 0 };
+  size_t from = 0, total;
 
-  build_stats (&b, NULL);
-  if (!b.failed)
-    nbdkit_debug ("throttle: stats %s", b.p);
-  sb_free (&b);
+  do {
+    struct sbuf b = { 0 };
+
+    build_stats (&b, NULL, from);
+    if (b.failed)
+      nbdkit_debug ("throttle: stats: exports from %zu: out of memory", from);
+    else
+      nbdkit_debug ("throttle: stats %s", b.p);
+    sb_free (&b);
+    from += STATS_PAGE;
+    total = throttle_export_count ();
+  } while (from < total);
 }
 
 static void

@@ -132,6 +132,11 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   }
   if (throttle_config.capacity == 0)
     throttle_config.capacity = default_capacity ();
+  /* Made now, so that the control socket shows it before any client. */
+  if (throttle_export_init (throttle_config.capacity) == -1) {
+    nbdkit_error ("throttle: cannot create the default export's budget: %m");
+    return -1;
+  }
   if (throttle_guards_config_complete () == -1 ||
       throttle_control_config_complete () == -1 ||
       throttle_writeback_config_complete () == -1)
@@ -251,13 +256,10 @@ throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     nbdkit_error ("malloc: %m");
     return NULL;
   }
-  h->exp = throttle_export_get (exportname, throttle_config.capacity);
-  if (h->exp == NULL) {
-    nbdkit_error ("throttle: cannot create the budget of export \"%s\": %m",
-                  exportname);
-    free (h);
-    return NULL;
-  }
+  /* Its own budget only if the plugin listed the name: a client must
+   * not multiply the bound by inventing names.
+   */
+  h->exp = throttle_export_for_name (exportname);
   if (throttle_writeback_open (h->exp, nxdata, readonly, exportname,
                                &h->wb) == -1) {
     free (h);
@@ -594,6 +596,7 @@ static struct nbdkit_filter filter = {
   .get_ready         = throttle_get_ready,
   .after_fork        = throttle_after_fork,
   .cleanup           = throttle_cleanup,
+  .list_exports      = throttle_export_list_exports,
   .open              = throttle_open,
   .finalize          = throttle_finalize,
   .close             = throttle_close,

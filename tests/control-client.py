@@ -4,6 +4,11 @@
   control-client.py send CTL_SOCKET LINE...
       send each line, print each reply (one line each)
 
+  control-client.py odd-name
+      print the export name with quotes, a backslash, a control
+      character and a non-ASCII letter that the live test expects the
+      plugin to list
+
   control-client.py live NBD_SOCKET CTL_SOCKET
       the test of tests/test-control.sh: drive the control socket while
       several connections keep writes queued, and check that the stats
@@ -22,6 +27,7 @@ import threading
 import time
 
 TIMEOUT = 10          # no single exchange may take longer than this
+ODD_NAME = 'we"ird\\name\x01\u00e9 x'
 failures = 0
 
 
@@ -171,13 +177,19 @@ def live_checks(nbd_sock, ctl_sock):
     import nbd
     ctl = Control(ctl_sock)
 
-    # Before any client: the default export is unknown.
-    r = ctl.ask('stats ""')
-    check("error" in r and "unknown export" in r["error"],
-          "stats of an export no client opened: %s" % r)
+    # Before any client: the default export's budget is there, at the
+    # configured capacity; a name the plugin has not listed has none.
+    r = ctl.ask("stats")
+    check(r.get("default_capacity") == 1048576 and
+          [e["name"] for e in r["exports"]] == [""] and
+          r["exports"][0]["capacity"] == 1048576,
+          "stats before any client show the default budget: %s" % r)
     r = ctl.ask('set capacity "" 1M')
+    check(r.get("ok") is True and r.get("previous") == 1048576,
+          "set capacity of the default export before any client: %s" % r)
+    r = ctl.ask('set capacity nosuch 1M')
     check("error" in r and "unknown export" in r["error"],
-          "set capacity of an export no client opened: %s" % r)
+          "set capacity of a name the plugin has not listed: %s" % r)
 
     load = Load(nbd_sock)
     time.sleep(1)
@@ -258,8 +270,16 @@ def live_checks(nbd_sock, ctl_sock):
           % (s["waited"], s["wait_ns_max"], s["wait_ns_total"]))
     check(s["peak"] > 1048576, "peak reflects the 64M phase (%d)" % s["peak"])
 
-    # --- export names are escaped, and budgets are per export
-    name = 'we"ird\\name\x01\u00e9 x'
+    # --- export names are escaped, and budgets are per listed export
+    # (test-control.sh lists this name with the test plugin's export=).
+    name = ODD_NAME
+    h = nbd.NBD()
+    h.set_opt_mode(True)
+    h.connect_unix(nbd_sock)
+    listed = []
+    h.opt_list(lambda n, d: listed.append(n) or 0)
+    h.opt_abort()
+    check(name in listed, "the plugin lists the odd name: %r" % listed)
     h = nbd.NBD()
     h.set_export_name(name)
     h.connect_unix(nbd_sock)
@@ -307,6 +327,8 @@ def bad_input(ctl, ctl_sock, nbd_sock):
         (b"\x00\xff\x01junk", "NUL byte"),
         (b"stats \"unterminated", "unterminated"),
         (b"stats nosuch", "unknown export"),
+    (b"stats from x", "bad number"),
+    (b"stats a b", "usage"),
         (b"set capacity nosuch 1M", "unknown export"),
         (b'set capacity "" abc', "bad number"),
         (b'set capacity "" -5', "bad number"),
@@ -422,6 +444,9 @@ def main():
                 sys.exit(1)
             print(r.decode(errors="replace"))
         c.close()
+        return
+    if len(sys.argv) == 2 and sys.argv[1] == "odd-name":
+        sys.stdout.buffer.write(ODD_NAME.encode())
         return
     if len(sys.argv) == 4 and sys.argv[1] == "live":
         live(sys.argv[2], sys.argv[3])

@@ -52,6 +52,7 @@ old_umask=$(umask)
 umask 000
 start_nbdkit live --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
   delay-ms=50 statefile="$tmp/live.state" throttle-capacity=1M \
+  export= export="$($PY "$client" odd-name)" \
   throttle-control="$ctl" throttle-stats-interval=0.5 \
   -D throttle.control_timeout=2
 umask "$old_umask"

@@ -10,6 +10,10 @@
  * handle opened (counting from 1) waits delay-ms and fails with EIO,
  * its later flushes succeed at once; every flush on another handle
  * waits flush-delay-ms and succeeds.
+ *
+ * Without export= it lists only the default export, as a plugin without
+ * .list_exports does, and serves any name.  Each export=NAME adds NAME
+ * to its list (it still serves any name).
  */
 
 #include <config.h>
@@ -33,6 +37,8 @@ static int64_t size = 1024 * 1024 * 1024;
 static unsigned delay_ms = 20;
 static bool plain_sleep;        /* sleep=plain: not cut short by nbdkit */
 static const char *statefile;
+static const char **exports;
+static size_t nr_exports;
 static const char *file;
 static int fd = -1;
 static unsigned flush_fail;             /* 0: no handle fails a flush */
@@ -63,6 +69,16 @@ inflight_config (const char *key, const char *value)
     statefile = value;
   else if (strcmp (key, "file") == 0)
     file = value;
+  else if (strcmp (key, "export") == 0) {
+    const char **p = realloc (exports, (nr_exports + 1) * sizeof *p);
+
+    if (p == NULL) {
+      nbdkit_error ("realloc: %m");
+      return -1;
+    }
+    exports = p;
+    exports[nr_exports++] = value;
+  }
   else if (strcmp (key, "sleep") == 0) {
     if (strcmp (value, "plain") == 0)
       plain_sleep = true;
@@ -107,6 +123,7 @@ inflight_unload (void)
 {
   FILE *fp;
 
+  free (exports);
   if (statefile == NULL || (fp = fopen (statefile, "w")) == NULL)
     return;
   fprintf (fp, "peak_bytes=%lld\npeak_requests=%lld\nwrites=%lld\n"
@@ -116,6 +133,20 @@ inflight_unload (void)
            atomic_load (&zeroes), atomic_load (&trims),
            atomic_load (&bytes_now));
   fclose (fp);
+}
+
+static int
+inflight_list_exports (int readonly, int is_tls,
+                       struct nbdkit_exports *list)
+{
+  size_t i;
+
+  if (nr_exports == 0)
+    return nbdkit_use_default_export (list);
+  for (i = 0; i < nr_exports; i++)
+    if (nbdkit_add_export (list, exports[i], NULL) == -1)
+      return -1;
+  return 0;
 }
 
 static void *
@@ -257,6 +288,7 @@ static struct nbdkit_plugin plugin = {
   .config            = inflight_config,
   .get_ready         = inflight_get_ready,
   .unload            = inflight_unload,
+  .list_exports      = inflight_list_exports,
   .open              = inflight_open,
   .close             = inflight_close,
   .get_size          = inflight_get_size,
