@@ -47,7 +47,9 @@ struct throttle_request {
   uint32_t count;             /* bytes; 0 for flush */
   uint64_t offset;
   uint32_t flags;             /* THROTTLE_FLAG_* */
-  const char *exportname;     /* never NULL; "" for the default export */
+  const char *exportname;     /* never NULL: the export whose budget is
+                               * charged, "" for the default export and
+                               * for any name the plugin has not listed */
 };
 
 typedef uint64_t throttle_metric_fn (const struct throttle_request *req);
