@@ -16,6 +16,8 @@
 #include "ctl.h"
 
 #define MAX_EXPORT_DISPLAY 256
+/* The filter has at most 1024 budgets, 100 a page. */
+#define MAX_PAGES 1000
 
 static void
 error (const char *msg)
@@ -54,6 +56,108 @@ exports_of (const struct ctl_json *reply, const char *path,
     }
   }
   return a;
+}
+
+/* The member "exports" of REPLY, to append to. */
+static struct ctl_json *
+exports_member (struct ctl_json *reply)
+{
+  struct ctl_json *m;
+
+  for (m = reply->type == CTL_JSON_OBJECT ? reply->child : NULL; m;
+       m = m->next)
+    if (strcmp (m->key, "exports") == 0)
+      return m->type == CTL_JSON_ARRAY ? m : NULL;
+  return NULL;
+}
+
+/* Ask for the stats of every export: "stats", then "stats from N" for
+ * as long as a page names a "next" one, the exports of every page
+ * gathered into the first reply's array, so that none is left out.
+ * *RAW gets every reply line, each with its newline.  Returns NULL
+ * with ERR on failure, as ctl_ask does; a server whose pages do not
+ * move forward is not the filter.
+ */
+static struct ctl_json *
+ask_all_stats (const char *path, double timeout, char **raw,
+               char *err, size_t errlen)
+{
+  struct ctl_json *reply, *page = NULL, *all, *last;
+  char *lines = NULL, *r, *p, line[64];
+  uint64_t from = 0, next;
+  size_t len, pages = 1;
+
+  reply = ctl_ask (path, "stats", timeout, &r, err, errlen);
+  if (reply == NULL)
+    return NULL;
+  len = strlen (r);
+  lines = realloc (r, len + 2);
+  if (lines == NULL) {
+    free (r);
+    goto oom;
+  }
+  strcpy (lines + len++, "\n");
+  all = exports_member (reply);
+  /* An older filter has no pages; exports_of judges the shape. */
+  if (all == NULL || !ctl_json_get_uint (reply, "next", &next))
+    goto done;
+  for (last = all->child; last && last->next; last = last->next)
+    ;
+  for (;;) {
+    struct ctl_json *pa;
+    size_t rlen;
+
+    if (next <= from || ++pages > MAX_PAGES) {
+      snprintf (err, errlen, "%s: the pages of the stats do not end: not a "
+                "throttle control socket?", path);
+      goto fail;
+    }
+    from = next;
+    snprintf (line, sizeof line, "stats from %" PRIu64, from);
+    page = ctl_ask (path, line, timeout, &r, err, errlen);
+    if (page == NULL)
+      goto fail;
+    rlen = strlen (r);
+    p = realloc (lines, len + rlen + 2);
+    if (p == NULL) {
+      free (r);
+      goto oom;
+    }
+    lines = p;
+    memcpy (lines + len, r, rlen);
+    strcpy (lines + len + rlen, "\n");
+    len += rlen + 1;
+    free (r);
+    pa = exports_member (page);
+    if (pa == NULL) {
+      snprintf (err, errlen, "%s: the reply has no \"exports\" array: not "
+                "a throttle control socket?", path);
+      goto fail;
+    }
+    /* Move the page's exports to the end of the first reply's. */
+    if (last)
+      last->next = pa->child;
+    else
+      all->child = pa->child;
+    for (; pa->child; pa->child = pa->child->next)
+      last = pa->child;
+    if (!ctl_json_get_uint (page, "next", &next))
+      break;
+    ctl_json_free (page);
+    page = NULL;
+  }
+ done:
+  ctl_json_free (page);
+  *raw = lines;
+  return reply;
+
+ oom:
+  snprintf (err, errlen, "out of memory");
+ fail:
+  ctl_json_free (page);
+  ctl_json_free (reply);
+  free (lines);
+  return NULL;
 }
 
 static bool
@@ -150,8 +254,7 @@ print_table (const struct ctl_json *reply, const struct ctl_json *exports)
           m && m->type == CTL_JSON_STRING ? m->str : "(unknown)",
           bytes ? " (sizes in bytes, K = 1024)" : "");
   if (n == 0) {
-    printf ("no exports yet: a budget is created when a client first "
-            "opens its export\n");
+    printf ("no exports\n");
     return;
   }
   rows = calloc (n, sizeof *rows);
@@ -188,15 +291,16 @@ ctl_stats (const char *path, const char *export, bool json, double timeout)
   char *raw;
 
   if (export == NULL)
-    snprintf (line, sizeof line, "stats");
-  else if (ctl_quote_export (export, q, sizeof q))
+    reply = ask_all_stats (path, timeout, &raw, err, sizeof err);
+  else if (ctl_quote_export (export, q, sizeof q)) {
     snprintf (line, sizeof line, "stats %s", q);
+    reply = ctl_ask (path, line, timeout, &raw, err, sizeof err);
+  }
   else {
     error ("the export name holds a newline or is too long: it cannot "
            "be sent");
     return 2;
   }
-  reply = ctl_ask (path, line, timeout, &raw, err, sizeof err);
   if (reply == NULL) {
     error (err);
     return 1;
@@ -209,7 +313,7 @@ ctl_stats (const char *path, const char *export, bool json, double timeout)
     return 1;
   }
   if (json)
-    printf ("%s\n", raw);
+    printf ("%s%s", raw, export ? "\n" : "");
   else
     print_table (reply, exports);
   ctl_json_free (reply);
@@ -339,7 +443,7 @@ watch_lines (const struct ctl_json *reply, const struct ctl_json *exports,
             get (e, "waiters"), ar, wr, mw, xw, pend);
   }
   if (n == 0)
-    printf ("%-8s %-*s (no exports yet)\n", clock, namew, "-");
+    printf ("%-8s %-*s (no exports)\n", clock, namew, "-");
   return n ? n : 1;
 }
 
@@ -377,7 +481,7 @@ ctl_watch (const char *path, double interval, long count, bool json,
     /* A fresh connection each time: the server drops clients idle for
      * longer than its timeout, and a restarted nbdkit is found again.
      */
-    reply = ctl_ask (path, "stats", timeout, &raw, err, sizeof err);
+    reply = ask_all_stats (path, timeout, &raw, err, sizeof err);
     if (reply == NULL) {
       error (err);
       rc = 1;
@@ -392,7 +496,7 @@ ctl_watch (const char *path, double interval, long count, bool json,
       break;
     }
     if (json)
-      printf ("%s\n", raw);
+      printf ("%s", raw);
     else {
       int w = namew;
 
