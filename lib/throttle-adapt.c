@@ -1,0 +1,290 @@
+/* nbdkit-throttle: a capacity that finds itself from a latency target.
+ *
+ * Like blk-wbt, this watches completion latencies in windows and moves
+ * a depth limit: down multiplicatively when reads are slow, back up
+ * when they are fast.  Where it differs, and why:
+ *
+ * - blk-wbt steps down when the *fastest* read of a window missed the
+ *   target.  Here it is when more than a tenth of them did (the 90th
+ *   percentile): the point of a target is the tail a reader sees.
+ *   Counting samples over two thresholds gives that exactly, without
+ *   keeping the samples.
+ *
+ * - Stability.  A controller that steps up whenever the latency is
+ *   below the target and down whenever it is above oscillates around
+ *   the target.  Here a step up needs the window's 90th percentile at
+ *   most 2/3 of the target, and a step up is by 5/4: if latency grows
+ *   at most in proportion to the capacity (a backend with a fixed base
+ *   latency plus a time per byte in flight), a window that allowed a
+ *   step up is followed by one within the target.  A step down (3/4,
+ *   or 1/2 when most samples took over twice the target) from above
+ *   the target lands above 2/3 of it (3/4 * 3/2 > 1), so it is not
+ *   followed by a step up.  Between 2/3 of the target and the target
+ *   the capacity stays where it is.
+ *
+ * - Requests come in sizes, so capacity is not fluid: a step up of
+ *   5/4 can let in one more large request and double what is in
+ *   flight.  Then a step up is undone by the next window (a bounce),
+ *   which the argument above cannot prevent; each bounce doubles the
+ *   number of windows to wait before trying again (up to
+ *   THROTTLE_ADAPT_HOLD_MAX), so under a steady load the capacity
+ *   stops moving but for a rare probe.
+ *
+ * - A sample of a request admitted before the last change of capacity
+ *   describes the old capacity; it is not counted, so a step's effect
+ *   is judged on requests that saw it, and a window lasts until it has
+ *   such a sample.
+ *
+ * - When a window has no reads but recent windows had some, nothing is
+ *   decided: judging writes alone between sparse reads would fight the
+ *   decisions taken on the reads.  Writes alone are judged once no read
+ *   has been seen for THROTTLE_ADAPT_QUIET windows.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "throttle-adapt.h"
+
+#define THROTTLE_ADAPT_QUIET 8
+#define THROTTLE_ADAPT_HOLD_MIN 4
+#define THROTTLE_ADAPT_HOLD_MAX 128
+/* A step up undone this soon (in windows) by a step down is a bounce. */
+#define THROTTLE_ADAPT_BOUNCE 2
+
+static void
+open_window (struct throttle_adapt *a, uint64_t now_ns)
+{
+  a->window_start_ns = now_ns;
+  memset (&a->reads, 0, sizeof a->reads);
+  memset (&a->all, 0, sizeof a->all);
+}
+
+int
+throttle_adapt_init (struct throttle_adapt *a,
+                     uint64_t floor, uint64_t ceiling,
+                     uint64_t target_ns, uint64_t window_ns,
+                     uint64_t capacity, uint64_t now_ns)
+{
+  if (floor == 0 || floor > ceiling || target_ns == 0 || window_ns == 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  memset (a, 0, sizeof *a);
+  a->floor = floor;
+  a->ceiling = ceiling;
+  a->target_ns = target_ns;
+  a->window_ns = window_ns;
+  a->capacity = capacity < floor ? floor :
+    capacity > ceiling ? ceiling : capacity;
+  a->changed_ns = now_ns;
+  a->windows_since_read = THROTTLE_ADAPT_QUIET;
+  open_window (a, now_ns);
+  return 0;
+}
+
+static void
+count (struct throttle_adapt_counts *c, const struct throttle_adapt *a,
+       uint64_t latency_ns)
+{
+  c->n++;
+  c->sum_ns += latency_ns;
+  if (latency_ns > c->max_ns)
+    c->max_ns = latency_ns;
+  if (latency_ns > a->target_ns)
+    c->over_target++;
+  if (latency_ns > a->target_ns * 2 / 3)
+    c->over_low++;
+  if (latency_ns > a->target_ns * 2)
+    c->over_twice++;
+}
+
+bool
+throttle_adapt_sample (struct throttle_adapt *a, uint64_t now_ns,
+                       uint64_t latency_ns, bool is_read)
+{
+  /* Admitted before the last change (or before the start): it
+   * measured a capacity that no longer holds.
+   */
+  if (latency_ns <= now_ns && now_ns - latency_ns >= a->changed_ns) {
+    count (&a->all, a, latency_ns);
+    if (is_read)
+      count (&a->reads, a, latency_ns);
+  }
+  return a->all.n > 0 && now_ns - a->window_start_ns >= a->window_ns;
+}
+
+/* More than a tenth of n. */
+static bool
+over_pct (uint64_t k, uint64_t n)
+{
+  return k * THROTTLE_ADAPT_PCT_DIV > n;
+}
+
+static uint64_t
+step_down (const struct throttle_adapt *a, const struct throttle_adapt_counts *c)
+{
+  uint64_t cap = a->capacity, d;
+
+  /* Far over the target: halve, as blk-wbt does at every step.  After
+   * halving, the median is still over the target, so this too is
+   * never followed by a step up.
+   */
+  if (c->over_twice * 2 > c->n)
+    d = cap / 2;
+  else
+    d = cap / 4;
+  if (d == 0)
+    d = 1;
+  return cap - d < a->floor || d >= cap ? a->floor : cap - d;
+}
+
+static uint64_t
+step_up (const struct throttle_adapt *a)
+{
+  uint64_t cap = a->capacity, d = cap / 4;
+
+  if (d == 0)
+    d = 1;
+  return cap > a->ceiling - d ? a->ceiling : cap + d;
+}
+
+enum throttle_adapt_step
+throttle_adapt_judge (struct throttle_adapt *a, uint64_t now_ns,
+                      bool work_waiting)
+{
+  const struct throttle_adapt_counts *c = NULL;
+  enum throttle_adapt_step step = THROTTLE_ADAPT_NONE;
+  uint64_t cap = a->capacity;
+
+  if (a->reads.n > 0) {
+    c = &a->reads;
+    a->windows_since_read = 0;
+  }
+  else {
+    if (a->windows_since_read < THROTTLE_ADAPT_QUIET)
+      a->windows_since_read++;
+    else
+      c = &a->all;
+  }
+  if (a->windows_since_step < UINT32_MAX / 2)
+    a->windows_since_step++;
+
+  if (c && c->n > 0) {
+    if (over_pct (c->over_target, c->n)) {
+      cap = step_down (a, c);
+      if (cap < a->capacity) {
+        step = THROTTLE_ADAPT_DOWN;
+        if (a->last_step == THROTTLE_ADAPT_UP &&
+            a->windows_since_step <= THROTTLE_ADAPT_BOUNCE) {
+          a->hold = a->hold * 2;
+          if (a->hold < THROTTLE_ADAPT_HOLD_MIN)
+            a->hold = THROTTLE_ADAPT_HOLD_MIN;
+          if (a->hold > THROTTLE_ADAPT_HOLD_MAX)
+            a->hold = THROTTLE_ADAPT_HOLD_MAX;
+        }
+        else
+          /* The backend got slower: not a probe that failed. */
+          a->hold = 0;
+      }
+    }
+    else if (!over_pct (c->over_low, c->n) && work_waiting &&
+             a->windows_since_step >= a->hold) {
+      cap = step_up (a);
+      if (cap > a->capacity)
+        step = THROTTLE_ADAPT_UP;
+    }
+  }
+
+  a->last.judged = true;
+  a->last.reads = c == &a->reads;
+  a->last.length_ns = now_ns - a->window_start_ns;
+  if (c == NULL)
+    c = &a->all;
+  a->last.samples = c->n;
+  a->last.over_target = c->over_target;
+  a->last.mean_ns = c->n ? c->sum_ns / c->n : 0;
+  a->last.max_ns = c->max_ns;
+  a->last.step = step;
+
+  if (step != THROTTLE_ADAPT_NONE) {
+    a->capacity = cap;
+    a->last_step = step;
+    a->windows_since_step = 0;
+    a->changed_ns = now_ns;
+    if (step == THROTTLE_ADAPT_DOWN)
+      a->steps_down++;
+    else
+      a->steps_up++;
+  }
+  open_window (a, now_ns);
+  return step;
+}
+
+int
+throttle_adapt_set_target (struct throttle_adapt *a, uint64_t target_ns,
+                           uint64_t now_ns)
+{
+  if (target_ns == 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  a->target_ns = target_ns;
+  a->changed_ns = now_ns;
+  a->hold = 0;
+  open_window (a, now_ns);
+  return 0;
+}
+
+int
+throttle_adapt_set_ceiling (struct throttle_adapt *a, uint64_t ceiling,
+                            uint64_t now_ns)
+{
+  if (ceiling < a->floor) {
+    errno = EINVAL;
+    return -1;
+  }
+  a->ceiling = ceiling;
+  if (a->capacity > ceiling)
+    a->capacity = ceiling;
+  a->changed_ns = now_ns;
+  a->hold = 0;
+  open_window (a, now_ns);
+  return 0;
+}
+
+int
+throttle_parse_duration (const char *s, uint64_t *ns)
+{
+  static const struct { const char *unit; double ns; } units[] = {
+    { "ns", 1 }, { "us", 1e3 }, { "ms", 1e6 }, { "s", 1e9 },
+  };
+  char *end;
+  double v;
+  size_t i;
+
+  /* strtod would take blanks, signs, "inf", "nan" and hex. */
+  if (!((*s >= '0' && *s <= '9') || (*s == '.' && s[1] >= '0' && s[1] <= '9')))
+    return -1;
+  for (i = 0; s[i]; i++)
+    if (s[i] == 'x' || s[i] == 'X' || s[i] == 'p' || s[i] == 'P')
+      return -1;
+  errno = 0;
+  v = strtod (s, &end);
+  if (errno || end == s || !isfinite (v))
+    return -1;
+  for (i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (strcmp (end, units[i].unit) == 0) {
+      v = v * units[i].ns + 0.5;   /* rounded to the nearest ns */
+      if (v < 1 || v > 3600e9 + 0.5)
+        return -1;
+      *ns = (uint64_t) v;
+      return 0;
+    }
+  }
+  return -1;
+}

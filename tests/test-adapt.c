@@ -1,0 +1,626 @@
+/* Unit tests of lib/throttle-adapt.c: the latency-target controller,
+ * driven by a simulated backend on a simulated clock, so that every
+ * run is the same.
+ *
+ * The backend: a request admitted when B bytes are in flight at the
+ * backend (its own included) takes base + B * ns_per_byte, optionally
+ * with a deterministic jitter.  Writers keep a fixed number of writes
+ * outstanding, queued FIFO for the budget's credit as in
+ * lib/throttle-budget.c (a write larger than the capacity is clamped
+ * and runs alone); a reader, when present, keeps one 4K read
+ * outstanding and is not charged, as with throttle-reads=false.
+ */
+
+#include <config.h>
+
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "throttle-adapt.h"
+
+#define MS 1000000ULL
+#define S 1000000000ULL
+#define K 1024ULL
+#define M (1024ULL * 1024)
+#define MAX_REQS 200
+
+struct req {
+  bool active, read;
+  uint32_t bytes;
+  uint64_t charged;
+  uint64_t admitted, done;
+};
+
+struct sim {
+  uint64_t now;
+  struct throttle_adapt a;
+
+  /* The backend. */
+  uint64_t base_ns;
+  double ns_per_byte;
+  unsigned jitter_pct;        /* each latency off by up to +-this % */
+  uint64_t rng;
+  uint64_t backend_bytes;
+
+  /* The budget and its clients. */
+  struct req r[MAX_REQS];
+  uint64_t charged;
+  unsigned queued;            /* writes waiting for credit */
+  uint32_t write_size;
+  bool reader;
+  bool waited;                /* a write waited since the last judgement */
+
+  /* Measured since the last mark. */
+  uint64_t reads, reads_over, read_max;
+  uint64_t cap_min, cap_max;
+  uint64_t down_at_mark, up_at_mark;
+};
+
+static uint64_t
+rnd (struct sim *s)
+{
+  /* xorshift64: the same sequence in every run. */
+  s->rng ^= s->rng << 13;
+  s->rng ^= s->rng >> 7;
+  s->rng ^= s->rng << 17;
+  return s->rng;
+}
+
+static void
+issue (struct sim *s, bool read, uint32_t bytes, uint64_t charged)
+{
+  struct req *q = NULL;
+  double lat;
+  int i;
+
+  for (i = 0; i < MAX_REQS; i++)
+    if (!s->r[i].active) {
+      q = &s->r[i];
+      break;
+    }
+  ck_assert_ptr_nonnull (q);
+  s->backend_bytes += bytes;
+  lat = s->base_ns + s->backend_bytes * s->ns_per_byte;
+  if (s->jitter_pct) {
+    int j = (int) (rnd (s) % (2 * s->jitter_pct + 1)) - (int) s->jitter_pct;
+    lat = lat * (100 + j) / 100;
+  }
+  *q = (struct req) { .active = true, .read = read, .bytes = bytes,
+                      .charged = charged, .admitted = s->now,
+                      .done = s->now + (uint64_t) lat };
+}
+
+/* FIFO admission of queued writes, as the budget does. */
+static void
+admit_writes (struct sim *s)
+{
+  uint64_t cap = s->a.capacity;
+
+  while (s->queued > 0) {
+    uint64_t need = s->write_size > cap ? cap : s->write_size;
+
+    if (s->charged + need > cap)
+      break;
+    s->charged += need;
+    s->queued--;
+    issue (s, false, s->write_size, need);
+  }
+  if (s->queued > 0)
+    s->waited = true;
+}
+
+static void
+mark (struct sim *s)
+{
+  s->reads = s->reads_over = s->read_max = 0;
+  s->cap_min = s->cap_max = s->a.capacity;
+  s->down_at_mark = s->a.steps_down;
+  s->up_at_mark = s->a.steps_up;
+}
+
+static void
+sim_init (struct sim *s, uint64_t floor, uint64_t ceiling, uint64_t target,
+          uint64_t start_cap, uint32_t write_size, unsigned writes,
+          bool reader)
+{
+  memset (s, 0, sizeof *s);
+  s->now = 1 * S;
+  s->rng = 0x9e3779b97f4a7c15ULL;
+  ck_assert_int_eq (throttle_adapt_init (&s->a, floor, ceiling, target,
+                                         100 * MS, start_cap, s->now), 0);
+  s->write_size = write_size;
+  s->queued = writes;
+  s->reader = reader;
+  if (reader)
+    issue (s, true, 4096, 0);
+  admit_writes (s);
+  mark (s);
+}
+
+static void
+set_backend (struct sim *s, uint64_t base_ns, double ns_per_byte)
+{
+  s->base_ns = base_ns;
+  s->ns_per_byte = ns_per_byte;
+}
+
+/* Run the simulation for 'ns' of simulated time. */
+static void
+run (struct sim *s, uint64_t ns)
+{
+  uint64_t end = s->now + ns;
+
+  for (;;) {
+    struct req *q = NULL, done;
+    int i;
+
+    for (i = 0; i < MAX_REQS; i++)
+      if (s->r[i].active && (q == NULL || s->r[i].done < q->done))
+        q = &s->r[i];
+    if (q == NULL || q->done > end) {
+      s->now = end;
+      return;
+    }
+    done = *q;
+    q->active = false;
+    s->now = done.done;
+    s->backend_bytes -= done.bytes;
+    s->charged -= done.charged;
+    if (done.read) {
+      uint64_t lat = done.done - done.admitted;
+
+      s->reads++;
+      if (lat > s->a.target_ns)
+        s->reads_over++;
+      if (lat > s->read_max)
+        s->read_max = lat;
+    }
+
+    if (throttle_adapt_sample (&s->a, s->now, done.done - done.admitted,
+                               done.read)) {
+      throttle_adapt_judge (&s->a, s->now, s->waited || s->queued > 0);
+      s->waited = false;
+      ck_assert_uint_ge (s->a.capacity, s->a.floor);
+      ck_assert_uint_le (s->a.capacity, s->a.ceiling);
+      if (s->a.capacity < s->cap_min)
+        s->cap_min = s->a.capacity;
+      if (s->a.capacity > s->cap_max)
+        s->cap_max = s->a.capacity;
+    }
+
+    if (done.read)
+      issue (s, true, 4096, 0);
+    else
+      s->queued++;
+    admit_writes (s);
+  }
+}
+
+static uint64_t
+steps_since_mark (const struct sim *s)
+{
+  return s->a.steps_down - s->down_at_mark + s->a.steps_up - s->up_at_mark;
+}
+
+static void
+report (const char *what, const struct sim *s)
+{
+  printf ("%s: capacity %llu (range %llu-%llu since mark), steps %llu down "
+          "%llu up (%llu since mark), reads %llu, over target %llu, "
+          "max %.2f ms\n", what,
+          (unsigned long long) s->a.capacity,
+          (unsigned long long) s->cap_min, (unsigned long long) s->cap_max,
+          (unsigned long long) s->a.steps_down,
+          (unsigned long long) s->a.steps_up,
+          (unsigned long long) steps_since_mark (s),
+          (unsigned long long) s->reads, (unsigned long long) s->reads_over,
+          s->read_max / 1e6);
+}
+
+/* The bench's case: 4 writers x 8 writes of 256K, a reader at depth 1,
+ * a backend of 1 ms + 10 ns per byte in flight (100 MB/s).
+ */
+static void
+bench_case (struct sim *s, uint64_t target)
+{
+  sim_init (s, 256 * K, 8 * M, target, 8 * M, 256 * K, 32, true);
+  set_backend (s, 1 * MS, 10);
+}
+
+START_TEST (test_params)
+{
+  struct throttle_adapt a;
+  uint64_t ns;
+
+  ck_assert_int_eq (throttle_adapt_init (&a, 0, 10, MS, MS, 10, 0), -1);
+  ck_assert_int_eq (errno, EINVAL);
+  ck_assert_int_eq (throttle_adapt_init (&a, 11, 10, MS, MS, 10, 0), -1);
+  ck_assert_int_eq (throttle_adapt_init (&a, 1, 10, 0, MS, 10, 0), -1);
+  ck_assert_int_eq (throttle_adapt_init (&a, 1, 10, MS, 0, 10, 0), -1);
+  /* The start is clamped to [floor, ceiling]. */
+  ck_assert_int_eq (throttle_adapt_init (&a, 4, 10, MS, MS, 100, 0), 0);
+  ck_assert_uint_eq (a.capacity, 10);
+  ck_assert_int_eq (throttle_adapt_init (&a, 4, 10, MS, MS, 1, 0), 0);
+  ck_assert_uint_eq (a.capacity, 4);
+  ck_assert_int_eq (throttle_adapt_set_target (&a, 0, 0), -1);
+  ck_assert_int_eq (throttle_adapt_set_ceiling (&a, 3, 0), -1);
+  ck_assert_uint_eq (a.ceiling, 10);
+  ck_assert_int_eq (throttle_adapt_init (&a, 4, 100, MS, MS, 100, 0), 0);
+  ck_assert_int_eq (throttle_adapt_set_ceiling (&a, 50, 0), 0);
+  ck_assert_uint_eq (a.capacity, 50);
+
+  ck_assert_int_eq (throttle_parse_duration ("5ms", &ns), 0);
+  ck_assert_uint_eq (ns, 5 * MS);
+  ck_assert_int_eq (throttle_parse_duration ("500us", &ns), 0);
+  ck_assert_uint_eq (ns, 500000);
+  ck_assert_int_eq (throttle_parse_duration ("0.25s", &ns), 0);
+  ck_assert_uint_eq (ns, 250 * MS);
+  ck_assert_int_eq (throttle_parse_duration ("1.5ms", &ns), 0);
+  ck_assert_uint_eq (ns, 1500000);
+  ck_assert_int_eq (throttle_parse_duration ("100ns", &ns), 0);
+  ck_assert_uint_eq (ns, 100);
+  ck_assert_int_eq (throttle_parse_duration (".5ms", &ns), 0);
+  ck_assert_uint_eq (ns, 500000);
+  ck_assert_int_eq (throttle_parse_duration ("3600s", &ns), 0);
+  /* Refused: zero, no unit, unknown unit, signs, blanks, garbage,
+   * less than 1 ns, more than an hour, inf, nan, hex.
+   */
+  ck_assert_int_eq (throttle_parse_duration ("0ms", &ns), -1);
+  ck_assert_int_eq (throttle_parse_duration ("0", &ns), -1);
+  ck_assert_int_eq (throttle_parse_duration ("5", &ns), -1);
+  ck_assert_int_eq (throttle_parse_duration ("5m", &ns), -1);
+  ck_assert_int_eq (throttle_parse_duration ("5 ms", &ns), -1);
+  ck_assert_int_eq (throttle_parse_duration ("-5ms", &ns), -1);
+  ck_assert_int_eq (throttle_parse_duration ("+5ms", &ns), -1);
+  ck_assert_int_eq (throttle_parse_duration (" 5ms", &ns), -1);
+  ck_assert_int_eq (throttle_parse_duration ("fast", &ns), -1);
+  ck_assert_int_eq (throttle_parse_duration ("", &ns), -1);
+  ck_assert_int_eq (throttle_parse_duration ("ms", &ns), -1);
+  ck_assert_int_eq (throttle_parse_duration ("0.1ns", &ns), -1);
+  ck_assert_int_eq (throttle_parse_duration ("3601s", &ns), -1);
+  ck_assert_int_eq (throttle_parse_duration ("infs", &ns), -1);
+  ck_assert_int_eq (throttle_parse_duration ("nanms", &ns), -1);
+  ck_assert_int_eq (throttle_parse_duration ("0x10ms", &ns), -1);
+  ck_assert_int_eq (throttle_parse_duration ("5ms5", &ns), -1);
+}
+END_TEST
+
+/* A steady backend: the capacity comes down from the ceiling, then
+ * stops moving, and the reader meets the target.  With 256K writes
+ * and a 5 ms target one write at a time is what fits (3.6 ms for the
+ * reader; two would be 6.2 ms).
+ */
+START_TEST (test_steady_settles)
+{
+  struct sim s;
+
+  bench_case (&s, 5 * MS);
+  run (&s, 5 * S);
+  report ("steady, settling", &s);
+  ck_assert_uint_lt (s.a.capacity, 512 * K);
+  mark (&s);
+  run (&s, 60 * S);
+  report ("steady, 60 s after", &s);
+  ck_assert_uint_eq (steps_since_mark (&s), 0);
+  ck_assert_uint_eq (s.reads_over, 0);
+  ck_assert_uint_gt (s.reads, 10000);
+}
+END_TEST
+
+/* The same with every latency off by up to 10%: the band between 2/3
+ * of the target and the target absorbs the noise.
+ */
+START_TEST (test_steady_noisy)
+{
+  struct sim s;
+
+  bench_case (&s, 5 * MS);
+  s.jitter_pct = 10;
+  run (&s, 5 * S);
+  mark (&s);
+  run (&s, 60 * S);
+  report ("steady with 10% jitter, 60 s after settling", &s);
+  ck_assert_uint_eq (steps_since_mark (&s), 0);
+  ck_assert_uint_le (s.reads_over * 100, s.reads);
+}
+END_TEST
+
+/* A target the size of requests makes bounce: at 6 ms one 256K write
+ * (3.6 ms) allows a step up, two (6.2 ms) force one down.  The
+ * controller must stop trying but for rare probes (each bounce doubles
+ * the wait, up to 128 windows): without the hold it would step twice
+ * every few windows, hundreds of times in a minute.
+ */
+START_TEST (test_steady_bounce_rare)
+{
+  struct sim s;
+
+  bench_case (&s, 6 * MS);
+  run (&s, 30 * S);
+  report ("6 ms target, settling", &s);
+  mark (&s);
+  run (&s, 60 * S);
+  report ("6 ms target, 60 s after", &s);
+  /* 600 windows: at most one probe and its undoing per 128. */
+  ck_assert_uint_le (steps_since_mark (&s), 2 * (600 / 128 + 1));
+  ck_assert_uint_ge (s.cap_min, 256 * K);
+  /* Only the probes' windows miss the target. */
+  ck_assert_uint_le (s.reads_over * 50, s.reads);
+}
+END_TEST
+
+/* The backend gets 10 times slower, then fast again: the capacity goes
+ * down to what the target allows, then back up to where it was.
+ * Fast: 0.2 ms + 2 ns per byte, so 5 ms allows 2.4M in flight (and
+ * 1.56M is the band's lower edge); slow: 2 ms + 20 ns per byte, 150K.
+ */
+START_TEST (test_jump_10x_and_back)
+{
+  struct sim s;
+  uint64_t fast_cap, slow_cap;
+
+  sim_init (&s, 32 * K, 16 * M, 5 * MS, 16 * M, 32 * K, 128, true);
+  set_backend (&s, 200000, 2);
+  run (&s, 10 * S);
+  mark (&s);
+  run (&s, 10 * S);
+  report ("fast backend", &s);
+  fast_cap = s.a.capacity;
+  ck_assert_uint_le (fast_cap, 2560 * K);
+  ck_assert_uint_ge (fast_cap, 1500 * K);
+  ck_assert_uint_le (s.reads_over * 100, s.reads);
+
+  set_backend (&s, 2 * MS, 20);
+  run (&s, 10 * S);
+  mark (&s);
+  run (&s, 10 * S);
+  report ("10x slower", &s);
+  slow_cap = s.a.capacity;
+  ck_assert_uint_le (slow_cap, 160 * K);
+  ck_assert_uint_ge (slow_cap, 32 * K);
+  ck_assert_uint_le (s.reads_over * 100, s.reads);
+
+  set_backend (&s, 200000, 2);
+  run (&s, 10 * S);
+  mark (&s);
+  run (&s, 10 * S);
+  report ("fast again", &s);
+  ck_assert_uint_ge (s.a.capacity, 1500 * K);
+  ck_assert_uint_le (s.a.capacity, 2560 * K);
+  ck_assert_uint_le (s.reads_over * 100, s.reads);
+}
+END_TEST
+
+/* A target below the backend's own latency: the capacity goes to the
+ * floor and stays there; it does not collapse below it, and steps
+ * that would change nothing are not counted.
+ */
+START_TEST (test_unmeetable_settles_at_floor)
+{
+  struct sim s;
+  uint64_t down;
+
+  bench_case (&s, 5 * MS);
+  set_backend (&s, 10 * MS, 10);
+  run (&s, 5 * S);
+  report ("unmeetable target", &s);
+  ck_assert_uint_eq (s.a.capacity, 256 * K);
+  ck_assert_uint_ge (s.cap_min, 256 * K);
+  down = s.a.steps_down;
+  ck_assert_uint_le (down, 10);
+  mark (&s);
+  run (&s, 20 * S);
+  ck_assert_uint_eq (s.a.capacity, 256 * K);
+  ck_assert_uint_eq (s.cap_min, 256 * K);
+  ck_assert_uint_eq (s.a.steps_down, down);
+  ck_assert_uint_eq (s.a.steps_up, 0);
+}
+END_TEST
+
+/* A floor below the size of a request: writes are clamped and run one
+ * at a time, and the capacity still stops at the floor.
+ */
+START_TEST (test_floor_below_request)
+{
+  struct sim s;
+
+  sim_init (&s, 64 * K, 8 * M, 5 * MS, 8 * M, 256 * K, 32, true);
+  set_backend (&s, 10 * MS, 10);
+  run (&s, 10 * S);
+  ck_assert_uint_eq (s.a.capacity, 64 * K);
+  ck_assert_uint_ge (s.cap_min, 64 * K);
+  mark (&s);
+  run (&s, 5 * S);
+  /* Writes kept going. */
+  ck_assert_uint_gt (s.reads, 0);
+  ck_assert_uint_eq (s.cap_min, 64 * K);
+}
+END_TEST
+
+/* Fast backend, but nothing waits for credit: a capacity that did not
+ * bind says nothing about a larger one, so it does not grow.  When
+ * writes start queueing it does.
+ */
+START_TEST (test_no_work_waiting_no_growth)
+{
+  struct sim s;
+
+  sim_init (&s, 64 * K, 8 * M, 5 * MS, 64 * K, 4 * K, 1, true);
+  set_backend (&s, 100000, 1);
+  run (&s, 10 * S);
+  report ("no work waiting", &s);
+  ck_assert_uint_eq (s.a.capacity, 64 * K);
+  ck_assert_uint_eq (s.a.steps_up, 0);
+  ck_assert_uint_eq (s.a.steps_down, 0);
+
+  /* Now 64 writes of 64K want in. */
+  s.write_size = 64 * K;
+  s.queued += 63;
+  admit_writes (&s);
+  run (&s, 5 * S);
+  report ("then work waiting", &s);
+  ck_assert_uint_gt (s.a.steps_up, 0);
+  ck_assert_uint_gt (s.a.capacity, 64 * K);
+}
+END_TEST
+
+static void
+sample_n (struct throttle_adapt *a, uint64_t now, unsigned n,
+          uint64_t lat, bool read)
+{
+  unsigned i;
+
+  for (i = 0; i < n; i++)
+    throttle_adapt_sample (a, now, lat, read);
+}
+
+/* Reads decide when there are any: fast reads among slow writes step
+ * up.  A window without reads while reads were seen recently decides
+ * nothing; writes alone are judged only after 8 windows without reads.
+ */
+START_TEST (test_reads_decide)
+{
+  struct throttle_adapt a;
+  uint64_t t = 10 * S;
+  int i;
+
+  throttle_adapt_init (&a, 1 * M, 16 * M, 5 * MS, 100 * MS, 8 * M, t);
+  t += 100 * MS;
+  sample_n (&a, t, 20, 50 * MS, false);
+  sample_n (&a, t, 5, 1 * MS, true);
+  ck_assert (throttle_adapt_sample (&a, t, 1 * MS, true));
+  ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_UP);
+  ck_assert_uint_eq (a.capacity, 10 * M);
+  ck_assert (a.last.reads);
+
+  /* Slow writes, no reads: status quo for 8 windows. */
+  for (i = 0; i < 8; i++) {
+    t += 100 * MS;
+    ck_assert (throttle_adapt_sample (&a, t, 50 * MS, false));
+    ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_NONE);
+  }
+  t += 100 * MS;
+  ck_assert (throttle_adapt_sample (&a, t, 50 * MS, false));
+  ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_DOWN);
+  ck_assert (!a.last.reads);
+  /* 50 ms is over twice the target for every sample: halved. */
+  ck_assert_uint_eq (a.capacity, 5 * M);
+  ck_assert_uint_eq (a.steps_down, 1);
+  ck_assert_uint_eq (a.steps_up, 1);
+}
+END_TEST
+
+/* The 90th percentile decides: one slow read in ten is within it, two
+ * are not.  Between 2/3 of the target and the target nothing moves.
+ * A step up undone at once (a bounce) holds the next for 4 windows.
+ */
+START_TEST (test_percentile_band_hold)
+{
+  struct throttle_adapt a;
+  uint64_t t = 10 * S;
+  int i;
+
+  throttle_adapt_init (&a, 1 * M, 16 * M, 6 * MS, 100 * MS, 8 * M, t);
+  t += 100 * MS;
+  sample_n (&a, t, 9, 1 * MS, true);
+  ck_assert (throttle_adapt_sample (&a, t, 7 * MS, true));
+  ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_UP);
+  ck_assert_uint_eq (a.last.over_target, 1);
+  ck_assert_uint_eq (a.capacity, 10 * M);
+
+  t += 100 * MS;
+  sample_n (&a, t, 8, 1 * MS, true);
+  sample_n (&a, t, 1, 7 * MS, true);
+  ck_assert (throttle_adapt_sample (&a, t, 7 * MS, true));
+  ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_DOWN);
+  ck_assert_uint_eq (a.capacity, 10 * M - 10 * M / 4);
+  ck_assert_uint_eq (a.hold, 4);
+
+  /* All at 5 ms: within the target, above 4 ms: stays. */
+  t += 100 * MS;
+  ck_assert (throttle_adapt_sample (&a, t, 5 * MS, true));
+  ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_NONE);
+  /* All at 4 ms, 2/3 of the target: up, but only 4 windows after the
+   * bounce.
+   */
+  for (i = 0; i < 2; i++) {
+    t += 100 * MS;
+    ck_assert (throttle_adapt_sample (&a, t, 4 * MS, true));
+    ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_NONE);
+  }
+  t += 100 * MS;
+  ck_assert (throttle_adapt_sample (&a, t, 4 * MS, true));
+  ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_UP);
+  ck_assert_uint_eq (a.capacity, 7864320 + 7864320 / 4);
+  /* Without work waiting, no step up. */
+  t += 100 * MS;
+  ck_assert (throttle_adapt_sample (&a, t, 1 * MS, true));
+  ck_assert_int_eq (throttle_adapt_judge (&a, t, false), THROTTLE_ADAPT_NONE);
+  ck_assert_uint_eq (a.steps_up, 2);
+  ck_assert_uint_eq (a.steps_down, 1);
+}
+END_TEST
+
+/* A request admitted before the last step measured the old capacity:
+ * it is not counted, and a window with nothing else stays open.
+ */
+START_TEST (test_stale_samples_ignored)
+{
+  struct throttle_adapt a;
+  uint64_t t = 10 * S, step_at;
+
+  throttle_adapt_init (&a, 1 * M, 16 * M, 5 * MS, 100 * MS, 8 * M, t);
+  t += 100 * MS;
+  ck_assert (throttle_adapt_sample (&a, t, 50 * MS, true));
+  ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_DOWN);
+  step_at = t;
+  /* Slow requests admitted before the step complete for a long time. */
+  t += 300 * MS;
+  ck_assert (!throttle_adapt_sample (&a, t, t - step_at + 1, true));
+  ck_assert (!throttle_adapt_sample (&a, t, t - step_at + 1, false));
+  ck_assert_uint_eq (a.all.n, 0);
+  /* A request admitted after it closes the window. */
+  ck_assert (throttle_adapt_sample (&a, t, 2 * MS, true));
+  ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_UP);
+  /* Samples from before the controller started are not counted. */
+  throttle_adapt_init (&a, 1 * M, 16 * M, 5 * MS, 100 * MS, 8 * M, t);
+  ck_assert (!throttle_adapt_sample (&a, t + 200 * MS, 300 * MS, true));
+}
+END_TEST
+
+static Suite *
+adapt_suite (void)
+{
+  Suite *s = suite_create ("adapt");
+  TCase *tc = tcase_create ("core");
+
+  tcase_set_timeout (tc, 60);
+  tcase_add_test (tc, test_params);
+  tcase_add_test (tc, test_steady_settles);
+  tcase_add_test (tc, test_steady_noisy);
+  tcase_add_test (tc, test_steady_bounce_rare);
+  tcase_add_test (tc, test_jump_10x_and_back);
+  tcase_add_test (tc, test_unmeetable_settles_at_floor);
+  tcase_add_test (tc, test_floor_below_request);
+  tcase_add_test (tc, test_no_work_waiting_no_growth);
+  tcase_add_test (tc, test_reads_decide);
+  tcase_add_test (tc, test_percentile_band_hold);
+  tcase_add_test (tc, test_stale_samples_ignored);
+  suite_add_tcase (s, tc);
+  return s;
+}
+
+int
+main (void)
+{
+  SRunner *sr = srunner_create (adapt_suite ());
+  int failed;
+
+  srunner_run_all (sr, CK_NORMAL);
+  failed = srunner_ntests_failed (sr);
+  srunner_free (sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
