@@ -115,7 +115,11 @@ throttle_adapt_sample (struct throttle_adapt *a, uint64_t now_ns,
     if (is_read)
       count (&a->reads, a, latency_ns);
   }
-  return a->all.n > 0 && now_ns - a->window_start_ns >= a->window_ns;
+  /* A caller's clock read before the window opened must not look like
+   * a window that lasted for ever.
+   */
+  return a->all.n > 0 && now_ns >= a->window_start_ns &&
+    now_ns - a->window_start_ns >= a->window_ns;
 }
 
 /* More than a tenth of n. */
@@ -126,7 +130,8 @@ over_pct (uint64_t k, uint64_t n)
 }
 
 static uint64_t
-step_down (const struct throttle_adapt *a, const struct throttle_adapt_counts *c)
+step_down (const struct throttle_adapt *a,
+           const struct throttle_adapt_counts *c)
 {
   uint64_t cap = a->capacity, d;
 
@@ -202,7 +207,8 @@ throttle_adapt_judge (struct throttle_adapt *a, uint64_t now_ns,
 
   a->last.judged = true;
   a->last.reads = c == &a->reads;
-  a->last.length_ns = now_ns - a->window_start_ns;
+  a->last.length_ns = now_ns > a->window_start_ns ?
+    now_ns - a->window_start_ns : 0;
   if (c == NULL)
     c = &a->all;
   a->last.samples = c->n;
@@ -280,7 +286,7 @@ throttle_parse_duration (const char *s, uint64_t *ns)
   for (i = 0; i < sizeof units / sizeof units[0]; i++) {
     if (strcmp (end, units[i].unit) == 0) {
       v = v * units[i].ns + 0.5;   /* rounded to the nearest ns */
-      if (v < 1 || v > 3600e9 + 0.5)
+      if (v > 3600e9 + 0.5)
         return -1;
       *ns = (uint64_t) v;
       return 0;

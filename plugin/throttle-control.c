@@ -32,6 +32,7 @@
 #include <nbdkit-filter.h>
 
 #include "throttle.h"
+#include "throttle-adapt-glue.h"
 #include "throttle-control.h"
 #include "throttle-export.h"
 
@@ -55,7 +56,7 @@ static pid_t owner_pid;            /* the process that may remove the socket */
 static dev_t socket_dev;
 static ino_t socket_ino;
 
-static throttle_control_extra_stats_fn extra_stats;
+static throttle_control_extra_stats_fn extra_stats[THROTTLE_CONTROL_MAX_EXTRA];
 
 static struct ev_loop *control_loop;
 static ev_async stop_watcher;
@@ -242,9 +243,16 @@ throttle_control_json_string (char *out, size_t len, const char *s)
 }
 
 void
-throttle_control_set_extra_stats (throttle_control_extra_stats_fn fn)
+throttle_control_add_extra_stats (throttle_control_extra_stats_fn fn)
 {
-  extra_stats = fn;
+  size_t i;
+
+  for (i = 0; i < THROTTLE_CONTROL_MAX_EXTRA; i++)
+    if (extra_stats[i] == NULL || extra_stats[i] == fn) {
+      extra_stats[i] = fn;
+      return;
+    }
+  abort ();                   /* a new caller: raise the maximum */
 }
 
 /* --- stats ------------------------------------------------------------- */
@@ -253,15 +261,16 @@ static void
 append_extra (struct sbuf *b, struct throttle_export *exp)
 {
   char tmp[4096];
+  size_t i;
 
-  if (extra_stats == NULL)
-    return;
-  tmp[0] = '\0';
-  extra_stats (exp, tmp, sizeof tmp);
-  /* Half a member would make the whole reply unparseable. */
-  if (tmp[0] != '\0' && memchr (tmp, '\0', sizeof tmp - 1) != NULL) {
-    sb_puts (b, ",");
-    sb_puts (b, tmp);
+  for (i = 0; i < THROTTLE_CONTROL_MAX_EXTRA && extra_stats[i]; i++) {
+    tmp[0] = '\0';
+    extra_stats[i] (exp, tmp, sizeof tmp);
+    /* Half a member would make the whole reply unparseable. */
+    if (tmp[0] != '\0' && memchr (tmp, '\0', sizeof tmp - 1) != NULL) {
+      sb_puts (b, ",");
+      sb_puts (b, tmp);
+    }
   }
 }
 
@@ -447,7 +456,8 @@ static void
 cmd_set_capacity (struct sbuf *out, const char *name, const char *value)
 {
   struct throttle_export *exp = throttle_export_find (name);
-  struct throttle_stats s;
+  uint64_t previous;
+  char err[256];
   int64_t r;
 
   if (exp == NULL) {
@@ -471,17 +481,48 @@ cmd_set_capacity (struct sbuf *out, const char *name, const char *value)
                  "than 0", value);
     return;
   }
-  throttle_budget_get_stats (&exp->budget, &s);
-  if (throttle_budget_set_capacity (&exp->budget, r) == -1) {
-    reply_error (out, "set capacity: %s", strerror (errno));
+  /* Through the latency target's glue: with a target, this is its
+   * ceiling, and the two must not race.
+   */
+  if (throttle_adapt_export_set_ceiling (exp, r, &previous,
+                                         err, sizeof err) == -1) {
+    reply_error (out, "%s", err);
     return;
   }
   nbdkit_debug ("throttle: control: export \"%s\" capacity %" PRIu64
-                " -> %" PRId64, name, s.capacity, r);
+                " -> %" PRId64, name, previous, r);
   sb_puts (out, "{\"ok\":true,\"export\":");
   sb_json_string (out, name);
   sb_printf (out, ",\"capacity\":%" PRId64 ",\"previous\":%" PRIu64 "}\n",
-             r, s.capacity);
+             r, previous);
+}
+
+static void
+cmd_set_latency_target (struct sbuf *out, const char *name, const char *value)
+{
+  struct throttle_export *exp = throttle_export_find (name);
+  uint64_t previous;
+  char err[256];
+
+  if (exp == NULL) {
+    reply_unknown_export (out, name);
+    return;
+  }
+  if (throttle_adapt_export_set_target (exp, value, &previous,
+                                        err, sizeof err) == -1) {
+    reply_error (out, "%s", err);
+    return;
+  }
+  nbdkit_debug ("throttle: control: export \"%s\" latency target %s",
+                name, value);
+  sb_puts (out, "{\"ok\":true,\"export\":");
+  sb_json_string (out, name);
+  sb_puts (out, ",\"latency_target\":");
+  sb_json_string (out, value);
+  if (previous)
+    sb_printf (out, ",\"previous_ns\":%" PRIu64 "}\n", previous);
+  else
+    sb_puts (out, ",\"previous_ns\":null}\n");
 }
 
 static void
@@ -510,7 +551,8 @@ execute (struct sbuf *out, char *line)
       reply_error (out, "usage: help");
     else
       sb_puts (out, "{\"commands\":[\"stats [EXPORT]\",\"stats from N\","
-               "\"set capacity EXPORT N\",\"help\"]}\n");
+               "\"set capacity EXPORT N\","
+               "\"set latency-target EXPORT DURATION|off\",\"help\"]}\n");
   }
   else if (strcmp (argv[0], "stats") == 0) {
     struct throttle_export *exp = NULL;
@@ -539,11 +581,14 @@ execute (struct sbuf *out, char *line)
     reply_stats (out, exp, from);
   }
   else if (strcmp (argv[0], "set") == 0) {
-    if (argc != 4 || strcmp (argv[1], "capacity") != 0)
-      reply_error (out, "usage: set capacity EXPORT N "
-                   "(the default export is \"\")");
-    else
+    if (argc == 4 && strcmp (argv[1], "capacity") == 0)
       cmd_set_capacity (out, argv[2], argv[3]);
+    else if (argc == 4 && strcmp (argv[1], "latency-target") == 0)
+      cmd_set_latency_target (out, argv[2], argv[3]);
+    else
+      reply_error (out, "usage: set capacity EXPORT N, or "
+                   "set latency-target EXPORT DURATION|off "
+                   "(the default export is \"\")");
   }
   else
     reply_error (out, "unknown command \"%s\": try help", argv[0]);

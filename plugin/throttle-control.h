@@ -44,8 +44,9 @@ extern void throttle_control_unload (void);
   "throttle-stats-interval=SECS\n" \
   "                            Log stats every SECS seconds (with -v)."
 
-/* Extra statistics, for writeback mode (pool use, pending writes, the
- * sticky error).  The function is called from the control thread once
+/* Extra statistics: writeback mode's (pool use, pending writes, the
+ * sticky error), the latency target's.  Each function added is called,
+ * in the order added, from the control thread once
  * with exp == NULL for members of the top-level object, then once per
  * export.  It writes into buf (len bytes, at least 4096) zero or more
  * complete JSON members separated by commas, without a leading or
@@ -53,13 +54,15 @@ extern void throttle_control_unload (void);
  *   "pool_used":1048576,"pending_writes":3,"error":null
  * and NUL-terminates them.  Output that does not fit is dropped whole.
  * It must not block: it may run while the export registry is locked.
- * Register before after_fork (e.g. in config_complete).  The thread is
+ * Add before after_fork (e.g. in config_complete); at most
+ * THROTTLE_CONTROL_MAX_EXTRA functions.  The thread is
  * stopped by throttle_control_cleanup, so state the function reads may
  * be freed after that.
  */
 typedef void (*throttle_control_extra_stats_fn) (struct throttle_export *exp,
                                                  char *buf, size_t len);
-extern void throttle_control_set_extra_stats (throttle_control_extra_stats_fn);
+#define THROTTLE_CONTROL_MAX_EXTRA 4
+extern void throttle_control_add_extra_stats (throttle_control_extra_stats_fn);
 
 /* Write s into out (len bytes) as a JSON string with its quotes.
  * Returns the length it needs (excluding the NUL), like snprintf, so a

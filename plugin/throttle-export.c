@@ -18,6 +18,7 @@
 
 #include <nbdkit-filter.h>
 
+#include "throttle-adapt-glue.h"
 #include "throttle-export.h"
 
 #define NR_BUCKETS 256
@@ -69,6 +70,17 @@ create_locked (const char *name)
     return NULL;
   exp->name = strdup (name);
   if (exp->name == NULL || throttle_budget_init (&exp->budget, capacity)) {
+    free (exp->name);
+    free (exp);
+    errno = ENOMEM;
+    return NULL;
+  }
+  /* With the budget, so that the control socket never finds an export
+   * without it.
+   */
+  exp->adapt = throttle_adapt_export_new (&exp->budget, capacity);
+  if (exp->adapt == NULL) {
+    throttle_budget_destroy (&exp->budget);
     free (exp->name);
     free (exp);
     errno = ENOMEM;
@@ -217,6 +229,7 @@ throttle_export_free_all (void)
     registry = exp->next;
     throttle_budget_shutdown (&exp->budget);
     throttle_budget_destroy (&exp->budget);
+    throttle_adapt_export_free (exp->adapt);
     free (exp->name);
     free (exp);
   }

@@ -28,6 +28,7 @@
 #define THROTTLE_MAX_EXPORTS 1024
 
 struct throttle_wb;
+struct throttle_adapt_export;
 
 struct throttle_export {
   struct throttle_export *next;   /* in creation order; "" is first */
@@ -35,6 +36,7 @@ struct throttle_export {
   char *name;                     /* "" is the default export */
   struct throttle_budget budget;
   struct throttle_wb *wb;         /* throttle-mode=writeback, else NULL */
+  struct throttle_adapt_export *adapt;  /* the latency target's state */
 };
 
 /* Create the default export's budget at 'capacity', which every

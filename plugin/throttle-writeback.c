@@ -297,7 +297,7 @@ throttle_writeback_config_complete (void)
                 "%d bytes go through directly",
                 pool_bytes, WB_ELEM, need, nr_threads,
                 (int) (pool_bytes < WB_MAX_WRITE ? pool_bytes : WB_MAX_WRITE));
-  throttle_control_set_extra_stats (throttle_writeback_stats_json);
+  throttle_control_add_extra_stats (throttle_writeback_stats_json);
   return 0;
 }
 

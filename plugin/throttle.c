@@ -20,6 +20,7 @@
 
 #include "throttle.h"
 #include "throttle-abort.h"
+#include "throttle-adapt-glue.h"
 #include "throttle-control.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
@@ -106,7 +107,8 @@ throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
     return parse_bool_param (key, value, &throttle_config.split);
   else if ((r = throttle_guards_config (key, value)) != 0 ||
            (r = throttle_control_config (key, value)) != 0 ||
-           (r = throttle_writeback_config (key, value)) != 0)
+           (r = throttle_writeback_config (key, value)) != 0 ||
+           (r = throttle_adapt_config (key, value)) != 0)
     return r == 1 ? 0 : -1;
   else if (strncmp (key, "throttle-", 9) == 0) {
     /* A typo must not reach the plugin as an unknown parameter with
@@ -132,6 +134,11 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   }
   if (throttle_config.capacity == 0)
     throttle_config.capacity = default_capacity ();
+  /* Before any budget is made: each starts its latency target with
+   * the floor known.
+   */
+  if (throttle_adapt_config_complete () == -1)
+    return -1;
   /* Made now, so that the control socket shows it before any client. */
   if (throttle_export_init (throttle_config.capacity) == -1) {
     nbdkit_error ("throttle: cannot create the default export's budget: %m");
@@ -158,7 +165,8 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   "                            charged one by one (default true).\n" \
   throttle_guards_config_help "\n" \
   throttle_control_config_help "\n" \
-  throttle_writeback_config_help
+  throttle_writeback_config_help "\n" \
+  throttle_adapt_config_help
 
 static int
 throttle_get_ready (int thread_model)
@@ -439,12 +447,14 @@ read_part (struct throttle_handle *h, nbdkit_next *next, void *buf,
            uint32_t count, uint64_t offset, uint32_t flags, uint64_t charged,
            int *err)
 {
+  uint64_t start = throttle_adapt_start (h->exp);
   int r;
 
   if (throttle_writeback_enabled ())
     r = throttle_writeback_pread (&h->wb, next, buf, count, offset, flags, err);
   else
     r = next->pread (next, buf, count, offset, flags, err);
+  throttle_adapt_done (h->exp, start, THROTTLE_OP_READ, r);
   done (h, charged);
   return r;
 }
@@ -454,12 +464,15 @@ write_part (struct throttle_handle *h, nbdkit_next *next, void *buf,
             uint32_t count, uint64_t offset, uint32_t flags, uint64_t charged,
             int *err)
 {
+  uint64_t start;
   int r;
 
   if (throttle_writeback_enabled ())
     return throttle_writeback_pwrite (&h->wb, h->exp, next, buf, count, offset,
                                       flags, charged, err);
+  start = throttle_adapt_start (h->exp);
   r = next->pwrite (next, buf, count, offset, flags, err);
+  throttle_adapt_done (h->exp, start, THROTTLE_OP_WRITE, r);
   done (h, charged);
   return r;
 }
@@ -524,7 +537,7 @@ throttle_zero (nbdkit_next *next, void *handle,
                uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
   struct throttle_handle *h = handle;
-  uint64_t charged;
+  uint64_t charged, start;
   uint32_t len;             /* never split: always count */
   int r;
 
@@ -532,10 +545,12 @@ throttle_zero (nbdkit_next *next, void *handle,
   if (admit (h, THROTTLE_OP_ZERO, count, offset, flags, &charged, &len,
              err) == -1)
     return reply (h, -1);
+  start = throttle_adapt_start (h->exp);
   if (throttle_writeback_enabled ())
     r = throttle_writeback_zero (&h->wb, next, count, offset, flags, err);
   else
     r = next->zero (next, count, offset, flags, err);
+  throttle_adapt_done (h->exp, start, THROTTLE_OP_ZERO, r);
   done (h, charged);
   return reply (h, r);
 }
@@ -545,7 +560,7 @@ throttle_trim (nbdkit_next *next, void *handle,
                uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
   struct throttle_handle *h = handle;
-  uint64_t charged;
+  uint64_t charged, start;
   uint32_t len;             /* never split: always count */
   int r;
 
@@ -553,10 +568,12 @@ throttle_trim (nbdkit_next *next, void *handle,
   if (admit (h, THROTTLE_OP_TRIM, count, offset, flags, &charged, &len,
              err) == -1)
     return reply (h, -1);
+  start = throttle_adapt_start (h->exp);
   if (throttle_writeback_enabled ())
     r = throttle_writeback_trim (&h->wb, next, count, offset, flags, err);
   else
     r = next->trim (next, count, offset, flags, err);
+  throttle_adapt_done (h->exp, start, THROTTLE_OP_TRIM, r);
   done (h, charged);
   return reply (h, r);
 }

@@ -14,6 +14,12 @@
  * Without export= it lists only the default export, as a plugin without
  * .list_exports does, and serves any name.  Each export=NAME adds NAME
  * to its list (it still serves any name).
+ *
+ * bandwidth=SIZE (bytes per second, e.g. 100M): a backend whose latency
+ * grows with what is in flight, as a disk's does under a queue: each
+ * request, reads included, sleeps delay-ms plus the bytes in flight at
+ * its arrival (its own included) divided by SIZE.  Without it reads
+ * are instant and everything else sleeps delay-ms.
  */
 
 #include <config.h>
@@ -43,6 +49,7 @@ static const char *file;
 static int fd = -1;
 static unsigned flush_fail;             /* 0: no handle fails a flush */
 static unsigned flush_delay_ms;
+static int64_t bandwidth;               /* 0: no latency from the load */
 static atomic_uint handles_opened;
 
 struct flush_handle {                   /* only with flush-fail=K */
@@ -95,6 +102,10 @@ inflight_config (const char *key, const char *value)
   }
   else if (strcmp (key, "flush-delay-ms") == 0) {
     if (nbdkit_parse_unsigned ("flush-delay-ms", value, &flush_delay_ms) == -1)
+      return -1;
+  }
+  else if (strcmp (key, "bandwidth") == 0) {
+    if ((bandwidth = nbdkit_parse_size (value)) == -1)
       return -1;
   }
   else {
@@ -188,6 +199,15 @@ raise_peak (atomic_llong *peak, long long now)
     ;
 }
 
+/* The time to move 'in_flight' bytes at bandwidth=, 0 without it. */
+static uint64_t
+queue_ns (long long in_flight)
+{
+  if (bandwidth <= 0)
+    return 0;
+  return (uint64_t) ((double) in_flight * 1e9 / bandwidth);
+}
+
 /* Hold 'bytes' in flight for the delay.  nbdkit_nanosleep ends early
  * (failing the request) on shutdown and once the client has sent
  * NBD_CMD_DISC, shut down its side or gone, as nbdkit's delay filter
@@ -196,20 +216,23 @@ raise_peak (atomic_llong *peak, long long now)
 static int
 hold (long long bytes)
 {
+  long long in_flight = atomic_fetch_add (&bytes_now, bytes) + bytes;
+  uint64_t ns;
   int r;
 
-  raise_peak (&bytes_peak, atomic_fetch_add (&bytes_now, bytes) + bytes);
+  raise_peak (&bytes_peak, in_flight);
   raise_peak (&reqs_peak, atomic_fetch_add (&reqs_now, 1) + 1);
+  ns = delay_ms * UINT64_C (1000000) + queue_ns (in_flight);
   if (plain_sleep) {
-    struct timespec ts = { .tv_sec = delay_ms / 1000,
-                           .tv_nsec = (delay_ms % 1000) * 1000000L };
+    struct timespec ts = { .tv_sec = ns / 1000000000,
+                           .tv_nsec = ns % 1000000000 };
 
     r = 0;
     while (nanosleep (&ts, &ts) == -1)
       ;
   }
   else
-    r = nbdkit_nanosleep (delay_ms / 1000, (delay_ms % 1000) * 1000000);
+    r = nbdkit_nanosleep (ns / 1000000000, ns % 1000000000);
   atomic_fetch_sub (&bytes_now, bytes);
   atomic_fetch_sub (&reqs_now, 1);
   return r;
@@ -219,15 +242,13 @@ static int
 inflight_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
                 uint32_t flags)
 {
-  if (fd == -1) {
+  if (fd == -1)
     memset (buf, 0, count);
-    return 0;
-  }
-  if (pread (fd, buf, count, offset) != (ssize_t) count) {
+  else if (pread (fd, buf, count, offset) != (ssize_t) count) {
     nbdkit_error ("pread: %m");
     return -1;
   }
-  return 0;
+  return bandwidth > 0 ? hold (count) : 0;
 }
 
 static int

@@ -1,0 +1,390 @@
+/* nbdkit-throttle filter: the latency target.
+ *
+ * Each export with a target has a controller (lib/throttle-adapt.c)
+ * that moves its budget's capacity between the floor
+ * (throttle-min-capacity) and the ceiling (throttle-capacity, or what
+ * "set capacity" last set).  The reserve is sized for the ceiling and
+ * stays so: the controller only ever asks for less.
+ *
+ * A request's latency runs from its admission (for a read that is not
+ * charged, its arrival) to the plugin's return.  Not from its arrival:
+ * the time spent waiting for credit is made by the controller itself,
+ * and counting it would make every step down look like a reason for
+ * another, down to the floor.  Writes in writeback mode are not
+ * sampled: their reply comes before the backend has them.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nbdkit-filter.h>
+
+#include "throttle.h"
+#include "throttle-adapt.h"
+#include "throttle-adapt-glue.h"
+#include "throttle-clock.h"
+#include "throttle-control.h"
+#include "throttle-export.h"
+#include "throttle-writeback.h"
+
+/* As blk-wbt's default window. */
+#define WINDOW_NS (100 * 1000000ULL)
+
+NBDKIT_DLL_PUBLIC int throttle_debug_adapt = 0;
+
+static uint64_t config_target_ns;       /* 0 = off */
+static uint64_t config_floor;           /* 0 = the default */
+
+struct throttle_adapt_export {
+  /* Lock rule: 'lock' guards every field below but 'target_ns', and is
+   * taken by the request threads at each completion (only while a
+   * target is set) and by the control thread.  It is taken before the
+   * budget's lock, never after: the budget calls nothing outside it.
+   */
+  pthread_mutex_t lock;
+  struct throttle_budget *budget;
+  /* The target, 0 when off.  Written under the lock; read without it
+   * (atomically) by the data path to decide whether to read the clock.
+   */
+  uint64_t target_ns;
+  uint64_t floor, ceiling;
+  struct throttle_adapt ctl;    /* valid while target_ns != 0 */
+  uint64_t waited_mark;         /* the budget's 'waited' when the window began */
+  uint64_t steps_down, steps_up;        /* since the start, over every target */
+};
+
+/* --- configuration ------------------------------------------------------- */
+
+/* A target: a duration, or "off" (*ns = 0).  On error, *why says what
+ * was wrong, for a message that names the parameter or command.
+ */
+static int
+parse_target (const char *value, uint64_t *ns, const char **why)
+{
+  char *end;
+
+  if (strcmp (value, "off") == 0) {
+    *ns = 0;
+    return 0;
+  }
+  if (throttle_parse_duration (value, ns) == -1) {
+    /* A bare number: the unit is what is missing. */
+    if (value[0] >= '0' && value[0] <= '9' &&
+        (strtod (value, &end), *end == '\0'))
+      *why = strtod (value, NULL) == 0 ?
+        "must be greater than 0 (off for no target)" :
+        "a duration needs its unit (e.g. 5ms, 500us, 0.1s)";
+    else
+      *why = "expected a duration with its unit, at most 1 hour "
+        "(e.g. 5ms, 500us, 0.1s), or off";
+    return -1;
+  }
+  if (*ns == 0) {
+    *why = "must be greater than 0 (off for no target)";
+    return -1;
+  }
+  return 0;
+}
+
+int
+throttle_adapt_config (const char *key, const char *value)
+{
+  const char *why;
+
+  if (strcmp (key, "throttle-latency-target") == 0) {
+    if (parse_target (value, &config_target_ns, &why) == -1) {
+      nbdkit_error ("%s=%s: %s", key, value, why);
+      return -1;
+    }
+    return 1;
+  }
+  if (strcmp (key, "throttle-min-capacity") == 0) {
+    int64_t size;
+
+    /* Reject a sign ourselves so that the message names the parameter. */
+    size = value[0] == '-' ? -1 : nbdkit_parse_size (value);
+    if (size == -1) {
+      nbdkit_error ("throttle-min-capacity=%s: not a positive size "
+                    "(e.g. 1M, 4096)", value);
+      return -1;
+    }
+    if (size == 0) {
+      nbdkit_error ("throttle-min-capacity=%s: must be greater than 0: "
+                    "a floor of 0 would let the capacity reach nothing",
+                    value);
+      return -1;
+    }
+    config_floor = size;
+    return 1;
+  }
+  return 0;
+}
+
+int
+throttle_adapt_config_complete (void)
+{
+  uint64_t ceiling = throttle_config.capacity;
+
+  if (config_floor == 0) {
+    /* A sixteenth: with the default 16M, four of the kernel's usual
+     * 256K writeout requests in flight, so writeout still streams.
+     */
+    config_floor = ceiling / 16;
+    if (config_floor == 0)
+      config_floor = 1;
+  }
+  else if (config_floor > ceiling) {
+    nbdkit_error ("throttle-min-capacity=%" PRIu64 " is above "
+                  "throttle-capacity=%" PRIu64 ": the floor cannot be "
+                  "above the ceiling", config_floor, ceiling);
+    return -1;
+  }
+  if (config_target_ns)
+    nbdkit_debug ("throttle: latency target %.3f ms: capacity from %" PRIu64
+                  " to %" PRIu64 " units%s", config_target_ns / 1e6,
+                  config_floor, ceiling,
+                  throttle_writeback_enabled () ?
+                  " (writeback: writes are not sampled)" : "");
+  throttle_control_add_extra_stats (throttle_adapt_stats_json);
+  return 0;
+}
+
+/* --- per export ---------------------------------------------------------- */
+
+/* Called with ae->lock held: start a controller at the ceiling. */
+static void
+start_locked (struct throttle_adapt_export *ae, uint64_t target_ns)
+{
+  struct throttle_stats s;
+
+  throttle_adapt_init (&ae->ctl, ae->floor, ae->ceiling, target_ns,
+                       WINDOW_NS, ae->ceiling, throttle_now_ns ());
+  throttle_budget_get_stats (ae->budget, &s);
+  ae->waited_mark = s.waited;
+  throttle_budget_set_capacity (ae->budget, ae->ctl.capacity);
+  __atomic_store_n (&ae->target_ns, target_ns, __ATOMIC_RELAXED);
+}
+
+struct throttle_adapt_export *
+throttle_adapt_export_new (struct throttle_budget *budget, uint64_t capacity)
+{
+  struct throttle_adapt_export *ae = calloc (1, sizeof *ae);
+
+  if (ae == NULL)
+    return NULL;
+  pthread_mutex_init (&ae->lock, NULL);
+  ae->budget = budget;
+  ae->floor = config_floor ? config_floor : 1;
+  ae->ceiling = capacity;
+  if (config_target_ns && ae->floor <= ae->ceiling) {
+    pthread_mutex_lock (&ae->lock);
+    start_locked (ae, config_target_ns);
+    pthread_mutex_unlock (&ae->lock);
+  }
+  return ae;
+}
+
+void
+throttle_adapt_export_free (struct throttle_adapt_export *ae)
+{
+  if (ae == NULL)
+    return;
+  pthread_mutex_destroy (&ae->lock);
+  free (ae);
+}
+
+/* --- the data path ------------------------------------------------------- */
+
+uint64_t
+throttle_adapt_start (struct throttle_export *exp)
+{
+  if (__atomic_load_n (&exp->adapt->target_ns, __ATOMIC_RELAXED) == 0)
+    return 0;
+  return throttle_now_ns ();
+}
+
+static const char *
+step_name (enum throttle_adapt_step step)
+{
+  return step == THROTTLE_ADAPT_DOWN ? "down" : "up";
+}
+
+void
+throttle_adapt_done (struct throttle_export *exp, uint64_t start,
+                     enum throttle_op op, int r)
+{
+  struct throttle_adapt_export *ae = exp->adapt;
+  enum throttle_adapt_step step = THROTTLE_ADAPT_NONE;
+  struct throttle_adapt_window w = { .judged = false };
+  uint64_t now, before = 0, after = 0, target = 0;
+
+  if (start == 0 || r == -1)
+    return;
+
+  pthread_mutex_lock (&ae->lock);
+  /* Read under the lock, so that the controller sees time go forward. */
+  now = throttle_now_ns ();
+  /* The target may have been turned off, or changed, since start:
+   * a controller started later ignores what was admitted before it.
+   */
+  if (ae->target_ns &&
+      throttle_adapt_sample (&ae->ctl, now, now - start,
+                             op == THROTTLE_OP_READ)) {
+    struct throttle_stats s;
+    bool waiting;
+
+    /* Work waited for credit in this window: some request was
+     * admitted after waiting, or is waiting now.
+     */
+    throttle_budget_get_stats (ae->budget, &s);
+    waiting = s.waited != ae->waited_mark || s.waiters > 0;
+    ae->waited_mark = s.waited;
+    before = ae->ctl.capacity;
+    step = throttle_adapt_judge (&ae->ctl, now, waiting);
+    if (step != THROTTLE_ADAPT_NONE) {
+      after = ae->ctl.capacity;
+      throttle_budget_set_capacity (ae->budget, after);
+      if (step == THROTTLE_ADAPT_DOWN)
+        ae->steps_down++;
+      else
+        ae->steps_up++;
+      w = ae->ctl.last;
+      target = ae->target_ns;
+    }
+  }
+  pthread_mutex_unlock (&ae->lock);
+
+  if (step != THROTTLE_ADAPT_NONE && throttle_debug_adapt)
+    nbdkit_debug ("throttle: adapt: export \"%s\": capacity %" PRIu64
+                  " -> %" PRIu64 " (%s): %" PRIu64 " of %" PRIu64 " %s "
+                  "over the %.3f ms target, mean %.3f ms, max %.3f ms, "
+                  "window %.1f ms",
+                  exp->name, before, after, step_name (step),
+                  w.over_target, w.samples, w.reads ? "reads" : "requests",
+                  target / 1e6, w.mean_ns / 1e6, w.max_ns / 1e6,
+                  w.length_ns / 1e6);
+}
+
+/* --- the control socket -------------------------------------------------- */
+
+int
+throttle_adapt_export_set_target (struct throttle_export *exp,
+                                  const char *value, uint64_t *previous,
+                                  char *err, size_t errlen)
+{
+  struct throttle_adapt_export *ae = exp->adapt;
+  const char *why;
+  uint64_t ns;
+
+  if (parse_target (value, &ns, &why) == -1) {
+    snprintf (err, errlen, "bad latency-target \"%s\": %s", value, why);
+    return -1;
+  }
+
+  pthread_mutex_lock (&ae->lock);
+  *previous = ae->target_ns;
+  if (ns && ae->floor > ae->ceiling) {
+    pthread_mutex_unlock (&ae->lock);
+    snprintf (err, errlen, "cannot set a latency-target: the capacity %"
+              PRIu64 " is below throttle-min-capacity=%" PRIu64
+              ": raise it first with set capacity", ae->ceiling, ae->floor);
+    return -1;
+  }
+  if (ns == 0) {
+    /* Back to the fixed capacity, the ceiling. */
+    __atomic_store_n (&ae->target_ns, 0, __ATOMIC_RELAXED);
+    throttle_budget_set_capacity (ae->budget, ae->ceiling);
+  }
+  else if (ae->target_ns == 0)
+    start_locked (ae, ns);
+  else {
+    throttle_adapt_set_target (&ae->ctl, ns, throttle_now_ns ());
+    __atomic_store_n (&ae->target_ns, ns, __ATOMIC_RELAXED);
+  }
+  pthread_mutex_unlock (&ae->lock);
+  return 0;
+}
+
+int
+throttle_adapt_export_set_ceiling (struct throttle_export *exp,
+                                   uint64_t ceiling, uint64_t *previous,
+                                   char *err, size_t errlen)
+{
+  struct throttle_adapt_export *ae = exp->adapt;
+
+  pthread_mutex_lock (&ae->lock);
+  *previous = ae->ceiling;
+  if (ae->target_ns) {
+    if (throttle_adapt_set_ceiling (&ae->ctl, ceiling,
+                                    throttle_now_ns ()) == -1) {
+      pthread_mutex_unlock (&ae->lock);
+      snprintf (err, errlen, "capacity %" PRIu64 " is below "
+                "throttle-min-capacity=%" PRIu64 ", the floor of the "
+                "latency target (set latency-target EXPORT off first)",
+                ceiling, ae->floor);
+      return -1;
+    }
+    throttle_budget_set_capacity (ae->budget, ae->ctl.capacity);
+  }
+  else
+    throttle_budget_set_capacity (ae->budget, ceiling);
+  ae->ceiling = ceiling;
+  pthread_mutex_unlock (&ae->lock);
+  return 0;
+}
+
+void
+throttle_adapt_stats_json (struct throttle_export *exp, char *buf, size_t len)
+{
+  struct throttle_adapt_export *ae = exp ? exp->adapt : NULL;
+  struct throttle_adapt_window w = { .judged = false };
+  uint64_t target, capacity = 0, floor, ceiling, down, up;
+  char window[512] = "null";
+  int n;
+
+  if (len > 0)
+    buf[0] = '\0';
+  if (ae == NULL)
+    return;
+  pthread_mutex_lock (&ae->lock);
+  target = ae->target_ns;
+  if (target) {
+    w = ae->ctl.last;
+    capacity = ae->ctl.capacity;
+  }
+  floor = ae->floor;
+  ceiling = ae->ceiling;
+  down = ae->steps_down;
+  up = ae->steps_up;
+  pthread_mutex_unlock (&ae->lock);
+
+  if (w.judged)
+    snprintf (window, sizeof window,
+              "{\"judged_on\":\"%s\",\"length_ns\":%" PRIu64
+              ",\"samples\":%" PRIu64 ",\"over_target\":%" PRIu64
+              ",\"mean_ns\":%" PRIu64 ",\"max_ns\":%" PRIu64 "}",
+              w.reads ? "reads" : "all", w.length_ns, w.samples,
+              w.over_target, w.mean_ns, w.max_ns);
+  if (target)
+    n = snprintf (buf, len,
+                  "\"adapt\":{\"latency_target_ns\":%" PRIu64
+                  ",\"capacity\":%" PRIu64 ",\"floor\":%" PRIu64
+                  ",\"ceiling\":%" PRIu64 ",\"window\":%s"
+                  ",\"steps_down\":%" PRIu64 ",\"steps_up\":%" PRIu64 "}",
+                  target, capacity, floor, ceiling, window, down, up);
+  else
+    n = snprintf (buf, len,
+                  "\"adapt\":{\"latency_target_ns\":null,\"floor\":%" PRIu64
+                  ",\"ceiling\":%" PRIu64 ",\"steps_down\":%" PRIu64
+                  ",\"steps_up\":%" PRIu64 "}",
+                  floor, ceiling, down, up);
+  if (n < 0 || (size_t) n >= len)
+    buf[0] = '\0';            /* dropped whole, never half a member */
+}

@@ -1,0 +1,87 @@
+/* nbdkit-throttle filter: the latency target (throttle-latency-target,
+ * throttle-min-capacity), the glue between the data path and the
+ * controller of lib/throttle-adapt.c.
+ *
+ * Call order:
+ *   .config           throttle_adapt_config (before rejecting unknown
+ *                     throttle-* keys)
+ *   .config_complete  throttle_adapt_config_complete, after the
+ *                     capacity and the metric are known
+ *   export creation   throttle_adapt_export_new / _free
+ *                     (throttle-export.c), so that the state exists
+ *                     before the control socket can find the export
+ *   data callbacks    t = throttle_adapt_start (exp) when the request
+ *                     is admitted (or arrives, if it is not charged),
+ *                     throttle_adapt_done (exp, t, op, r) when the
+ *                     plugin has returned
+ *   control socket    throttle_adapt_export_set_target, _set_ceiling
+ */
+
+#ifndef THROTTLE_ADAPT_GLUE_H
+#define THROTTLE_ADAPT_GLUE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "throttle-budget.h"
+#include "throttle-metric.h"
+
+struct throttle_export;
+struct throttle_adapt_export;   /* per export, in struct throttle_export */
+
+/* -D throttle.adapt=1: log every step. */
+extern int throttle_debug_adapt;
+
+/* 1 if key is ours and its value good, 0 if not ours, -1 (after
+ * nbdkit_error naming the parameter) if the value is bad.
+ */
+extern int throttle_adapt_config (const char *key, const char *value);
+extern int throttle_adapt_config_complete (void);
+
+#define throttle_adapt_config_help \
+  "throttle-latency-target=DURATION|off\n" \
+  "                            Move the capacity between the floor and\n" \
+  "                            throttle-capacity to keep the latency of\n" \
+  "                            reads within DURATION (default off).\n" \
+  "throttle-min-capacity=SIZE  The floor (default throttle-capacity/16)."
+
+/* The state of a new export whose budget starts at 'capacity', or NULL
+ * (errno set) on allocation failure.
+ */
+extern struct throttle_adapt_export *
+throttle_adapt_export_new (struct throttle_budget *budget, uint64_t capacity);
+extern void throttle_adapt_export_free (struct throttle_adapt_export *ae);
+
+/* A timestamp for throttle_adapt_done, or 0 when the export has no
+ * latency target (then throttle_adapt_done does nothing: the data path
+ * reads no clock).
+ */
+extern uint64_t throttle_adapt_start (struct throttle_export *exp);
+/* The request admitted at 'start' has completed with result r (0 or
+ * -1): feed its latency to the controller, and apply a step if the
+ * window is over.  Failed requests are not sampled: an error can be
+ * quick or slow for reasons that have nothing to do with the load.
+ */
+extern void throttle_adapt_done (struct throttle_export *exp, uint64_t start,
+                                 enum throttle_op op, int r);
+
+/* For the control socket.  Each returns 0, or -1 with a message for
+ * the operator in err.  *previous gets the value replaced.
+ */
+extern int throttle_adapt_export_set_target (struct throttle_export *exp,
+                                             const char *value,
+                                             uint64_t *previous,
+                                             char *err, size_t errlen);
+/* "set capacity": with a target, the ceiling (refused below the
+ * floor); without, the capacity itself.
+ */
+extern int throttle_adapt_export_set_ceiling (struct throttle_export *exp,
+                                              uint64_t ceiling,
+                                              uint64_t *previous,
+                                              char *err, size_t errlen);
+
+/* JSON members for the control socket (throttle_control_extra_stats_fn). */
+extern void throttle_adapt_stats_json (struct throttle_export *exp,
+                                       char *buf, size_t len);
+
+#endif /* THROTTLE_ADAPT_GLUE_H */

@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# The latency target against real nbdkit: bad values of its parameters
+# stop nbdkit with a message naming them; over a backend whose latency
+# grows with the bytes in flight (the inflight plugin's bandwidth=),
+# 4 writers x 8 writes of 256K and a reader push the latency far over a
+# 5 ms target at the ceiling, so the effective capacity must come down,
+# and stay within [floor, ceiling] at every look; every step is logged
+# with -D throttle.adapt=1; set latency-target and set capacity work
+# over the control socket and refuse bad values by name.  Directions
+# and bounds only, never exact numbers: at the ceiling the backend takes
+# 85 ms per request, 17 times the target, however slow the machine.
+source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
+requires_file "$THROTTLE_FILTER"
+requires_file "$TEST_PLUGIN"
+requires_file "$THROTTLE_LOAD"
+
+# bad EXPECT ARGS...: nbdkit must refuse to start, saying EXPECT.
+bad ()
+{
+  local expect=$1; shift
+  if "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M "$@" --run true \
+       >"$tmp/out" 2>&1; then
+    fail "nbdkit started with $*"
+  fi
+  grep -q -- "$expect" "$tmp/out" ||
+    { cat "$tmp/out"; fail "$*: error does not say '$expect'"; }
+  echo "ok: refused $*: $(grep -m1 error "$tmp/out")"
+}
+
+bad "throttle-latency-target=0: must be greater than 0" throttle-latency-target=0
+bad "throttle-latency-target=0ms: must be greater than 0" throttle-latency-target=0ms
+bad "throttle-latency-target=fast: expected a duration" throttle-latency-target=fast
+bad "throttle-latency-target=5: a duration needs its unit" \
+    throttle-latency-target=5
+bad "throttle-latency-target=-5ms: expected a duration" throttle-latency-target=-5ms
+bad "throttle-latency-target=2h: expected a duration" throttle-latency-target=2h
+bad "throttle-min-capacity=0: must be greater than 0" throttle-min-capacity=0
+bad "throttle-min-capacity=lots: not a positive size" throttle-min-capacity=lots
+bad "throttle-min-capacity=-1: not a positive size" throttle-min-capacity=-1
+bad "throttle-min-capacity=2097152 is above throttle-capacity=1048576" \
+    throttle-capacity=1M throttle-min-capacity=2M throttle-latency-target=5ms
+# The floor is checked with or without a target: one can be set live.
+bad "throttle-min-capacity=2097152 is above throttle-capacity=1048576" \
+    throttle-capacity=1M throttle-min-capacity=2M
+"$NBDKIT" --filter="$THROTTLE_FILTER" memory --help >"$tmp/help" 2>&1
+for p in throttle-latency-target throttle-min-capacity; do
+  grep -q "^$p=" "$tmp/help" || fail "--help does not list $p"
+done
+echo "ok: --help lists the parameters"
+
+ctl=$tmp/ctl.sock
+# Reads are not charged (throttle-rt=off: real-time threads would
+# charge them), as the target is meant to be used.
+start_nbdkit live --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
+  delay-ms=1 bandwidth=100M throttle-capacity=8M throttle-min-capacity=256K \
+  throttle-latency-target=5ms throttle-rt=off throttle-control="$ctl" \
+  -D throttle.adapt=1
+live=$pid
+for i in $(seq 50); do [ -S "$ctl" ] && break; sleep 0.1; done
+[ -S "$ctl" ] || fail "no control socket at $ctl"
+
+# ctl LINE...: send the lines, print the replies.
+ctl ()
+{
+  $PY "$srcdir/control-client.py" send "$ctl" "$@"
+}
+
+sock=$tmp/live.sock
+"$THROTTLE_LOAD" -c 4 -q 8 -b 256k -t 4 --unix "$sock" >"$tmp/writers.out" 2>&1 &
+writers=$!
+"$THROTTLE_LOAD" -c 1 -q 1 -b 4k -r 100 -t 4 --unix "$sock" >"$tmp/reader.out" 2>&1 &
+reader=$!
+
+# Look at the stats every 0.1 s while the load runs.
+$PY - "$ctl" "$writers" >"$tmp/watch.out" <<'EOF' || fail "watching the stats failed"
+import json, os, socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+f = s.makefile("rwb")
+writers = int(sys.argv[2])
+while True:
+    f.write(b'stats ""\n')
+    f.flush()
+    line = f.readline()
+    if not line:
+        break
+    e = json.loads(line)["exports"]
+    if e:
+        a = e[0]["adapt"]
+        print(e[0]["capacity"], a["capacity"], a["floor"], a["ceiling"],
+              a["steps_down"], a["steps_up"], flush=True)
+    try:
+        os.kill(writers, 0)
+    except ProcessLookupError:
+        break
+    time.sleep(0.1)
+EOF
+wait $writers || { cat "$tmp/writers.out"; fail "the writers failed"; }
+wait $reader || { cat "$tmp/reader.out"; fail "the reader failed"; }
+
+n=$(wc -l < "$tmp/watch.out")
+[ "$n" -ge 5 ] || fail "only $n looks at the stats"
+# Every look: the budget's capacity is the controller's, within bounds.
+awk '$1 != $2 { print "budget " $1 " != controller " $2; bad = 1 }
+     $1 < 262144 || $1 > 8388608 { print "capacity " $1 " out of bounds"; bad = 1 }
+     $3 != 262144 || $4 != 8388608 { print "floor/ceiling " $3 "/" $4; bad = 1 }
+     END { exit bad }' "$tmp/watch.out" ||
+  fail "the capacity left [floor, ceiling] (see above)"
+min=$(sort -n "$tmp/watch.out" | head -1 | cut -d' ' -f1)
+last=$(tail -1 "$tmp/watch.out")
+echo "capacity: lowest seen $min; last look: $last"
+[ "$min" -lt 8388608 ] || fail "the capacity never came down from the ceiling"
+down=$(echo "$last" | cut -d' ' -f5)
+[ "$down" -gt 0 ] || fail "no step down counted"
+echo "ok: capacity came down to $min, within [256K, 8M] at $n looks, $down steps down"
+
+# -D throttle.adapt=1 logs every step, naming the export and the window.
+logged=$(grep -c 'throttle: adapt: export "": capacity [0-9]* -> [0-9]* (down)' \
+           "$tmp/live.log" || :)
+[ "$logged" -ge 1 ] || fail "no step down in the debug log"
+echo "ok: $logged steps down logged, e.g.:"
+grep -m1 'throttle: adapt: export' "$tmp/live.log"
+
+# The control socket.
+expect ()
+{
+  local pattern=$1; shift
+  local r
+  r=$(ctl "$@")
+  echo "$* -> $r"
+  echo "$r" | grep -q -- "$pattern" || fail "$*: expected '$pattern'"
+}
+expect '"ok":true,"export":"","latency_target":"50ms","previous_ns":5000000' \
+  'set latency-target "" 50ms'
+expect '"latency_target_ns":50000000' 'stats ""'
+expect 'error.*bad latency-target \\"0ms\\": must be greater than 0' \
+  'set latency-target "" 0ms'
+expect 'error.*bad latency-target \\"soon\\": expected a duration' \
+  'set latency-target "" soon'
+expect 'error.*bad latency-target \\"0\\": must be greater than 0' \
+  'set latency-target "" 0'
+expect 'error.*bad latency-target \\"5\\": a duration needs its unit' \
+  'set latency-target "" 5'
+expect 'error.*unknown export \\"nosuch\\"' 'set latency-target nosuch 5ms'
+expect 'error.*usage: set capacity EXPORT N, or set latency-target' \
+  'set latency-target ""'
+expect '"latency_target_ns":50000000' 'stats ""'
+# With a target, set capacity moves the ceiling, not below the floor.
+expect 'error.*capacity 131072 is below throttle-min-capacity=262144' \
+  'set capacity "" 128K'
+expect '"ok":true.*"capacity":4194304,"previous":8388608' 'set capacity "" 4M'
+expect '"ceiling":4194304' 'stats ""'
+# Off: the fixed capacity again, the ceiling.
+expect '"ok":true,"export":"","latency_target":"off","previous_ns":50000000' \
+  'set latency-target "" off'
+expect '"capacity":4194304,.*"adapt":{"latency_target_ns":null' 'stats ""'
+# Without a target any capacity goes; then a target is refused until
+# the capacity is back above the floor.
+expect '"ok":true' 'set capacity "" 128K'
+expect 'error.*cannot set a latency-target: the capacity 131072 is below throttle-min-capacity=262144' \
+  'set latency-target "" 5ms'
+expect '"ok":true' 'set capacity "" 8M'
+expect '"ok":true.*"previous_ns":null' 'set latency-target "" 5ms'
+expect '"capacity":8388608,.*"latency_target_ns":5000000,"capacity":8388608' \
+  'stats ""'
+expect '"set latency-target EXPORT DURATION|off"' help
+
+# Set live, the target works as at start: a short load brings it down.
+"$THROTTLE_LOAD" -c 4 -q 8 -b 256k -t 1.5 --unix "$sock" >"$tmp/writers2.out" 2>&1 ||
+  { cat "$tmp/writers2.out"; fail "the second writers failed"; }
+r=$(ctl 'stats ""')
+cap=$(echo "$r" | $PY -c 'import json, sys; print(json.load(sys.stdin)["exports"][0]["capacity"])')
+[ "$cap" -lt 8388608 ] && [ "$cap" -ge 262144 ] ||
+  fail "after a target set live, the capacity is $cap"
+echo "ok: a target set live brought the capacity to $cap"
+
+stop_nbdkit $live
+echo "PASS"
