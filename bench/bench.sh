@@ -20,8 +20,10 @@
 #                       second, and its maximum latency needs many)
 #   BENCH_ROUNDS        rounds (default 3; case 1 gets BENCH_ROUNDS1,
 #                       default 2 more)
-#   BENCH_CASES         which cases to run, of "1 2 2m 4" (the default:
-#                       all); spaces or commas between them
+#   BENCH_ADAPT_TIME    seconds per run of case 5, a whole number, at
+#                       least 2 (default 10; 2 for a smoke run)
+#   BENCH_CASES         which cases to run, of "1 2 2m 4 5" (the
+#                       default: all); spaces or commas between them
 #   BENCH_OUT           where BENCHMARKS.md and bench/*.svg go.  Default:
 #                       abs_top_srcdir for a full run, but
 #                       abs_top_builddir/bench-out for a smoke run or a
@@ -54,12 +56,14 @@ die () { echo "bench: $*" >&2; exit 1; }
 
 SMOKE=${BENCH_SMOKE:-0}
 case $SMOKE in
-  1) T=${BENCH_TIME:-0.5} ROUNDS=${BENCH_ROUNDS:-1} extra1=0 IDLE_MODE=${BENCH_IDLE:-warn} ;;
-  0) T=${BENCH_TIME:-2} ROUNDS=${BENCH_ROUNDS:-3} extra1=2 IDLE_MODE=${BENCH_IDLE:-check} ;;
+  1) T=${BENCH_TIME:-0.5} ROUNDS=${BENCH_ROUNDS:-1} extra1=0 IDLE_MODE=${BENCH_IDLE:-warn}
+     T5=${BENCH_ADAPT_TIME:-2} ;;
+  0) T=${BENCH_TIME:-2} ROUNDS=${BENCH_ROUNDS:-3} extra1=2 IDLE_MODE=${BENCH_IDLE:-check}
+     T5=${BENCH_ADAPT_TIME:-10} ;;
   *) die "BENCH_SMOKE=$SMOKE: expected 0 or 1" ;;
 esac
 T2M=${BENCH_TIME_2M:-$(awk "BEGIN { print $T * 2.5 }")}
-ALL_CASES="1 2 2m 4"
+ALL_CASES="1 2 2m 4 5"
 CASES=${BENCH_CASES:-$ALL_CASES}
 CASES=${CASES//,/ }
 MAX_LOAD=${BENCH_MAX_LOAD:-$(awk "BEGIN { print $(nproc) / 4 }")}
@@ -95,6 +99,8 @@ for v in BENCH_ROUNDS1:$ROUNDS1 \
   [[ ${v#*:} =~ ^[0-9]+$ ]] || die "${v%%:*}=${v#*:}: expected a whole number"
 done
 [ "$ROUNDS" -ge 1 ] || die "BENCH_ROUNDS=$ROUNDS: must be at least 1"
+[[ $T5 =~ ^[0-9]+$ ]] && [ "$T5" -ge 2 ] ||
+  die "BENCH_ADAPT_TIME=$T5: expected a whole number of seconds, at least 2"
 [ "$ROUNDS1" -ge 1 ] || die "BENCH_ROUNDS1=$ROUNDS1: must be at least 1"
 # A smoke run or a subset of the cases must not replace the committed
 # report with a partial one.
@@ -125,8 +131,10 @@ index=$res/index.tsv
 : > "$index"
 tmp=$(mktemp -d /tmp/bench.XXXXXX)
 server_pid=
+bg_pids=()
 cleanup () {
   [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null
+  [ ${#bg_pids[@]} -gt 0 ] && kill "${bg_pids[@]}" 2>/dev/null
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -450,6 +458,93 @@ for ((r = 0; r < ROUNDS; r++)); do
   done
 done
 
+# --- 5. a latency target: a reader among writers -------------------------
+# The backend's latency grows with the bytes in flight: 1 ms plus the
+# bytes in flight at a request's arrival / 100M per second (the inflight
+# plugin's bandwidth=).  4 writers keep 8 writes of 256K each
+# outstanding (8M in all, so a capacity of 8M, the ceiling, never
+# binds) while one reader does 4K random reads at queue depth 1 from
+# 1 s after the writers start: its numbers are the steady state, the
+# capacity plot shows the start.  Every throttle configuration runs
+# with throttle-rt=off (real-time request threads would charge the
+# reads, and a charged read queues behind the writes) and a control
+# socket, polled every 50 ms for the capacity and the units charged.
+BE5="$TEST_PLUGIN delay-ms=1 bandwidth=100M"
+adapt_args () {
+  local throttle="--filter=$THROTTLE_FILTER $BE5 throttle-rt=off throttle-control=$tmp/ctl"
+  case $1 in
+    none) echo "$BE5" ;;
+    ceiling) echo "$throttle throttle-capacity=8M" ;;
+    floor) echo "$throttle throttle-capacity=256K" ;;
+    adaptive) echo "$throttle throttle-capacity=8M throttle-min-capacity=256K throttle-latency-target=5ms" ;;
+  esac
+}
+
+# measure_adapt CONFIG ROUND: one run of case 5, with a retry as measure.
+measure_adapt () {
+  measure_adapt_once "$@" && return 0
+  retried=$((retried + 1))
+  echo "bench: retrying 5.$1 round $2 once" >&2
+  measure_adapt_once "$@" || die "5.$1 round $2 failed twice"
+}
+
+measure_adapt_once () {
+  local config=$1 round=$2 tag="5.adapt.$1.$2" ok=yes poller= writers i
+  rm -f "$tmp/ctl"
+  # shellcheck disable=SC2046
+  if ! start_server $(adapt_args "$config"); then
+    cat "$tmp/server.log" >&2
+    die "$tag: nbdkit did not start"
+  fi
+  if [ "$config" != none ]; then
+    rm -f "$res/$tag.cap"
+    python3 "$bench_dir/capacity-poll.py" "$tmp/ctl" "$res/$tag.cap" &
+    poller=$!
+    bg_pids+=("$poller")
+    # Its time 0 is when it creates the file: start the load then.
+    for i in $(seq 500); do
+      [ -e "$res/$tag.cap" ] && break
+      kill -0 "$poller" 2>/dev/null || break
+      sleep 0.01
+    done
+    [ -e "$res/$tag.cap" ] || { stop_server; die "$tag: capacity-poll.py did not start"; }
+  fi
+  "$THROTTLE_LOAD" --json --timeout 30 -c 4 -q 8 -b 256k --random -t "$T5" \
+    "$uri" >"$res/$tag.writers.json" 2>"$res/$tag.writers.err" &
+  writers=$!
+  bg_pids+=("$writers")
+  sleep 1
+  "$THROTTLE_LOAD" --json --timeout 30 --histogram "$res/$tag.reader.cdf" \
+    -c 1 -q 1 -b 4k -r 100 --random -t "$((T5 - 1))" \
+    "$uri" >"$res/$tag.reader.json" 2>"$res/$tag.reader.err" || ok=no
+  wait "$writers" || ok=no
+  if [ -n "$poller" ]; then
+    kill "$poller" 2>/dev/null
+    wait "$poller" 2>/dev/null
+  fi
+  bg_pids=()
+  stop_server
+  if [ $ok = no ]; then
+    echo "bench: $tag: a client failed:" >&2
+    cat "$res/$tag.writers.err" "$res/$tag.reader.err" "$tmp/server.log" >&2
+    return 1
+  fi
+  record 5 reader "$config" "$round" load "$res/$tag.reader.json" "$server_rss" -
+  record 5 writers "$config" "$round" load "$res/$tag.writers.json" "$server_rss" -
+  printf '  %-44s done\n' "$tag"
+}
+
+if want 5 && [ $have_inflight = yes ]; then
+  for ((r = 0; r < ROUNDS; r++)); do
+    echo "case 5, round $r"
+    for c in $(rotate 4 $r none ceiling floor adaptive); do
+      measure_adapt "$c" $r
+    done
+  done
+elif want 5; then
+  echo "bench: case 5 skipped: $TEST_PLUGIN is not built (make -C tests test-inflight-plugin.la)"
+fi
+
 # --- the report ----------------------------------------------------------
 # The machine after the run, with our own processes gone: was other
 # work started meanwhile?
@@ -465,7 +560,7 @@ machine () {
   if [ $have_fio = yes ]; then echo "- fio: $(fio --version)"; fi
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "- cases run: $CASES$([ "$SMOKE" = 1 ] && echo " (**smoke run**: checks the plumbing, its numbers mean nothing)")"
-  echo "- rounds: $ROUNDS1 for case 1, $ROUNDS for the others; $T s per timed run, $T2M s in case 2m"
+  echo "- rounds: $ROUNDS1 for case 1, $ROUNDS for the others; $T s per timed run, $T2M s in case 2m, $T5 s in case 5"
   echo "- runs retried after a failure: $retried"
   echo "- idle check before the run (BENCH_IDLE=$IDLE_MODE; wanted: load average <= $MAX_LOAD (BENCH_MAX_LOAD), CPU idle >= ${MIN_IDLE}% (BENCH_MIN_IDLE), up to $IDLE_RETRIES more samples $IDLE_WAIT s apart (BENCH_IDLE_RETRIES, BENCH_IDLE_WAIT)): $idle_report"
   echo "- idle sample after the run: $idle_after"
@@ -491,5 +586,10 @@ if [ -s "$res/plotcmd-mixed.gp" ]; then
   (cd "$res" && gnuplot -e "outfile='$OUT/bench/mixed-cdf.svg'" \
      "$bench_dir/mixed-cdf.gp") || die "gnuplot failed on mixed-cdf.gp"
   wrote="$wrote $OUT/bench/mixed-cdf.svg"
+fi
+if [ -s "$res/adaptcmd.gp" ]; then
+  (cd "$res" && gnuplot -e "outfile='$OUT/bench/adapt.svg'" \
+     "$bench_dir/adapt.gp") || die "gnuplot failed on adapt.gp"
+  wrote="$wrote $OUT/bench/adapt.svg"
 fi
 echo "bench: wrote $wrote"

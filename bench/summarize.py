@@ -111,6 +111,7 @@ with open(index_path) as f:
         r = load_result(tool, path)
         r.rss_kib = int(rss)
         r.cdf = path[:-5] + ".cdf"
+        r.path = path
         r.state = {}
         if state != "-":
             with open(state) as sf:
@@ -542,12 +543,151 @@ def case4_plot():
         f.write("unset multiplot\n")
 
 
+# --- 5 --------------------------------------------------------------
+CASE5 = (("none", "no filter"),
+         ("ceiling", "fixed capacity = ceiling (8M)"),
+         ("floor", "fixed capacity = floor (256K)"),
+         ("adaptive", "latency target 5ms, 256K to 8M"))
+
+
+def cap_trace(r):
+    """(t, capacity, charged) lines of the run's control-socket trace."""
+    path = r.path[:-len(".writers.json")] + ".cap"
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [tuple(float(x) for x in l.split()) for l in f if l.strip()]
+
+
+def reader_window(r):
+    """Writers' B/s and the capacities seen while the reader ran (from
+    1 s after the writers started to their end), or None without a
+    trace (no filter)."""
+    tr = cap_trace(r)
+    end = max((t for t, _, _ in tr), default=0)
+    w = [x for x in tr if 1.0 <= x[0] <= end - 0.1]
+    if len(w) < 2 or w[-1][0] <= w[0][0]:
+        return None
+    return ((w[-1][2] - w[0][2]) / (w[-1][0] - w[0][0]),
+            [c for _, c, _ in w])
+
+
+def case5():
+    """A latency target: a reader among writers."""
+    if not any(rounds("5", "reader", c) for c, _ in CASE5):
+        return
+    p("## 5. A latency target: a reader among writers")
+    p("")
+    p("Backend: the inflight plugin with `delay-ms=1 bandwidth=100M`: a")
+    p("request takes 1 ms plus the bytes in flight at its arrival (its own")
+    p("included) / 100 MiB/s, so 8M in flight make every request wait")
+    p("about 81 ms.  Load: 4 writers keep 8 writes of 256K outstanding")
+    p("each (8M), random offsets, for the whole run; one reader does 4K")
+    p("random reads at queue depth 1 from 1 s after the writers start")
+    p("(its numbers are the steady state; the plot shows the start).")
+    p("Every throttle configuration runs with `throttle-rt=off`, so reads")
+    p("are not charged (a charged read would queue behind the writes).")
+    p("Writers' throughput while the reader ran comes from the units the")
+    p("throttle charged, read on its control socket every 50 ms (n/a")
+    p("without the filter).  Medians over rounds; the ratio to the ceiling")
+    p("is taken within each round.")
+    p("")
+    p("| configuration | reader p50 | reader p99 | reader max | writers MiB/s, whole run | writers MiB/s while the reader ran | / ceiling | capacity while the reader ran: median (min-max) |")
+    p("|---|---|---|---|---|---|---|---|")
+    win = {}
+    for c, name in CASE5:
+        rr, ww = rounds("5", "reader", c), rounds("5", "writers", c)
+        if not rr:
+            continue
+        win[c] = {k: reader_window(w) for k, w in ww.items()}
+        bws = [v[0] for v in win[c].values() if v]
+        caps = sorted(x for v in win[c].values() if v for x in v[1])
+        ratios = [win[c][k][0] / win["ceiling"][k][0]
+                  for k in win[c] if win[c][k] and "ceiling" in win
+                  and win["ceiling"].get(k)]
+        p("| %s | %s ms | %s ms | %s ms | %s | %s | %s | %s |" % (
+            name, ms(med("5", "reader", c, "p50")),
+            ms(med("5", "reader", c, "p99")), ms(med("5", "reader", c, "max")),
+            mib(med("5", "writers", c, "bw")),
+            mib(statistics.median(bws)) if bws else "n/a",
+            fmt_ratio((statistics.median(ratios), min(ratios), max(ratios)))
+            if ratios else "n/a",
+            ("%d (%d-%d)" % (statistics.median(caps), caps[0], caps[-1]))
+            if caps else "n/a"))
+    p("")
+    p99 = med("5", "reader", "adaptive", "p99")
+    ratios = [win["adaptive"][k][0] / win["ceiling"][k][0]
+              for k in win.get("adaptive", {})
+              if win["adaptive"][k] and win.get("ceiling", {}).get(k)]
+    if p99 is not None:
+        p("Goal, reader p99 at most 10 ms with the 5 ms target: %s ms, %s." % (
+            ms(p99), "met" if p99 <= 10000 else "**missed**"))
+    if ratios:
+        rm = statistics.median(ratios)
+        p("Goal, writers keep at least 60%% of their throughput at the "
+          "ceiling: %.0f%% (%.0f-%.0f%% over rounds), %s." % (
+              100 * rm, 100 * min(ratios), 100 * max(ratios),
+              "met" if rm >= 0.60 else "**missed**"))
+    p("")
+    p("![capacity over time and reader latency](bench/adapt.svg)")
+    p("")
+    p("`bench/adapt.svg`: left, the capacity over time in each round of the")
+    p("adaptive configuration (the reader starts at 1 s); right, the")
+    p("reader's latency distribution (CDF) in each configuration, last round.")
+
+
+def case5_plot():
+    """Plot commands for adapt.gp, if case 5 ran."""
+    cmd5 = ""
+    ad = rounds("5", "writers", "adaptive")
+    caps = ["'%s' using 1:($2/1024) with steps title 'round %d'" % (
+                r.path[:-len(".writers.json")] + ".cap", k)
+            for k, r in sorted(ad.items())
+            if os.path.exists(r.path[:-len(".writers.json")] + ".cap")]
+    cdfs = []
+    for c, title in (("none", "no filter"), ("ceiling", "fixed 8M"),
+                     ("floor", "fixed 256K"), ("adaptive", "target 5ms")):
+        rs = rounds("5", "reader", c)
+        if rs and os.path.exists(rs[max(rs)].cdf):
+            cdfs.append("'%s' using ($1/1000):3 with steps title '%s'" % (
+                rs[max(rs)].cdf, title))
+    if caps or cdfs:
+        cmd5 = "set multiplot layout 1,2\n"
+        if caps:
+            cmd5 += ("set title 'latency target 5 ms: effective capacity'\n"
+                     "set xlabel 'seconds since the writers started'\n"
+                     "set ylabel 'capacity (KiB, log scale)'\n"
+                     "set logscale y\nunset logscale x\nset yrange [128:16384]\n"
+                     "set key top right\n"
+                     "set format x '%%g'\n"
+                     "plot %s\n" % ", \\\n     ".join(
+                         caps + ["256 with lines dt 2 lc 'gray' title 'floor 256K'",
+                                 "8192 with lines dt 3 lc 'gray' title 'ceiling 8M'"]))
+        if cdfs:
+            cmd5 += ("set title 'reader: 4K random reads at depth 1 among writers'\n"
+                     "set xlabel 'latency (ms, log scale)'\n"
+                     "set ylabel 'fraction of reads at or below'\n"
+                     "unset logscale y\nset logscale x\nset yrange [0:1.02]\n"
+                     "set key bottom right\n"
+                     "plot %s\n" % ", \\\n     ".join(cdfs))
+        cmd5 += "unset multiplot\n"
+    path = os.path.join(res_dir, "adaptcmd.gp")
+    if not cmd5:
+        if os.path.exists(path):
+            os.remove(path)
+        return
+    with open(path, "w") as f:
+        f.write(cmd5)
+
+
 header()
 case1()
 case2()
 case2m()
 case3()
 case4()
+case5()
 print("\n".join(out))
 case4_plot()
 case2m_plot()
+case5_plot()

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Poll the throttle's control socket every 50 ms until killed.
+
+usage: capacity-poll.py CONTROL-SOCKET OUT
+
+Creates OUT once connected, then writes one line per look: seconds
+since OUT was created, the default export's capacity (the effective
+capacity under a latency target) and the units charged so far.  The
+caller starts its load when OUT exists, so that time 0 is the load's
+start, whatever Python took to start.  Waits up to 5 s for the socket;
+writes nothing until a client has opened the export.  Standard library
+only.
+"""
+
+import json
+import signal
+import socket
+import sys
+import time
+
+path, out = sys.argv[1:3]
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+start = time.monotonic()
+s = None
+while s is None:
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(path)
+    except OSError:
+        s = None
+        if time.monotonic() - start > 5:
+            sys.exit("capacity-poll: cannot connect to %s" % path)
+        time.sleep(0.02)
+f = s.makefile("rwb")
+
+with open(out, "w", buffering=1) as o:
+    start = time.monotonic()
+    while True:
+        f.write(b'stats ""\n')
+        f.flush()
+        line = f.readline()
+        if not line:
+            break
+        r = json.loads(line)
+        if "exports" in r and r["exports"]:
+            e = r["exports"][0]
+            o.write("%.3f %d %d\n" % (time.monotonic() - start,
+                                      e["capacity"], e["charged"]))
+        time.sleep(0.05)
