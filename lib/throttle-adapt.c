@@ -206,6 +206,7 @@ throttle_adapt_judge (struct throttle_adapt *a, uint64_t now_ns,
   }
 
   a->last.judged = true;
+  a->last.decided = c != NULL;
   a->last.reads = c == &a->reads;
   a->last.length_ns = now_ns > a->window_start_ns ?
     now_ns - a->window_start_ns : 0;
@@ -215,7 +216,6 @@ throttle_adapt_judge (struct throttle_adapt *a, uint64_t now_ns,
   a->last.over_target = c->over_target;
   a->last.mean_ns = c->n ? c->sum_ns / c->n : 0;
   a->last.max_ns = c->max_ns;
-  a->last.step = step;
 
   if (step != THROTTLE_ADAPT_NONE) {
     a->capacity = cap;

@@ -45,12 +45,12 @@ enum throttle_adapt_step {
 /* What the last judged window saw, for statistics and logs. */
 struct throttle_adapt_window {
   bool judged;                /* a window has been judged since the start */
+  bool decided;               /* false: no reads, but reads shortly before */
   bool reads;                 /* judged on its reads (else on all samples) */
   uint64_t length_ns;
   uint64_t samples;           /* samples of the class judged */
   uint64_t over_target;
   uint64_t mean_ns, max_ns;
-  enum throttle_adapt_step step;
 };
 
 struct throttle_adapt {

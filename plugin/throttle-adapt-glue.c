@@ -184,9 +184,21 @@ throttle_adapt_export_new (struct throttle_budget *budget, uint64_t capacity)
   ae->floor = config_floor ? config_floor : 1;
   ae->ceiling = capacity;
   if (config_target_ns && ae->floor <= ae->ceiling) {
+    static bool said;
+
     pthread_mutex_lock (&ae->lock);
     start_locked (ae, config_target_ns);
     pthread_mutex_unlock (&ae->lock);
+    /* Known only now: real-time threads, set up in get_ready, charge
+     * reads.  Exports are created under the registry's lock.
+     */
+    if (throttle_config.charge_reads && !said) {
+      said = true;
+      nbdkit_debug ("throttle: latency target: reads are charged "
+                    "(throttle-reads=true, or real-time request threads): "
+                    "they wait for credit behind writes, which the target "
+                    "does not see; throttle-rt=off avoids it");
+    }
   }
   return ae;
 }
@@ -345,7 +357,7 @@ throttle_adapt_stats_json (struct throttle_export *exp, char *buf, size_t len)
 {
   struct throttle_adapt_export *ae = exp ? exp->adapt : NULL;
   struct throttle_adapt_window w = { .judged = false };
-  uint64_t target, capacity = 0, floor, ceiling, down, up;
+  uint64_t target, floor, ceiling, down, up;
   char window[512] = "null";
   int n;
 
@@ -355,10 +367,8 @@ throttle_adapt_stats_json (struct throttle_export *exp, char *buf, size_t len)
     return;
   pthread_mutex_lock (&ae->lock);
   target = ae->target_ns;
-  if (target) {
+  if (target)
     w = ae->ctl.last;
-    capacity = ae->ctl.capacity;
-  }
   floor = ae->floor;
   ceiling = ae->ceiling;
   down = ae->steps_down;
@@ -370,15 +380,19 @@ throttle_adapt_stats_json (struct throttle_export *exp, char *buf, size_t len)
               "{\"judged_on\":\"%s\",\"length_ns\":%" PRIu64
               ",\"samples\":%" PRIu64 ",\"over_target\":%" PRIu64
               ",\"mean_ns\":%" PRIu64 ",\"max_ns\":%" PRIu64 "}",
-              w.reads ? "reads" : "all", w.length_ns, w.samples,
+              !w.decided ? "none" : w.reads ? "reads" : "all",
+              w.length_ns, w.samples,
               w.over_target, w.mean_ns, w.max_ns);
+  /* The effective capacity is the export's "capacity", read from the
+   * budget: a copy here could disagree with it by a step.
+   */
   if (target)
     n = snprintf (buf, len,
                   "\"adapt\":{\"latency_target_ns\":%" PRIu64
-                  ",\"capacity\":%" PRIu64 ",\"floor\":%" PRIu64
-                  ",\"ceiling\":%" PRIu64 ",\"window\":%s"
-                  ",\"steps_down\":%" PRIu64 ",\"steps_up\":%" PRIu64 "}",
-                  target, capacity, floor, ceiling, window, down, up);
+                  ",\"floor\":%" PRIu64 ",\"ceiling\":%" PRIu64
+                  ",\"window\":%s,\"steps_down\":%" PRIu64
+                  ",\"steps_up\":%" PRIu64 "}",
+                  target, floor, ceiling, window, down, up);
   else
     n = snprintf (buf, len,
                   "\"adapt\":{\"latency_target_ns\":null,\"floor\":%" PRIu64

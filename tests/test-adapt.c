@@ -504,10 +504,12 @@ START_TEST (test_reads_decide)
     t += 100 * MS;
     ck_assert (throttle_adapt_sample (&a, t, 50 * MS, false));
     ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_NONE);
+    ck_assert (!a.last.decided);
   }
   t += 100 * MS;
   ck_assert (throttle_adapt_sample (&a, t, 50 * MS, false));
   ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_DOWN);
+  ck_assert (a.last.decided);
   ck_assert (!a.last.reads);
   /* 50 ms is over twice the target for every sample: halved. */
   ck_assert_uint_eq (a.capacity, 5 * M);
