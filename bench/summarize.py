@@ -610,8 +610,7 @@ def case5():
             ms(med("5", "reader", c, "p99")), ms(med("5", "reader", c, "max")),
             mib(med("5", "writers", c, "bw")),
             mib(statistics.median(bws)) if bws else "n/a",
-            fmt_ratio((statistics.median(ratios), min(ratios), max(ratios)))
-            if ratios else "n/a",
+            fmt_ratio(ratio_values(ratios)),
             ("%d (%d-%d)" % (statistics.median(caps), caps[0], caps[-1]))
             if caps else "n/a"))
     p("")
