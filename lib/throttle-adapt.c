@@ -32,8 +32,9 @@
  *
  * - A sample of a request admitted before the last change of capacity
  *   describes the old capacity; it is not counted, so a step's effect
- *   is judged on requests that saw it, and a window lasts until it has
- *   such a sample.
+ *   is judged on requests that saw it.  A window runs from its first
+ *   counted sample for the window's length, and then to the next
+ *   sample, so a pause never makes a window of one sample.
  *
  * - When a window has no reads but recent windows had some, nothing is
  *   decided: judging writes alone between sparse reads would fight the
@@ -111,6 +112,11 @@ throttle_adapt_sample (struct throttle_adapt *a, uint64_t now_ns,
    * measured a capacity that no longer holds.
    */
   if (latency_ns <= now_ns && now_ns - latency_ns >= a->changed_ns) {
+    /* An idle stretch is no part of a window: it starts with its first
+     * sample, so that one sample after a pause is not judged alone.
+     */
+    if (a->all.n == 0)
+      a->window_start_ns = now_ns;
     count (&a->all, a, latency_ns);
     if (is_read)
       count (&a->reads, a, latency_ns);

@@ -91,8 +91,9 @@ extern int throttle_adapt_init (struct throttle_adapt *a,
                                 uint64_t capacity, uint64_t now_ns);
 
 /* Record the completion at now_ns of a request whose latency (from its
- * admission) was latency_ns.  Returns true when the window is over and
- * must be judged with throttle_adapt_judge before the next sample.
+ * admission) was latency_ns.  Returns true when the window is over (it
+ * has lasted window_ns since its first counted sample) and must be
+ * judged with throttle_adapt_judge before the next sample.
  */
 extern bool throttle_adapt_sample (struct throttle_adapt *a, uint64_t now_ns,
                                    uint64_t latency_ns, bool is_read);

@@ -41,6 +41,7 @@ NBDKIT_DLL_PUBLIC int throttle_debug_adapt = 0;
 
 static uint64_t config_target_ns;       /* 0 = off */
 static uint64_t config_floor;           /* 0 = the default */
+static bool said_reads_charged;
 
 struct throttle_adapt_export {
   /* Lock rule: 'lock' guards every field below but 'target_ns', and is
@@ -184,21 +185,9 @@ throttle_adapt_export_new (struct throttle_budget *budget, uint64_t capacity)
   ae->floor = config_floor ? config_floor : 1;
   ae->ceiling = capacity;
   if (config_target_ns && ae->floor <= ae->ceiling) {
-    static bool said;
-
     pthread_mutex_lock (&ae->lock);
     start_locked (ae, config_target_ns);
     pthread_mutex_unlock (&ae->lock);
-    /* Known only now: real-time threads, set up in get_ready, charge
-     * reads.  Exports are created under the registry's lock.
-     */
-    if (throttle_config.charge_reads && !said) {
-      said = true;
-      nbdkit_debug ("throttle: latency target: reads are charged "
-                    "(throttle-reads=true, or real-time request threads): "
-                    "they wait for credit behind writes, which the target "
-                    "does not see; throttle-rt=off avoids it");
-    }
   }
   return ae;
 }
@@ -236,6 +225,7 @@ throttle_adapt_done (struct throttle_export *exp, uint64_t start,
   enum throttle_adapt_step step = THROTTLE_ADAPT_NONE;
   struct throttle_adapt_window w = { .judged = false };
   uint64_t now, before = 0, after = 0, target = 0;
+  bool judged = false;
 
   if (start == 0 || r == -1)
     return;
@@ -259,6 +249,7 @@ throttle_adapt_done (struct throttle_export *exp, uint64_t start,
     waiting = s.waited != ae->waited_mark || s.waiters > 0;
     ae->waited_mark = s.waited;
     before = ae->ctl.capacity;
+    judged = true;
     step = throttle_adapt_judge (&ae->ctl, now, waiting);
     if (step != THROTTLE_ADAPT_NONE) {
       after = ae->ctl.capacity;
@@ -272,6 +263,16 @@ throttle_adapt_done (struct throttle_export *exp, uint64_t start,
     }
   }
   pthread_mutex_unlock (&ae->lock);
+
+  /* Said at the first window, not at the start: real-time request
+   * threads, set up in .get_ready, are what charge reads by default.
+   */
+  if (judged && throttle_config.charge_reads &&
+      !__atomic_exchange_n (&said_reads_charged, true, __ATOMIC_RELAXED))
+    nbdkit_debug ("throttle: latency target: reads are charged "
+                  "(throttle-reads=true, or real-time request threads): "
+                  "they wait for credit behind writes, which the target "
+                  "does not see; throttle-rt=off avoids it");
 
   if (step != THROTTLE_ADAPT_NONE && throttle_debug_adapt)
     nbdkit_debug ("throttle: adapt: export \"%s\": capacity %" PRIu64

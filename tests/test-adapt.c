@@ -477,7 +477,30 @@ sample_n (struct throttle_adapt *a, uint64_t now, unsigned n,
   unsigned i;
 
   for (i = 0; i < n; i++)
-    throttle_adapt_sample (a, now, lat, read);
+    ck_assert (!throttle_adapt_sample (a, now, lat, read));
+}
+
+/* A window runs from its first sample: the windows below take their
+ * samples 100 ms after the last judgement (so that samples of up to
+ * 100 ms were admitted after it, and count), and close it with one
+ * more sample 100 ms later.
+ */
+static void
+close_window (struct throttle_adapt *a, uint64_t *t, uint64_t lat, bool read)
+{
+  *t += 100 * MS;
+  ck_assert (throttle_adapt_sample (a, *t, lat, read));
+}
+
+/* A window of two samples of the same latency. */
+static enum throttle_adapt_step
+uniform_window (struct throttle_adapt *a, uint64_t *t, uint64_t lat,
+                bool read, bool waiting)
+{
+  *t += 100 * MS;
+  sample_n (a, *t, 1, lat, read);
+  close_window (a, t, lat, read);
+  return throttle_adapt_judge (a, *t, waiting);
 }
 
 /* Reads decide when there are any: fast reads among slow writes step
@@ -494,21 +517,20 @@ START_TEST (test_reads_decide)
   t += 100 * MS;
   sample_n (&a, t, 20, 50 * MS, false);
   sample_n (&a, t, 5, 1 * MS, true);
-  ck_assert (throttle_adapt_sample (&a, t, 1 * MS, true));
+  close_window (&a, &t, 1 * MS, true);
   ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_UP);
   ck_assert_uint_eq (a.capacity, 10 * M);
   ck_assert (a.last.reads);
+  ck_assert_uint_eq (a.last.samples, 6);
 
   /* Slow writes, no reads: status quo for 8 windows. */
   for (i = 0; i < 8; i++) {
-    t += 100 * MS;
-    ck_assert (throttle_adapt_sample (&a, t, 50 * MS, false));
-    ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_NONE);
+    ck_assert_int_eq (uniform_window (&a, &t, 50 * MS, false, true),
+                      THROTTLE_ADAPT_NONE);
     ck_assert (!a.last.decided);
   }
-  t += 100 * MS;
-  ck_assert (throttle_adapt_sample (&a, t, 50 * MS, false));
-  ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_DOWN);
+  ck_assert_int_eq (uniform_window (&a, &t, 50 * MS, false, true),
+                    THROTTLE_ADAPT_DOWN);
   ck_assert (a.last.decided);
   ck_assert (!a.last.reads);
   /* 50 ms is over twice the target for every sample: halved. */
@@ -531,7 +553,7 @@ START_TEST (test_percentile_band_hold)
   throttle_adapt_init (&a, 1 * M, 16 * M, 6 * MS, 100 * MS, 8 * M, t);
   t += 100 * MS;
   sample_n (&a, t, 9, 1 * MS, true);
-  ck_assert (throttle_adapt_sample (&a, t, 7 * MS, true));
+  close_window (&a, &t, 7 * MS, true);
   ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_UP);
   ck_assert_uint_eq (a.last.over_target, 1);
   ck_assert_uint_eq (a.capacity, 10 * M);
@@ -539,60 +561,67 @@ START_TEST (test_percentile_band_hold)
   t += 100 * MS;
   sample_n (&a, t, 8, 1 * MS, true);
   sample_n (&a, t, 1, 7 * MS, true);
-  ck_assert (throttle_adapt_sample (&a, t, 7 * MS, true));
+  close_window (&a, &t, 7 * MS, true);
   ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_DOWN);
   ck_assert_uint_eq (a.capacity, 10 * M - 10 * M / 4);
   ck_assert_uint_eq (a.hold, 4);
 
   /* All at 5 ms: within the target, above 4 ms: stays. */
-  t += 100 * MS;
-  ck_assert (throttle_adapt_sample (&a, t, 5 * MS, true));
-  ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_NONE);
+  ck_assert_int_eq (uniform_window (&a, &t, 5 * MS, true, true),
+                    THROTTLE_ADAPT_NONE);
   /* All at 4 ms, 2/3 of the target: up, but only 4 windows after the
    * bounce.
    */
-  for (i = 0; i < 2; i++) {
-    t += 100 * MS;
-    ck_assert (throttle_adapt_sample (&a, t, 4 * MS, true));
-    ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_NONE);
-  }
-  t += 100 * MS;
-  ck_assert (throttle_adapt_sample (&a, t, 4 * MS, true));
-  ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_UP);
+  for (i = 0; i < 2; i++)
+    ck_assert_int_eq (uniform_window (&a, &t, 4 * MS, true, true),
+                      THROTTLE_ADAPT_NONE);
+  ck_assert_int_eq (uniform_window (&a, &t, 4 * MS, true, true),
+                    THROTTLE_ADAPT_UP);
   ck_assert_uint_eq (a.capacity, 7864320 + 7864320 / 4);
   /* Without work waiting, no step up. */
-  t += 100 * MS;
-  ck_assert (throttle_adapt_sample (&a, t, 1 * MS, true));
-  ck_assert_int_eq (throttle_adapt_judge (&a, t, false), THROTTLE_ADAPT_NONE);
+  ck_assert_int_eq (uniform_window (&a, &t, 1 * MS, true, false),
+                    THROTTLE_ADAPT_NONE);
   ck_assert_uint_eq (a.steps_up, 2);
   ck_assert_uint_eq (a.steps_down, 1);
 }
 END_TEST
 
 /* A request admitted before the last step measured the old capacity:
- * it is not counted, and a window with nothing else stays open.
+ * it is not counted, and a window with nothing else stays open.  A
+ * window starts at its first counted sample: after a pause, one
+ * sample does not close it.
  */
-START_TEST (test_stale_samples_ignored)
+START_TEST (test_stale_samples_and_pauses)
 {
   struct throttle_adapt a;
   uint64_t t = 10 * S, step_at;
 
   throttle_adapt_init (&a, 1 * M, 16 * M, 5 * MS, 100 * MS, 8 * M, t);
-  t += 100 * MS;
-  ck_assert (throttle_adapt_sample (&a, t, 50 * MS, true));
-  ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_DOWN);
+  ck_assert_int_eq (uniform_window (&a, &t, 50 * MS, true, true),
+                    THROTTLE_ADAPT_DOWN);
   step_at = t;
   /* Slow requests admitted before the step complete for a long time. */
   t += 300 * MS;
   ck_assert (!throttle_adapt_sample (&a, t, t - step_at + 1, true));
   ck_assert (!throttle_adapt_sample (&a, t, t - step_at + 1, false));
   ck_assert_uint_eq (a.all.n, 0);
-  /* A request admitted after it closes the window. */
-  ck_assert (throttle_adapt_sample (&a, t, 2 * MS, true));
+  /* A request admitted after it opens the window, 300 ms after the
+   * step; a window later, another closes it.
+   */
+  sample_n (&a, t, 1, 2 * MS, true);
+  close_window (&a, &t, 2 * MS, true);
   ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_UP);
+  /* A pause of 10 s, then one sample: no window of one. */
+  t += 10 * S;
+  ck_assert (!throttle_adapt_sample (&a, t, 2 * MS, true));
+  close_window (&a, &t, 2 * MS, true);
+  ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_UP);
+  ck_assert_uint_eq (a.last.samples, 2);
+  ck_assert_uint_eq (a.last.length_ns, 100 * MS);
   /* Samples from before the controller started are not counted. */
   throttle_adapt_init (&a, 1 * M, 16 * M, 5 * MS, 100 * MS, 8 * M, t);
   ck_assert (!throttle_adapt_sample (&a, t + 200 * MS, 300 * MS, true));
+  ck_assert_uint_eq (a.all.n, 0);
 }
 END_TEST
 
@@ -613,7 +642,7 @@ adapt_suite (void)
   tcase_add_test (tc, test_no_work_waiting_no_growth);
   tcase_add_test (tc, test_reads_decide);
   tcase_add_test (tc, test_percentile_band_hold);
-  tcase_add_test (tc, test_stale_samples_ignored);
+  tcase_add_test (tc, test_stale_samples_and_pauses);
   suite_add_tcase (s, tc);
   return s;
 }
