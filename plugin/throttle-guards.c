@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -76,6 +77,13 @@ static bool reserve_locked;
  * the guards are on.  One byte fits glibc's static TLS surplus.
  */
 static __thread bool thread_entered __attribute__ ((tls_model ("initial-exec")));
+
+/* What a child of fork must write back to /proc/self/oom_score_adj:
+ * the value nbdkit had before the filter lowered it.  Formatted in
+ * advance, since the child of a multithreaded process may only make
+ * async-signal-safe calls.
+ */
+static char oom_saved[16] = "0";
 
 static void
 warning (const char *fmt, ...)
@@ -376,6 +384,7 @@ probe_guards (void)
     err = set_oom_score_adj ("-1000");
     if (err == 0) {
       set_oom_score_adj (old);    /* raising it needs no privilege */
+      snprintf (oom_saved, sizeof oom_saved, "%s", old);
       oom_active = true;
     }
     else if (refused (oom_mode, "throttle-oom", OOM_WHAT, err,
@@ -388,8 +397,9 @@ probe_guards (void)
 /* Sets on this thread (nbdkit's main thread, in after_fork) what the
  * probe found permitted.  fork and clone copy the task flags, the
  * policy and oom_score_adj, so every thread created later inherits
- * them.  Fails only if an "on" guard is refused now, e.g. after -u
- * dropped the capabilities.
+ * them; processes get rid of them (throttle_guards_thread_enter,
+ * fork_child).  Fails only if an "on" guard is refused now, e.g. after
+ * -u dropped the capabilities.
  */
 static int
 apply_guards (void)
@@ -414,6 +424,34 @@ apply_guards (void)
       return -1;
   }
   return 0;
+}
+
+/* Runs in the child of every fork () in nbdkit once the guards are set
+ * (pthread_atfork), until the child execs: what a plugin runs (the sh
+ * and eval plugins fork a script for each method) must not be
+ * real-time, an IO flusher nor OOM-proof.  Async-signal-safe calls
+ * only.  A request thread's children are SCHED_OTHER already
+ * (SCHED_RESET_ON_FORK); a child of another thread, such as the
+ * connection thread running the plugin's .open, is not.  Lowering the
+ * policy needs no privilege; clearing PR_SET_IO_FLUSHER needs
+ * CAP_SYS_RESOURCE, which the child has since nbdkit had it to set the
+ * flag; raising oom_score_adj needs nothing.  Children of posix_spawn,
+ * vfork or system () run no fork handlers: see "WHAT THE PLUGIN RUNS"
+ * in nbdkit-throttle-filter(1).
+ */
+static void
+fork_child (void)
+{
+  static const struct sched_param other = { .sched_priority = 0 };
+  int saved_errno = errno;
+
+  if (rt_active && sched_getscheduler (0) != SCHED_OTHER)
+    sched_setscheduler (0, SCHED_OTHER, &other);
+  if (io_flusher_active)
+    set_io_flusher (0);
+  if (oom_active)
+    set_oom_score_adj (oom_saved);
+  errno = saved_errno;
 }
 
 static const char *
@@ -581,6 +619,15 @@ throttle_guards_after_fork (void)
 
   if (apply_guards () == -1)
     return -1;
+  if (rt_active || io_flusher_active || oom_active) {
+    int err = pthread_atfork (NULL, NULL, fork_child);
+
+    if (err) {
+      nbdkit_error ("throttle: pthread_atfork: %s: cannot keep the guards "
+                    "out of the plugin's child processes", errtext (err));
+      return -1;
+    }
+  }
 
   /* Locks are not inherited across fork, so not done in get_ready;
    * and -u may have dropped CAP_IPC_LOCK since.
@@ -636,15 +683,20 @@ throttle_guards_thread_enter (void)
     return;
   thread_entered = true;
 
-  /* Threads created after after_fork inherit both; these catch a
-   * thread that existed before (or code that reset them).
+  /* Threads created after after_fork inherit the task flags and the
+   * policy; this catches a thread that existed before (or code that
+   * cleared them).  A request thread also gets SCHED_RESET_ON_FORK:
+   * whatever it starts (the plugin's script, helper process or
+   * thread), however (fork, vfork, posix_spawn, pthread_create),
+   * starts SCHED_OTHER.
    */
   if (io_flusher_active && prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) != 1 &&
       prctl (PR_SET_IO_FLUSHER, 1, 0, 0, 0) == -1)
     nbdkit_debug ("throttle: PR_SET_IO_FLUSHER in thread %ld: %s",
                   (long) gettid (), errtext (errno));
-  if (rt_active && sched_getscheduler (0) != SCHED_FIFO &&
-      sched_setscheduler (0, SCHED_FIFO, &fifo_1) == -1)
+  if (rt_active &&
+      sched_getscheduler (0) != (SCHED_FIFO | SCHED_RESET_ON_FORK) &&
+      sched_setscheduler (0, SCHED_FIFO | SCHED_RESET_ON_FORK, &fifo_1) == -1)
     nbdkit_debug ("throttle: SCHED_FIFO in thread %ld: %s",
                   (long) gettid (), errtext (errno));
   if (throttle_debug_verbose)
@@ -652,8 +704,8 @@ throttle_guards_thread_enter (void)
                   (long) gettid (),
                   !io_flusher_active ? "not set" :
                   prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) == 1 ? "set" : "lost",
-                  sched_getscheduler (0) == SCHED_FIFO ? "SCHED_FIFO" :
-                  "other");
+                  (sched_getscheduler (0) & ~SCHED_RESET_ON_FORK) ==
+                  SCHED_FIFO ? "SCHED_FIFO" : "other");
 }
 
 void

@@ -51,9 +51,10 @@ extern int throttle_guards_get_ready (int thread_model);
 
 /* Sets the guards on the main thread (fork and clone copy task flags,
  * policy and oom_score_adj, so every thread created later inherits
- * them), mlockall(MCL_ONFAULT) (locks are not inherited across fork)
- * and the heap reserve.  Call in the main thread before any
- * connection thread exists.
+ * them), a fork handler that takes them away from child processes,
+ * mlockall(MCL_ONFAULT) (locks are not inherited across fork) and the
+ * heap reserve.  Call in the main thread before any connection thread
+ * exists.
  */
 extern int throttle_guards_after_fork (void);
 

@@ -4,7 +4,7 @@
 #   build-initramfs.sh WORKDIR
 #
 # Writes WORKDIR/initramfs.cpio.gz from busybox-static, nbdkit with its
-# file and memory plugins, nbd-client, swaptest (compiled here), the
+# file, memory and eval plugins, nbd-client, swaptest (compiled here), the
 # shared libraries they need (found with ldd) and the kernel modules of
 # the installed Debian kernel (nbd, virtio_blk and what they depend on).
 # When the files named by $THROTTLE_FILTER and $THROTTLE_DISK_PLUGIN exist,
@@ -59,6 +59,13 @@ done
 
 conf=$root/etc/swaptest.conf
 : > "$conf"
+# The eval plugin, for thr.forkcheck (init.sh): its scripts run in busybox sh.
+if [ -f "$plugindir/nbdkit-eval-plugin.so" ]; then
+    add_elf "$plugindir/nbdkit-eval-plugin.so" "$plugindir/nbdkit-eval-plugin.so"
+    echo "EVAL_PLUGIN=$plugindir/nbdkit-eval-plugin.so" >> "$conf"
+else
+    echo "build-initramfs: no eval plugin ($plugindir/nbdkit-eval-plugin.so)"
+fi
 if [ -n "${THROTTLE_FILTER:-}" ] && [ -f "$THROTTLE_FILTER" ]; then
     add_elf "$THROTTLE_FILTER" /lib/nbdkit-throttle/nbdkit-throttle-filter.so
     echo "FILTER=/lib/nbdkit-throttle/nbdkit-throttle-filter.so" >> "$conf"

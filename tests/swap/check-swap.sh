@@ -239,7 +239,7 @@ if [ $fail = 1 ]; then
         [ -f "$l" ] || continue
         echo
         echo "================ $l (markers, then the console from the first sign of trouble) ================"
-        clean < "$l" | grep -E '^(ROOTFS|GUEST-CONFIG|SYSCTL|NBDKIT-CMD|UNIT-[A-Za-z]*|SWAP-ON|GUARDS|SWAPTEST|WRITEOUT-DONE|SWAPIN-DONE|VERIFY|SETUP-FAILED|SWAPSTATS|nbdkit: .*(error|guards))'
+        clean < "$l" | grep -E '^(ROOTFS|GUEST-CONFIG|SYSCTL|NBDKIT-CMD|UNIT-[A-Za-z]*|SWAP-ON|GUARDS|FORKCHECK|FORKCHILD|SWAPTEST|WRITEOUT-DONE|SWAPIN-DONE|VERIFY|SETUP-FAILED|SWAPSTATS|nbdkit: .*(error|guards))'
         clean < "$l" | sed -n '/blocked for more than\|=== host:\|Kernel panic\|Out of memory\|VERIFY-FAILED\|SETUP-FAILED/,$p' | head -n 400
     done
     echo "check-swap: FAIL"

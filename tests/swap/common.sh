@@ -13,7 +13,7 @@
 swap_configs ()
 {
     cat <<'EOF'
-disk-wt-c1        1 3 thr.plugin=disk thr.filter=1 thr.mode=writethrough thr.conns=1 thr.minfree=16384 thr.guards=1
+disk-wt-c1        1 3 thr.plugin=disk thr.filter=1 thr.mode=writethrough thr.conns=1 thr.minfree=16384 thr.guards=1 thr.forkcheck=1
 disk-wt-c2        1 3 thr.plugin=disk thr.filter=1 thr.mode=writethrough thr.conns=2 thr.minfree=16384 thr.guards=1
 disk-wb-c1        1 3 thr.plugin=disk thr.filter=1 thr.mode=writeback thr.conns=1 thr.minfree=16384 thr.guards=1
 disk-wb-c2        1 3 thr.plugin=disk thr.filter=1 thr.mode=writeback thr.conns=2 thr.minfree=16384 thr.guards=1

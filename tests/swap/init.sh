@@ -28,7 +28,7 @@ fail ()
 # Defaults, then thr.KEY=VALUE from the command line.
 THR_cfg=unnamed THR_plugin=file THR_filter=0 THR_mode= THR_conns=1
 THR_minfree=0 THR_guards=0 THR_hungsecs=20 THR_size= THR_verbose=1
-THR_memsize=32M THR_args= THR_units=0
+THR_memsize=32M THR_args= THR_units=0 THR_forkcheck=0
 for word in $(cat /proc/cmdline); do
     case "$word" in
         thr.*=*)
@@ -70,6 +70,69 @@ fi
 echo "SYSCTL min_free_kbytes=$(cat /proc/sys/vm/min_free_kbytes) hung_task_timeout_secs=$(cat /proc/sys/kernel/hung_task_timeout_secs)"
 
 [ -b /dev/vda ] || fail "no /dev/vda"
+
+# thr.forkcheck=1: what a plugin forks must not inherit the guards
+# (nbdkit-throttle-filter(1), WHAT THE PLUGIN RUNS), checked here where
+# nbdkit really gets PR_SET_IO_FLUSHER and oom_score_adj -1000.  The
+# filter at its defaults over the eval plugin, whose pread script
+# records its own task flags (field 9 of stat), policy (41) and
+# oom_score_adj; the kernel's nbd client reads through /dev/nbd1.
+# FORKCHECK ok: nbdkit had PF_MEMALLOC_NOIO on every thread and
+# oom_score_adj -1000, and every child had neither flag, SCHED_OTHER and
+# the oom_score_adj of this shell (nbdkit's before the filter).
+forkcheck ()
+{
+    local rec st n=0 noio=0 adj bad=0 flags policy cadj p i=0
+    local my_adj=$(cat /proc/self/oom_score_adj)
+    rec='set -- $(cut -d")" -f2- /proc/self/stat); echo "${7} ${39} $(cat /proc/self/oom_score_adj)" >> /run/fork.out'
+    : > /run/fork.out
+    /usr/bin/nbdkit -U /run/fork.sock -P /run/fork.pid --filter="$FILTER" \
+        "$EVAL_PLUGIN" thread_model='echo parallel' get_size='echo 1M' \
+        pread="sh -c '$rec'; dd if=/dev/zero bs=\$3 count=1 2>/dev/null" ||
+        { echo "FORKCHECK fail nbdkit exited with $?"; return; }
+    while [ ! -s /run/fork.pid ] || [ ! -S /run/fork.sock ]; do
+        i=$((i + 1)); [ $i -gt 100 ] && { echo "FORKCHECK fail nbdkit did not start"; return; }
+        sleep 0.1
+    done
+    /usr/sbin/nbd-client -unix /run/fork.sock /dev/nbd1 -N "" -b 4096 >/dev/null ||
+        { echo "FORKCHECK fail nbd-client"; kill $(cat /run/fork.pid); return; }
+    dd if=/dev/nbd1 of=/dev/null bs=4096 count=16 2>/dev/null
+    p=$(cat /run/fork.pid)
+    for t in /proc/$p/task/*; do
+        st=$(cat $t/stat) || continue
+        set -- ${st##*) }
+        n=$((n + 1))
+        [ $(($7 & PF_MEMALLOC_NOIO)) != 0 ] && noio=$((noio + 1))
+    done
+    adj=$(cat /proc/$p/oom_score_adj)
+    /usr/sbin/nbd-client -d /dev/nbd1 >/dev/null 2>&1
+    # Its locked memory must be gone before the real server starts.
+    kill $p
+    i=0
+    while kill -0 $p 2>/dev/null && [ $i -lt 100 ]; do i=$((i + 1)); sleep 0.1; done
+    while read -r flags policy cadj; do
+        if [ $((flags & (PF_MEMALLOC_NOIO | PF_LOCAL_THROTTLE))) != 0 ] ||
+           [ "$policy" != 0 ] || [ "$cadj" != "$my_adj" ]; then
+            bad=$((bad + 1))
+        fi
+    done < /run/fork.out
+    if [ "$n" -gt 0 ] && [ "$noio" = "$n" ] && [ "$adj" = -1000 ] &&
+       [ -s /run/fork.out ] && [ "$bad" = 0 ]; then
+        echo "FORKCHECK ok parent_threads=$n parent_noio=$noio parent_oom=$adj children=$(wc -l < /run/fork.out)"
+    else
+        echo "FORKCHECK leak parent_threads=$n parent_noio=$noio parent_oom=$adj children=$(wc -l < /run/fork.out) bad=$bad"
+    fi
+    sed 's/^/FORKCHILD flags,policy,oom_score_adj: /' /run/fork.out
+}
+PF_MEMALLOC_NOIO=524288     # 0x00080000
+PF_LOCAL_THROTTLE=1048576   # 0x00100000
+if [ "$THR_forkcheck" = 1 ]; then
+    if [ -n "$FILTER" ] && [ -n "$EVAL_PLUGIN" ]; then
+        forkcheck
+    else
+        echo "FORKCHECK fail the filter or the eval plugin is not in the initramfs"
+    fi
+fi
 
 # thr.units=1: what nbdkit-throttle-swap@.service does at boot, by
 # running the unit's own Exec lines in its order (start, attach; at the
@@ -159,8 +222,6 @@ echo "SWAP-ON $(tail -n 1 /proc/swaps)"
 
 # Thread flags (field 9 of stat; the comm field may hold spaces, so count
 # from its closing parenthesis) and the locked memory of nbdkit.
-PF_MEMALLOC_NOIO=524288     # 0x00080000
-PF_LOCAL_THROTTLE=1048576   # 0x00100000
 guards ()
 {
     local when=$1 n=0 noio=0 lt=0 t st flags policy vmlck

@@ -9,14 +9,17 @@
 # Prints one line:
 #
 #   RESULT cfg=C boot=N status=pass|fail writeout=0|1 swapin=0|1 hung=0|1
-#          reason=R wo=SECS si=SECS total=SECS guards=ok|missing|n/a
+#          reason=R wo=SECS si=SECS total=SECS
+#          guards=ok|missing|n/a|fork-leak|fork-fail|fork-missing
 #          swapout_mib=M swapin_mib=M log=LOG
 #
 # and exits 0 when the boot passed: both phases completed and verified,
 # the guest really swapped, and (for configs with thr.guards=1) every
 # nbdkit thread carried PF_MEMALLOC_NOIO and PF_LOCAL_THROTTLE with locked
-# memory.  "hung" means the guest's hung-task detector panicked it, or the
-# host gave up: an nbd request unanswered for $SWAP_STUCK (60) seconds, no
+# memory (and, with thr.forkcheck=1, a process forked by the eval plugin
+# under the filter inherited none of the guards).  "hung" means the
+# guest's hung-task detector panicked it, or the host gave up: an nbd
+# request unanswered for $SWAP_STUCK (60) seconds, no
 # console output for $SWAP_STALL seconds or no end after
 # $SWAP_TIMEOUT seconds; then a sysrq-t task dump is taken through the
 # qemu monitor before qemu is killed, so the log shows where every thread
@@ -197,6 +200,17 @@ case " $args " in
                 guards=ok
             fi
             case "$gline" in "GUARDS pre"*) guards=$guards-pre ;; esac
+        fi
+        ;;
+esac
+
+# thr.forkcheck=1: the eval plugin's child inherited no guard (init.sh).
+case " $args " in
+    *" thr.forkcheck=1 "*)
+        fline=$(grep -o 'FORKCHECK [a-z]*' "$c" | tail -n 1)
+        if [ "$guards" = ok ] && [ "$fline" != "FORKCHECK ok" ]; then
+            fline=${fline#FORKCHECK }
+            guards=fork-${fline:-missing}
         fi
         ;;
 esac
