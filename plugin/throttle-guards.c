@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
@@ -45,10 +46,20 @@
 #define CAP_IPC_LOCK_BIT 14
 
 /* The largest request Linux's nbd driver sends with the default
- * max_sectors_kb of Debian 12's Linux 6.1 (newer kernels allow up to
- * 4 MiB); sizes the default reserve.
+ * max_sectors_kb of Debian 12's Linux 6.1; sizes the default reserve.
  */
-#define DEFAULT_MAX_REQUEST (1280 * 1024)
+#define KERNEL_REQUEST (1280 * 1024)
+/* The default throttle-max-request: what newer kernels send at their
+ * default max_sectors_kb (4 MiB), so a kernel client works unchanged.
+ */
+#define DEFAULT_MAX_REQUEST (4 * 1024 * 1024)
+/* The bounds of throttle-max-request: the largest minimum block size a
+ * plugin may set (so the maximum stays a multiple of it), and glibc's
+ * largest M_MMAP_THRESHOLD on 64-bit (HEAP_MAX_SIZE / 2), which is
+ * also the largest request Linux's nbd driver can send.
+ */
+#define MIN_MAX_REQUEST (64 * 1024)
+#define MAX_MAX_REQUEST (32 * 1024 * 1024)
 /* nbdkit's --threads default (DEFAULT_PARALLEL_REQUESTS). */
 #define DEFAULT_THREADS 16
 
@@ -61,7 +72,7 @@ static enum guard_mode oom_mode = GUARD_AUTO;
 static enum lock_mode mlock_mode = LOCK_AUTO;
 static int64_t reserve_param = -1;      /* -1 = computed */
 static unsigned threads_param = DEFAULT_THREADS;
-static uint64_t max_request;            /* 0 = not bounded by the filter */
+static uint32_t max_request = DEFAULT_MAX_REQUEST;
 
 /* Decided in get_ready, before any thread that reads them exists. */
 static bool io_flusher_active;
@@ -182,6 +193,17 @@ throttle_guards_config (const char *key, const char *value)
     threads_param = n;
     return 1;
   }
+  if (strcmp (key, "throttle-max-request") == 0) {
+    int64_t r = value[0] == '-' ? -1 : nbdkit_parse_size (value);
+
+    if (r < MIN_MAX_REQUEST || r > MAX_MAX_REQUEST) {
+      nbdkit_error ("%s=%s: expected a size from 64K to 32M (the largest "
+                    "read or write a client may send)", key, value);
+      return -1;
+    }
+    max_request = r;
+    return 1;
+  }
   return 0;
 }
 
@@ -191,10 +213,10 @@ throttle_guards_config_complete (void)
   return 0;
 }
 
-void
-throttle_guards_set_max_request (uint64_t bytes)
+uint32_t
+throttle_guards_max_request (void)
 {
-  max_request = bytes;
+  return max_request;
 }
 
 bool
@@ -526,7 +548,7 @@ size_reserve (int thread_model)
      */
     workers = thread_model >= NBDKIT_THREAD_MODEL_PARALLEL &&
       threads_param > 1 ? threads_param : 1;
-    per_request = max_request ? max_request : DEFAULT_MAX_REQUEST;
+    per_request = max_request < KERNEL_REQUEST ? max_request : KERNEL_REQUEST;
     reserve_size = workers * per_request;
   }
   ram = (uint64_t) sysconf (_SC_PHYS_PAGES) * sysconf (_SC_PAGESIZE);
@@ -571,9 +593,10 @@ grow_reserve (size_t size)
   volatile char *p;
   size_t i;
 
-  /* Big blocks from the heap, not mmap (they would vanish on free);
-   * never give heap memory back; one arena, so every thread allocates
-   * from the heap grown here.  nbdkit has only this thread now.
+  /* While the reserve is grown: big blocks from the heap, not mmap
+   * (they would vanish on free); no heap memory given back; one arena,
+   * so every thread allocates from the heap grown here.  nbdkit has
+   * only this thread now.
    */
   if (mallopt (M_MMAP_MAX, 0) != 1 ||
       mallopt (M_TRIM_THRESHOLD, -1) != 1 ||
@@ -597,7 +620,8 @@ grow_reserve (size_t size)
     uintptr_t end = ((uintptr_t) p + size) & ~(uintptr_t) (page - 1);
 
     /* The lock belongs to the pages, not to the allocation: it stays
-     * after free because the heap is never trimmed.
+     * after free because the heap is trimmed only down to the
+     * reserve's size of free memory above what is in use (M_TOP_PAD).
      */
     if (end > start) {
       if (mlock ((void *) start, end - start) == 0)
@@ -609,6 +633,35 @@ grow_reserve (size_t size)
     }
   }
   free ((void *) p);
+
+  /* From now on, give back what a burst of requests takes beyond the
+   * reserve (a client could otherwise leave nbdkit holding hundreds of
+   * MiB, locked).  Free memory at the heap top beyond the reserve plus
+   * one request is trimmed down to the reserve, whose pages stay
+   * faulted and locked.  free () checks this whenever it merges a large
+   * chunk into the top, but malloc_consolidate merges fastbin chunks
+   * into it without checking: no fastbins (tcache still serves small
+   * requests).  A request buffer larger than the filter accepts (only
+   * a client ignoring the advertised maximum makes nbdkit allocate
+   * one) gets a mapping of its own, unmapped when nbdkit frees it.
+   */
+  if (size <= (size_t) INT_MAX - max_request) {
+    if (mallopt (M_TOP_PAD, size) != 1 ||
+        mallopt (M_TRIM_THRESHOLD, size + max_request) != 1 ||
+        mallopt (M_MXFAST, 0) != 1)
+      warning ("throttle-reserve: mallopt refused a setting: memory beyond "
+               "the reserve may not be given back");
+  }
+  else
+    warning ("throttle-reserve: %zu bytes is too large for malloc's trim "
+             "settings: memory beyond the reserve is never given back",
+             size);
+  if (mallopt (M_MMAP_THRESHOLD,
+               max_request + page < MAX_MAX_REQUEST ?
+               max_request + page : MAX_MAX_REQUEST) != 1 ||
+      mallopt (M_MMAP_MAX, 65536) != 1)
+    warning ("throttle-reserve: mallopt refused a setting: oversized "
+             "request buffers stay in the heap");
 }
 
 int
@@ -616,12 +669,12 @@ throttle_guards_after_fork (void)
 {
   char vmlck[64] = "?", vmrss[64] = "?";
   struct mallinfo2 mi;
+  int err;
 
   if (apply_guards () == -1)
     return -1;
   if (rt_active || io_flusher_active || oom_active) {
-    int err = pthread_atfork (NULL, NULL, fork_child);
-
+    err = pthread_atfork (NULL, NULL, fork_child);
     if (err) {
       nbdkit_error ("throttle: pthread_atfork: %s: cannot keep the guards "
                     "out of the plugin's child processes", errtext (err));
@@ -634,8 +687,8 @@ throttle_guards_after_fork (void)
    */
   if (lock_all) {
     unsigned long long limit;
-    int err = 0;
 
+    err = 0;
     if (!can_lock_all (&limit))
       err = EPERM;
     else if (mlockall (MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) == -1)

@@ -65,11 +65,11 @@ extern void throttle_guards_thread_enter (void);
 
 extern void throttle_guards_unload (void);
 
-/* The largest request the filter lets reach nbdkit's buffers, if the
- * filter bounds it; sizes the default heap reserve.  Call before
- * throttle_guards_get_ready.  0 = not bounded by the filter.
+/* throttle-max-request: the largest read or write the filter passes
+ * on, and advertises as the maximum block size.  Valid from .config
+ * on.
  */
-extern void throttle_guards_set_max_request (uint64_t bytes);
+extern uint32_t throttle_guards_max_request (void);
 
 /* True if the request-serving threads run SCHED_FIFO: the filter must
  * then charge reads too, so the replies in flight (the allocator's
@@ -93,6 +93,7 @@ extern bool throttle_guards_lock_pools (void);
   "throttle-reserve=SIZE       Heap reserve for nbdkit's request buffers\n" \
   "                            (default threads x 1280K).\n" \
   "throttle-threads=N          nbdkit's --threads, to size the reserve\n" \
-  "                            (default 16)."
+  "                            (default 16).\n" \
+  "throttle-max-request=SIZE   Largest read or write accepted (default 4M)."
 
 #endif /* THROTTLE_GUARDS_H */

@@ -415,6 +415,54 @@ admit (struct throttle_handle *h, enum throttle_op op,
   return 0;
 }
 
+/* Advertise throttle-max-request as the maximum block size, so that
+ * clients which honour it (libnbd, qemu, nbdcopy) split larger I/O;
+ * the kernel's nbd client ignores it, and the default is above what
+ * it sends.  The plugin's own constraints are kept where tighter.
+ */
+static int
+throttle_block_size (nbdkit_next *next, void *handle,
+                     uint32_t *minimum, uint32_t *preferred,
+                     uint32_t *maximum)
+{
+  uint32_t max = throttle_guards_max_request ();
+
+  if (next->block_size (next, minimum, preferred, maximum) == -1)
+    return -1;
+  if (*minimum == 0) {          /* the plugin sets no constraints */
+    *minimum = 1;
+    *preferred = 4096;
+    *maximum = max;
+    return 0;
+  }
+  if (*maximum > max)
+    /* A plugin's minimum is a power of 2 of at most 64K (nbdkit 1.32
+     * checks it) and max is at least 64K: this stays a nonzero
+     * multiple of the minimum.
+     */
+    *maximum = max - max % *minimum;
+  while (*preferred > *maximum)
+    *preferred /= 2;
+  return 0;
+}
+
+/* nbdkit 1.32 does not hold clients to the advertised maximum: it
+ * receives a write's payload before any filter sees the request.  A
+ * larger read or write is refused before it reaches the plugin.
+ */
+static int
+too_large (const char *op, uint32_t count, uint64_t offset, int *err)
+{
+  if (count <= throttle_guards_max_request ())
+    return 0;
+  nbdkit_error ("throttle: %s of %" PRIu32 " bytes at %" PRIu64 " refused: "
+                "larger than throttle-max-request (%" PRIu32 " bytes), the "
+                "maximum block size advertised to clients",
+                op, count, offset, throttle_guards_max_request ());
+  *err = EINVAL;
+  return -1;
+}
+
 /* Every data callback starts with throttle_guards_thread_enter: a
  * request thread must carry the guards before it can fault or
  * allocate, whether or not its request is charged.
@@ -515,6 +563,8 @@ throttle_pread (nbdkit_next *next, void *handle, void *buf,
   struct throttle_handle *h = handle;
 
   throttle_guards_thread_enter ();
+  if (too_large ("read", count, offset, err) == -1)
+    return reply (h, -1);
   return reply (h, serve (h, next, THROTTLE_OP_READ,
                           throttle_config.charge_reads, buf, count, offset,
                           flags, err, read_part));
@@ -527,6 +577,8 @@ throttle_pwrite (nbdkit_next *next, void *handle, const void *buf,
   struct throttle_handle *h = handle;
 
   throttle_guards_thread_enter ();
+  if (too_large ("write", count, offset, err) == -1)
+    return reply (h, -1);
   /* The buffer is only read (write_part passes it on as const). */
   return reply (h, serve (h, next, THROTTLE_OP_WRITE, true, (void *) buf,
                           count, offset, flags, err, write_part));
@@ -612,6 +664,7 @@ static struct nbdkit_filter filter = {
   .config_help       = throttle_config_help,
   .get_ready         = throttle_get_ready,
   .after_fork        = throttle_after_fork,
+  .block_size        = throttle_block_size,
   .cleanup           = throttle_cleanup,
   .list_exports      = throttle_export_list_exports,
   .open              = throttle_open,

@@ -154,7 +154,9 @@ refuse() {
 # --- bad values are refused, naming the parameter ----------------------
 for kv in throttle-io-flusher=maybe throttle-rt=yes throttle-oom=1 \
           throttle-mlock=all throttle-reserve=lots throttle-reserve=-1 \
-          throttle-threads=0 throttle-threads=4x; do
+          throttle-threads=0 throttle-threads=4x \
+          throttle-max-request=32K throttle-max-request=64M \
+          throttle-max-request=-4M throttle-max-request=big; do
     refuse "$kv" "$kv"
 done
 refuse throttle-reserve=1E "throttle-reserve"
@@ -385,12 +387,13 @@ fi
 
 # The reserve's purpose: a worker's first large request must not fault
 # in nbdkit's request buffer.  Without the reserve the same write costs
-# a fault per page, which shows the measurement sees them.
+# a fault per page, which shows the measurement sees them.  (16M is
+# above the default throttle-max-request, which would refuse it.)
 big=$((16 * 1024 * 1024))
-must_start throttle-reserve=0
+must_start throttle-reserve=0 throttle-max-request=16M
 f0=$("$PY" "$tmp/probe.py" "$pid" "$tmp/sock" faults $big)
 stop
-must_start throttle-reserve=32M
+must_start throttle-reserve=32M throttle-max-request=16M
 f1=$("$PY" "$tmp/probe.py" "$pid" "$tmp/sock" faults $big)
 stop
 echo "minor faults of a first 16 MiB write: $f0 without the reserve, $f1 with 32M"
