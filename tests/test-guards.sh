@@ -111,8 +111,11 @@ start() {
         --filter="$THROTTLE_FILTER" "${filters[@]}" null size=64M "$@" \
         2>"$tmp/log" &
     bg=$!
+    # nbdkit 1.32 writes the pid file before the filter's after_fork,
+    # which sets the guards and logs them: wait for that line too.
     for _ in $(seq 100); do
-        if [ -S "$tmp/sock" ] && [ -s "$tmp/pid" ]; then
+        if [ -S "$tmp/sock" ] && [ -s "$tmp/pid" ] &&
+           grep -q 'throttle: guards: io-flusher' "$tmp/log"; then
             pid=$(cat "$tmp/pid")
             return 0
         fi
