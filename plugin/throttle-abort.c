@@ -78,10 +78,10 @@ drain_then_die (int sig)
   const struct timespec tick = { .tv_sec = 0, .tv_nsec = 10000000 };
   long left = THROTTLE_ABORT_DRAIN_SECS * 100;
 
+  __atomic_store_n (&aborting, true, __ATOMIC_RELEASE);
   /* A writer that aborts (abort() unblocks the signal) cannot wait for
    * itself.
    */
-  __atomic_store_n (&aborting, true, __ATOMIC_RELEASE);
   if (!writer && __atomic_load_n (&pending, __ATOMIC_ACQUIRE) > 0) {
     say ("nbdkit-throttle: abort: waiting for the writers to put the "
          "acknowledged writes on the backend\n");
