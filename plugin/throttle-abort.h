@@ -1,10 +1,7 @@
 /* nbdkit-throttle filter: writes acknowledged by writeback survive an
  * abort of nbdkit.
  *
- * Call order: throttle_abort_install from .get_ready (writeback only),
- * throttle_abort_uninstall from .unload; throttle_abort_pending from
- * throttle-writeback.c whenever an acknowledged write is queued (+1) or
- * is on the backend or has failed (-1).
+ * When each hook is called, and why then: throttle-lifecycle.h.
  */
 
 #ifndef THROTTLE_ABORT_H
@@ -13,6 +10,9 @@
 /* Returns -1 after nbdkit_error. */
 extern int throttle_abort_install (void);
 extern void throttle_abort_uninstall (void);
+/* Called from throttle-writeback.c whenever an acknowledged write is
+ * queued (+1) or is on the backend or has failed (-1).
+ */
 extern void throttle_abort_pending (long delta);
 /* Called before a write is acknowledged into the pool: once an abort
  * is draining the pool, never returns (the process is about to die,

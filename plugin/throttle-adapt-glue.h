@@ -2,19 +2,7 @@
  * throttle-min-capacity), the glue between the data path and the
  * controller of lib/throttle-adapt.c.
  *
- * Call order:
- *   .config           throttle_adapt_config (before rejecting unknown
- *                     throttle-* keys)
- *   .config_complete  throttle_adapt_config_complete, after the
- *                     capacity and the metric are known
- *   export creation   throttle_adapt_export_new / _free
- *                     (throttle-export.c), so that the state exists
- *                     before the control socket can find the export
- *   data callbacks    t = throttle_adapt_start (exp) when the request
- *                     is admitted (or arrives, if it is not charged),
- *                     throttle_adapt_done (exp, t, op, r) when the
- *                     plugin has returned
- *   control socket    throttle_adapt_export_set_target, _set_ceiling
+ * When each hook is called, and why then: throttle-lifecycle.h.
  */
 
 #ifndef THROTTLE_ADAPT_GLUE_H
@@ -46,13 +34,16 @@ extern int throttle_adapt_config_complete (void);
   "throttle-min-capacity=SIZE  The floor (default throttle-capacity/16)."
 
 /* The state of a new export whose budget starts at 'capacity', or NULL
- * (errno set) on allocation failure.
+ * (errno set) on allocation failure.  Made with the export (by
+ * throttle-export.c), so that it exists before the control socket can
+ * find the export.
  */
 extern struct throttle_adapt_export *
 throttle_adapt_export_new (struct throttle_budget *budget, uint64_t capacity);
 extern void throttle_adapt_export_free (struct throttle_adapt_export *ae);
 
-/* A timestamp for throttle_adapt_done, or 0 when the export has no
+/* When the request is admitted (or arrives, if it is not charged):
+ * a timestamp for throttle_adapt_done, or 0 when the export has no
  * latency target (then throttle_adapt_done does nothing: the data path
  * reads no clock).
  */

@@ -6,20 +6,7 @@
  * data path: the loop only ever takes the registry's and a budget's
  * locks for the time of a copy.
  *
- * Call order, from throttle.c:
- *   .config           throttle_control_config, before the filter's own keys
- *   .config_complete  throttle_control_config_complete (binds the socket,
- *                     so that misuse is reported before nbdkit forks)
- *   .after_fork       throttle_control_after_fork (starts the thread:
- *                     threads do not survive nbdkit's daemonizing fork)
- *   .cleanup          throttle_control_cleanup, FIRST, before
- *                     throttle_writeback_cleanup frees the exports'
- *                     writeback state, which the thread reads
- *   .unload           throttle_control_unload, FIRST, before
- *                     throttle_export_free_all (the thread reads the
- *                     exports' budgets)
- * Both stop the thread, close the clients and remove the socket; the
- * second call finds nothing left to do.
+ * When each hook is called, and why then: throttle-lifecycle.h.
  */
 
 #ifndef THROTTLE_CONTROL_H
@@ -35,6 +22,9 @@
 extern int throttle_control_config (const char *key, const char *value);
 extern int throttle_control_config_complete (void);
 extern int throttle_control_after_fork (void);
+/* Both stop the thread, close the clients and remove the socket; the
+ * second call finds nothing left to do.
+ */
 extern void throttle_control_cleanup (void);
 extern void throttle_control_unload (void);
 

@@ -8,20 +8,7 @@
  * request buffers.  See "WHICH GUARD PREVENTS WHICH DEADLOCK" in
  * nbdkit-throttle-filter(1).
  *
- * Call order from the filter (all in nbdkit's main thread except
- * throttle_guards_thread_enter):
- *   .config          throttle_guards_config (before rejecting unknown
- *                    throttle-* keys)
- *   .config_complete throttle_guards_config_complete
- *   .get_ready       throttle_guards_get_ready (thread_model)
- *   .after_fork      throttle_guards_after_fork: after the filter's own
- *                    pools are allocated (so they do not eat the heap
- *                    reserve), before it starts background threads
- *                    (so they inherit the guards)
- *   every request    throttle_guards_thread_enter
- *   background
- *   threads          throttle_guards_thread_enter at their start
- *   .unload          throttle_guards_unload
+ * When each hook is called, and why then: throttle-lifecycle.h.
  */
 
 #ifndef THROTTLE_GUARDS_H
@@ -59,7 +46,8 @@ extern int throttle_guards_get_ready (int thread_model);
 extern int throttle_guards_after_fork (void);
 
 /* Applies the per-thread guards to the calling thread once; after the
- * first call in a thread it costs one thread-local load.
+ * first call in a thread it costs one thread-local load.  Call at the
+ * start of every request and of every background thread.
  */
 extern void throttle_guards_thread_enter (void);
 

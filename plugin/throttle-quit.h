@@ -1,11 +1,7 @@
 /* nbdkit-throttle filter: server shutdown, told apart from a client
  * that is done, and a closing connection's error replies kept apart.
  *
- * Call order, from throttle.c:
- *   .after_fork   throttle_quit_start (starts the watcher thread)
- *   .cleanup      throttle_quit_stop (wakes and joins it)
- *   .open/.close  throttle_pace_init / throttle_pace_destroy
- *   data callbacks: throttle_pace_error before returning -1
+ * When each hook is called, and why then: throttle-lifecycle.h.
  */
 
 #ifndef THROTTLE_QUIT_H
@@ -15,8 +11,9 @@
 #include <stdint.h>
 #include <pthread.h>
 
-/* Returns -1 after nbdkit_error if the thread cannot start. */
+/* Starts the watcher thread; -1 after nbdkit_error if it cannot. */
 extern int throttle_quit_start (void);
+/* Wakes and joins it. */
 extern void throttle_quit_stop (void);
 
 /* True once nbdkit is shutting down (a signal, or the end of --run).

@@ -7,19 +7,7 @@
  * "WRITEBACK MODE" in nbdkit-throttle-filter(1) for what a client can
  * rely on.
  *
- * Call order, from throttle.c:
- *   .config          throttle_writeback_config (before rejecting unknown
- *                    throttle-* keys)
- *   .config_complete throttle_writeback_config_complete (after the
- *                    capacity and the metric are known)
- *   .get_ready       throttle_writeback_get_ready (thread_model)
- *   .open            throttle_writeback_open, after next() succeeded
- *   .finalize        throttle_writeback_finalize (drains the export)
- *   .pread .pwrite .zero .trim .flush .extents: the hooks below, when
- *                    throttle_writeback_enabled ()
- *   .cleanup         throttle_writeback_cleanup (drains, stops the
- *                    writers, closes their contexts), before .unload
- *                    frees the exports
+ * When each hook is called, and why then: throttle-lifecycle.h.
  * The writers need throttle-guards.c: each calls
  * throttle_guards_thread_enter at its start, and the pools are locked
  * unless throttle_guards_lock_pools () says otherwise.

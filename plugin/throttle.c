@@ -6,6 +6,9 @@
  * bound is what lets a preallocated reserve (a locked pool, a pre-grown
  * heap) always suffice for the writeout path of a locally attached
  * device.  See nbdkit-throttle-filter(1).
+ *
+ * The lifecycle callbacks below call each module's hooks in the order
+ * that plugin/throttle-lifecycle.h gives, with the reasons.
  */
 
 #include <config.h>
@@ -187,7 +190,6 @@ throttle_get_ready (int thread_model)
 static int
 throttle_after_fork (nbdkit_backend *backend)
 {
-  /* Guards first: threads started after them inherit them. */
   if (throttle_guards_after_fork () == -1 ||
       throttle_quit_start () == -1)
     return -1;
@@ -211,10 +213,6 @@ print_summary (struct throttle_export *exp, void *opaque)
                 s.wait_ns_total / 1e6, s.wait_ns_max / 1e6);
 }
 
-/* Pending writes reach the backend before the plugin is cleaned up.
- * The control thread goes first: its stats read writeback state that
- * the writeback cleanup frees.
- */
 static void
 throttle_cleanup (nbdkit_backend *backend)
 {

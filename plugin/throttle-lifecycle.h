@@ -1,0 +1,120 @@
+/* nbdkit-throttle filter: who does what, and when.
+ *
+ * The one description of the filter's lifecycle.  nbdkit 1.32 calls
+ * the filter's callbacks (all in plugin/throttle.c) from top to
+ * bottom; each calls the modules' hooks in the order listed, and where
+ * a reason is given the order matters.  The modules' headers say what
+ * a hook does and what its caller must hold, not when it is called:
+ * change the order here and in throttle.c together.
+ *
+ * Modules: throttle.c (the filter), throttle-guards, -writeback,
+ * -control, -export, -quit, -abort, -adapt-glue; lib/ is called
+ * through them.  Everything up to .after_fork, and .cleanup and
+ * .unload, run in nbdkit's main thread with no connection thread.
+ *
+ * CALLBACK          MODULE      HOOK: WHAT, AND WHY THERE
+ * ----------------- ----------- --------------------------------------------
+ * (dlopen)          -           no .load: nothing runs before .config.
+ *
+ * .config           throttle.c  throttle-capacity, -metric, -reads, -split.
+ *                   guards      throttle_guards_config.
+ *                   control     throttle_control_config.
+ *                   writeback   throttle_writeback_config.
+ *                   adapt-glue  throttle_adapt_config.
+ *                   throttle.c  any other throttle-* key is an error, so a
+ *                               typo never reaches the plugin; other keys
+ *                               go to the plugin.
+ *
+ * .config_complete  throttle.c  throttle_metric_load (lib/), the default
+ *                               capacity.
+ *                   adapt-glue  throttle_adapt_config_complete: the floor
+ *                               is known before any budget exists.
+ *                   export      throttle_export_init: the default export's
+ *                               budget, shown by the control socket before
+ *                               any client.
+ *                   guards      throttle_guards_config_complete.
+ *                   control     throttle_control_config_complete: binds the
+ *                               socket, so misuse is reported before nbdkit
+ *                               forks.
+ *                   writeback   throttle_writeback_config_complete.
+ *                   (adapt-glue and writeback register their JSON with
+ *                   throttle_control_add_extra_stats here, before the
+ *                   control thread exists.)
+ *
+ * .get_ready        guards      throttle_guards_get_ready: tries each guard
+ *                               and undoes it, while errors still reach the
+ *                               user's terminal.
+ *                   writeback   throttle_writeback_get_ready: refuses a
+ *                               thread model that forbids background
+ *                               writes; in writeback mode installs the
+ *                               SIGABRT drain (throttle_abort_install).
+ *                   throttle.c  reads are charged if the request threads
+ *                               will be real-time.
+ *
+ * (fork)            nbdkit daemonizes unless -f: threads and memory locks
+ *                   do not survive it, so none is made before .after_fork.
+ *
+ * .after_fork       guards      throttle_guards_after_fork, FIRST: every
+ *                               thread started later inherits the guards;
+ *                               mlockall, the heap reserve.
+ *                   quit        throttle_quit_start: the shutdown watcher.
+ *                   control     throttle_control_after_fork: the control
+ *                               thread.
+ *
+ * .list_exports     export      throttle_export_list_exports: each name the
+ *                               plugin lists gets a budget and its
+ *                               adapt-glue state (throttle_adapt_export_new).
+ *
+ * .open             throttle.c  the plugin's open (next) first, then the
+ *                               export (throttle_export_for_name).
+ *                   writeback   throttle_writeback_open: the first writable
+ *                               open of an export makes its pool (mmap, not
+ *                               the heap reserve) and its writer threads,
+ *                               each of which starts with
+ *                               throttle_guards_thread_enter and
+ *                               throttle_abort_writer_thread.
+ *                   quit        throttle_pace_init.
+ *
+ * .prepare          -           none.
+ *
+ * data callbacks    guards      throttle_guards_thread_enter, FIRST: before
+ *                               the thread can fault or allocate.
+ *                   throttle.c  refuses above throttle-max-request, charges
+ *                               the budget (lib/) and credits it when the
+ *                               plugin has returned (a writeback write:
+ *                               when it is on the backend).
+ *                   adapt-glue  throttle_adapt_start / throttle_adapt_done
+ *                               around the plugin's call.
+ *                   writeback   throttle_writeback_* in writeback mode.
+ *                   quit        throttle_pace_error before returning -1.
+ *
+ * .finalize         writeback   throttle_writeback_finalize: a clean
+ *                               disconnect waits for the export's pending
+ *                               writes.
+ *
+ * .close            quit        throttle_pace_destroy.
+ *
+ * .cleanup          control     throttle_control_cleanup, FIRST: its thread
+ *                               reads the writeback state freed next.
+ *                   writeback   throttle_writeback_cleanup: drains, stops the
+ *                               writers and closes their plugin contexts
+ *                               while the plugin is still loaded.
+ *                   quit        throttle_quit_stop: wakes and joins the
+ *                               watcher, asking for a shutdown in single
+ *                               connection modes.
+ *
+ * .unload           control     throttle_control_unload, FIRST (nothing left
+ *                               to do after .cleanup): its thread reads the
+ *                               budgets freed below.
+ *                   guards      throttle_guards_unload.
+ *                   abort       throttle_abort_uninstall: the handler's code
+ *                               goes with the filter.
+ *                   throttle.c  the summary line of each export.
+ *                   export      throttle_export_free_all: fails every wait,
+ *                               frees the budgets and their adapt-glue state.
+ *                   throttle.c  throttle_metric_unload (lib/).
+ */
+
+#ifndef THROTTLE_LIFECYCLE_H
+#define THROTTLE_LIFECYCLE_H
+#endif /* THROTTLE_LIFECYCLE_H */
