@@ -26,7 +26,8 @@
  *                               go to the plugin.
  *
  * .config_complete  throttle.c  throttle_metric_load (lib/), the default
- *                               capacity.
+ *                               capacity: FIRST, every hook below needs
+ *                               the metric and the capacity.
  *                   adapt-glue  throttle_adapt_config_complete: the floor
  *                               is known before any budget exists.
  *                   export      throttle_export_init: the default export's

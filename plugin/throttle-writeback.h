@@ -8,6 +8,7 @@
  * rely on.
  *
  * When each hook is called, and why then: throttle-lifecycle.h.
+ *
  * The writers need throttle-guards.c: each calls
  * throttle_guards_thread_enter at its start, and the pools are locked
  * unless throttle_guards_lock_pools () says otherwise.
