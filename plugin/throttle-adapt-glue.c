@@ -32,6 +32,7 @@
 #include "throttle-clock.h"
 #include "throttle-control.h"
 #include "throttle-export.h"
+#include "throttle-parse.h"
 #include "throttle-writeback.h"
 
 /* As blk-wbt's default window. */
@@ -109,19 +110,10 @@ throttle_adapt_config (const char *key, const char *value)
   if (strcmp (key, "throttle-min-capacity") == 0) {
     int64_t size;
 
-    /* Reject a sign ourselves so that the message names the parameter. */
-    size = value[0] == '-' ? -1 : nbdkit_parse_size (value);
-    if (size == -1) {
-      nbdkit_error ("throttle-min-capacity=%s: not a positive size "
-                    "(e.g. 1M, 4096)", value);
+    if (throttle_parse_size (key, value, 1, INT64_MAX,
+                             "must be greater than 0: a floor of 0 would "
+                             "let the capacity reach nothing", &size) == -1)
       return -1;
-    }
-    if (size == 0) {
-      nbdkit_error ("throttle-min-capacity=%s: must be greater than 0: "
-                    "a floor of 0 would let the capacity reach nothing",
-                    value);
-      return -1;
-    }
     config_floor = size;
     return 1;
   }

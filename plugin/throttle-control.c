@@ -35,6 +35,7 @@
 #include "throttle-adapt-glue.h"
 #include "throttle-control.h"
 #include "throttle-export.h"
+#include "throttle-parse.h"
 
 /* A command line, without its newline, is at most this long. */
 #define MAX_LINE 1024
@@ -857,21 +858,10 @@ throttle_control_config (const char *key, const char *value)
     }
     return 1;
   }
-  if (strcmp (key, "throttle-stats-interval") == 0) {
-    char *end;
-    double d;
-
-    errno = 0;
-    d = strtod (value, &end);
-    if (errno || end == value || *end != '\0' || !isfinite (d) ||
-        d < 0.001 || d > 86400) {
-      nbdkit_error ("throttle-stats-interval=%s: expected a number of "
-                    "seconds from 0.001 to 86400", value);
-      return -1;
-    }
-    stats_interval = d;
-    return 1;
-  }
+  if (strcmp (key, "throttle-stats-interval") == 0)
+    return throttle_parse_seconds (key, value, 0.001, 86400,
+                                   "expected a number of seconds from "
+                                   "0.001 to 86400", &stats_interval);
   return 0;
 }
 

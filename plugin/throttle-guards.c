@@ -31,6 +31,7 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-guards.h"
+#include "throttle-parse.h"
 
 /* Linux 5.6 <linux/prctl.h>; Debian 12's glibc headers lack them. */
 #ifndef PR_SET_IO_FLUSHER
@@ -123,25 +124,30 @@ errtext (int err)
   return s ? s : "unknown error";
 }
 
+/* In the order of enum guard_mode and enum lock_mode. */
+static const char *const guard_words[] = { "off", "auto", "on", NULL };
+static const char *const lock_words[] = {
+  "off", "pool", "onfault", "auto", NULL
+};
+
 static int
 parse_guard (const char *key, const char *value, enum guard_mode *mode)
 {
-  if (strcmp (value, "auto") == 0)
-    *mode = GUARD_AUTO;
-  else if (strcmp (value, "on") == 0)
-    *mode = GUARD_ON;
-  else if (strcmp (value, "off") == 0)
-    *mode = GUARD_OFF;
-  else {
-    nbdkit_error ("%s=%s: expected auto, on or off", key, value);
+  int i;
+
+  if (throttle_parse_word (key, value, guard_words,
+                           "expected auto, on or off", &i) == -1)
     return -1;
-  }
+  *mode = i;
   return 1;
 }
 
 int
 throttle_guards_config (const char *key, const char *value)
 {
+  int64_t size;
+  int i;
+
   if (strcmp (key, "throttle-io-flusher") == 0)
     return parse_guard (key, value, &io_flusher_mode);
   if (strcmp (key, "throttle-rt") == 0)
@@ -149,67 +155,32 @@ throttle_guards_config (const char *key, const char *value)
   if (strcmp (key, "throttle-oom") == 0)
     return parse_guard (key, value, &oom_mode);
   if (strcmp (key, "throttle-mlock") == 0) {
-    if (strcmp (value, "auto") == 0)
-      mlock_mode = LOCK_AUTO;
-    else if (strcmp (value, "pool") == 0)
-      mlock_mode = LOCK_POOL;
-    else if (strcmp (value, "onfault") == 0)
-      mlock_mode = LOCK_ONFAULT;
-    else if (strcmp (value, "off") == 0)
-      mlock_mode = LOCK_OFF;
-    else {
-      nbdkit_error ("%s=%s: expected auto, onfault, pool or off", key, value);
+    if (throttle_parse_word (key, value, lock_words,
+                             "expected auto, onfault, pool or off", &i) == -1)
       return -1;
-    }
+    mlock_mode = i;
     return 1;
   }
   if (strcmp (key, "throttle-reserve") == 0) {
-    int64_t r;
-
-    if (value[0] == '-') {
-      nbdkit_error ("%s=%s: must be a size (e.g. 32M), or 0 for none",
-                    key, value);
+    /* (nbdkit refuses what is not a size; every size is good.) */
+    if (throttle_parse_size (key, value, 0, INT64_MAX, "", &size) == -1)
       return -1;
-    }
-    r = nbdkit_parse_size (value);
-    if (r == -1) {
-      nbdkit_error ("%s=%s: not a size (e.g. 32M), or 0 for none",
-                    key, value);
-      return -1;
-    }
-    reserve_param = r;
+    reserve_param = size;
     return 1;
   }
-  if (strcmp (key, "throttle-threads") == 0) {
-    unsigned n;
-    int len = -1;
-
-    if (sscanf (value, "%u%n", &n, &len) != 1 || len != (int) strlen (value) ||
-        value[0] == '-' || n == 0 || n > 1024) {
-      nbdkit_error ("%s=%s: expected nbdkit's --threads value, 1 to 1024",
-                    key, value);
-      return -1;
-    }
-    threads_param = n;
-    return 1;
-  }
+  if (strcmp (key, "throttle-threads") == 0)
+    return throttle_parse_unsigned (key, value, 1, 1024,
+                                    " (nbdkit's --threads value)",
+                                    &threads_param);
   if (strcmp (key, "throttle-max-request") == 0) {
-    int64_t r = value[0] == '-' ? -1 : nbdkit_parse_size (value);
-
-    if (r < MIN_MAX_REQUEST || r > MAX_MAX_REQUEST) {
-      nbdkit_error ("%s=%s: expected a size from 64K to 32M (the largest "
-                    "read or write a client may send)", key, value);
+    if (throttle_parse_size (key, value, MIN_MAX_REQUEST, MAX_MAX_REQUEST,
+                             "expected a size from 64K to 32M (the largest "
+                             "read or write a client may send)",
+                             &size) == -1)
       return -1;
-    }
-    max_request = r;
+    max_request = size;
     return 1;
   }
-  return 0;
-}
-
-int
-throttle_guards_config_complete (void)
-{
   return 0;
 }
 

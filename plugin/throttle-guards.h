@@ -22,11 +22,10 @@
 extern int throttle_debug_verbose;
 
 /* Returns 1 if key is a guard parameter and value was valid, 0 if key
- * is not a guard parameter, -1 (after nbdkit_error naming the
- * parameter) on a bad value.
+ * is not a guard parameter, -1 after the one error line of a bad
+ * value (throttle-parse.h).
  */
 extern int throttle_guards_config (const char *key, const char *value);
-extern int throttle_guards_config_complete (void);
 
 /* Tries PR_SET_IO_FLUSHER, SCHED_FIFO and oom_score_adj and undoes
  * them (nbdkit forks the --run command from this thread), checks

@@ -33,7 +33,6 @@
  *                   export      throttle_export_init: the default export's
  *                               budget, shown by the control socket before
  *                               any client.
- *                   guards      throttle_guards_config_complete.
  *                   control     throttle_control_config_complete: binds the
  *                               socket, so misuse is reported before nbdkit
  *                               forks.

@@ -45,6 +45,7 @@
 #include "throttle-export.h"
 #include "throttle-guards.h"
 #include "throttle-mempool.h"
+#include "throttle-parse.h"
 #include "throttle-writeback.h"
 
 /* A pending write's payload lives in page-sized buffers: a swap device
@@ -165,42 +166,28 @@ static struct throttle_wb *all_wbs;
 int
 throttle_writeback_config (const char *key, const char *value)
 {
+  static const char *const modes[] = { "writethrough", "writeback", NULL };
+  int64_t size;
+  int i;
+
   if (strcmp (key, "throttle-mode") == 0) {
-    if (strcmp (value, "writethrough") == 0)
-      writeback = false;
-    else if (strcmp (value, "writeback") == 0)
-      writeback = true;
-    else {
-      nbdkit_error ("throttle-mode=%s: expected writethrough or writeback",
-                    value);
+    if (throttle_parse_word (key, value, modes,
+                             "expected writethrough or writeback", &i) == -1)
       return -1;
-    }
+    writeback = i == 1;
     return 1;
   }
   if (strcmp (key, "throttle-writeback-pool") == 0) {
-    int64_t r = value[0] == '-' ? -1 : nbdkit_parse_size (value);
-
-    if (r <= 0) {
-      nbdkit_error ("throttle-writeback-pool=%s: expected a size greater "
-                    "than 0 (e.g. 16M)", value);
+    if (throttle_parse_size (key, value, 1, INT64_MAX,
+                             "expected a size greater than 0 (e.g. 16M)",
+                             &size) == -1)
       return -1;
-    }
-    pool_param = r;
+    pool_param = size;
     return 1;
   }
-  if (strcmp (key, "throttle-writeback-threads") == 0) {
-    unsigned n;
-
-    if (nbdkit_parse_unsigned (key, value, &n) == -1)
-      return -1;
-    if (n < 1 || n > WB_MAX_THREADS) {
-      nbdkit_error ("throttle-writeback-threads=%s: expected 1 to %d",
-                    value, WB_MAX_THREADS);
-      return -1;
-    }
-    nr_threads = n;
-    return 1;
-  }
+  if (strcmp (key, "throttle-writeback-threads") == 0)
+    return throttle_parse_unsigned (key, value, 1, WB_MAX_THREADS,
+                                    "", &nr_threads);
   return 0;
 }
 

@@ -27,6 +27,7 @@
 #include "throttle-control.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
+#include "throttle-parse.h"
 #include "throttle-quit.h"
 #include "throttle-writeback.h"
 
@@ -51,16 +52,35 @@ default_capacity (void)
   return 16 * 1024 * 1024;
 }
 
+/* The filter's own keys: 1 if key is one and its value is good, 0 if
+ * it is not one, -1 after the error line (throttle-parse.h).
+ */
 static int
-parse_bool_param (const char *key, const char *value, bool *out)
+own_config (const char *key, const char *value)
 {
-  int r = nbdkit_parse_bool (value);
+  int64_t size;
 
-  if (r == -1) {
-    nbdkit_error ("%s=%s: expected true or false", key, value);
-    return -1;
+  if (strcmp (key, "throttle-capacity") == 0) {
+    if (throttle_parse_size (key, value, 1, INT64_MAX,
+                             "must be greater than 0: a zero capacity "
+                             "would admit nothing", &size) == -1)
+      return -1;
+    throttle_config.capacity = size;
+    return 1;
   }
-  *out = r;
+  if (strcmp (key, "throttle-metric") == 0) {
+    if (value[0] == '\0') {
+      nbdkit_error ("throttle-metric: empty value: expected bytes, pages, "
+                    "requests or the path of a shared object");
+      return -1;
+    }
+    metric_spec = value;
+    return 1;
+  }
+  if (strcmp (key, "throttle-reads") == 0)
+    return throttle_parse_bool (key, value, &throttle_config.charge_reads);
+  if (strcmp (key, "throttle-split") == 0)
+    return throttle_parse_bool (key, value, &throttle_config.split);
   return 0;
 }
 
@@ -70,50 +90,13 @@ throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
 {
   int r;
 
-  if (strcmp (key, "throttle-capacity") == 0) {
-    int64_t size;
-
-    /* Reject a sign ourselves so that the message names the
-     * parameter, whatever nbdkit_parse_size would have printed.
-     */
-    if (value[0] == '-') {
-      nbdkit_error ("throttle-capacity=%s: must be a positive size "
-                    "(e.g. 64M)", value);
-      return -1;
-    }
-    size = nbdkit_parse_size (value);
-    if (size == -1) {
-      nbdkit_error ("throttle-capacity=%s: not a size (e.g. 16M, 4096)",
-                    value);
-      return -1;
-    }
-    if (size == 0) {
-      nbdkit_error ("throttle-capacity=%s: must be greater than 0: "
-                    "a zero capacity would admit nothing", value);
-      return -1;
-    }
-    throttle_config.capacity = size;
-    return 0;
-  }
-  else if (strcmp (key, "throttle-metric") == 0) {
-    if (value[0] == '\0') {
-      nbdkit_error ("throttle-metric: empty value: expected bytes, pages, "
-                    "requests or the path of a shared object");
-      return -1;
-    }
-    metric_spec = value;
-    return 0;
-  }
-  else if (strcmp (key, "throttle-reads") == 0)
-    return parse_bool_param (key, value, &throttle_config.charge_reads);
-  else if (strcmp (key, "throttle-split") == 0)
-    return parse_bool_param (key, value, &throttle_config.split);
-  else if ((r = throttle_guards_config (key, value)) != 0 ||
-           (r = throttle_control_config (key, value)) != 0 ||
-           (r = throttle_writeback_config (key, value)) != 0 ||
-           (r = throttle_adapt_config (key, value)) != 0)
+  if ((r = own_config (key, value)) != 0 ||
+      (r = throttle_guards_config (key, value)) != 0 ||
+      (r = throttle_control_config (key, value)) != 0 ||
+      (r = throttle_writeback_config (key, value)) != 0 ||
+      (r = throttle_adapt_config (key, value)) != 0)
     return r == 1 ? 0 : -1;
-  else if (strncmp (key, "throttle-", 9) == 0) {
+  if (strncmp (key, "throttle-", 9) == 0) {
     /* A typo must not reach the plugin as an unknown parameter with
      * a confusing message from it.
      */
@@ -147,8 +130,7 @@ throttle_config_complete (nbdkit_next_config_complete *next,
     nbdkit_error ("throttle: cannot create the default export's budget: %m");
     return -1;
   }
-  if (throttle_guards_config_complete () == -1 ||
-      throttle_control_config_complete () == -1 ||
+  if (throttle_control_config_complete () == -1 ||
       throttle_writeback_config_complete () == -1)
     return -1;
   nbdkit_debug ("throttle: capacity %" PRIu64 " units, metric %s, reads %s",

@@ -1,34 +1,83 @@
 #!/usr/bin/env bash
-# Bad parameters stop nbdkit at start with an error naming the
-# parameter; --help lists the parameters; -D throttle.verbose=1 logs
-# admissions; a user metric charges what it says.
+# Bad parameters stop nbdkit at start with exactly one error line;
+# --help lists the parameters; -D throttle.verbose=1 logs admissions;
+# a user metric charges what it says.
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 requires_file "$THROTTLE_FILTER"
 requires_file "$TEST_METRIC"
 requires_file "$TEST_NOMETRIC"
 
+# bad EXPECT ARGS...: nbdkit refuses to start with exactly one error
+# line, which says EXPECT: a bad value is reported once, by nbdkit's
+# own parser if it refuses the value, else by the filter naming the
+# parameter (see plugin/throttle-parse.h).
 bad ()
 {
-  local expect=$1 rc=0; shift
+  local expect=$1 rc=0 n; shift
   "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M "$@" --run true \
     >"$tmp/out" 2>&1 || rc=$?
   [ $rc != 0 ] || fail "nbdkit started with $*"
   [ $rc -lt 128 ] || { cat "$tmp/out"; fail "nbdkit crashed (exit $rc) with $*"; }
   grep -q -- "$expect" "$tmp/out" ||
     { cat "$tmp/out"; fail "$*: error does not say '$expect'"; }
+  n=$(grep -c 'error:' "$tmp/out")
+  [ "$n" = 1 ] || { cat "$tmp/out"; fail "$*: $n error lines, not 1"; }
   echo "rejected $*: $(grep -m1 error "$tmp/out")"
 }
 
+# Every parameter, with a value nbdkit's parser refuses (its message
+# alone) and one it takes but the parameter does not (ours alone).
 bad "throttle-capacity=0: must be greater than 0" throttle-capacity=0
-bad "throttle-capacity=-1: must be a positive size" throttle-capacity=-1
-bad "throttle-capacity=abc: not a size" throttle-capacity=abc
-bad "throttle-capacity=: not a size" throttle-capacity=
+bad "size cannot be negative (-1)" throttle-capacity=-1
+bad "could not parse size string (abc)" throttle-capacity=abc
+bad "could not parse size string ()" throttle-capacity=
+bad "unknown suffix 'Z'" throttle-capacity=1Z
+bad "size (99999999999999999999) exceeds maximum value" \
+    throttle-capacity=99999999999999999999
 bad "throttle-metric: unknown metric 'furlongs'" throttle-metric=furlongs
+bad "throttle-metric: empty value" throttle-metric=
 bad "throttle-metric: .*/nonexistent/metric.so" throttle-metric=/nonexistent/metric.so
 bad "throttle-metric: .*does not define the symbol throttle_metric" \
     throttle-metric="$TEST_NOMETRIC"
-bad "throttle-reads=maybe: expected true or false" throttle-reads=maybe
-bad "throttle-split=maybe: expected true or false" throttle-split=maybe
+bad "could not decipher boolean (maybe)" throttle-reads=maybe
+bad "could not decipher boolean (maybe)" throttle-split=maybe
+for p in throttle-io-flusher throttle-rt throttle-oom; do
+  bad "$p=yes: expected auto, on or off" $p=yes
+done
+bad "throttle-mlock=all: expected auto, onfault, pool or off" throttle-mlock=all
+bad "could not parse size string (lots)" throttle-reserve=lots
+bad "size cannot be negative (-1)" throttle-reserve=-1
+bad "throttle-threads=0: expected 1 to 1024 (nbdkit's --threads value)" \
+    throttle-threads=0
+bad "throttle-threads=1025: expected 1 to 1024" throttle-threads=1025
+bad "throttle-threads: could not parse number: \"4x\": trailing garbage" \
+    throttle-threads=4x
+bad "throttle-threads: negative numbers are not allowed" throttle-threads=-1
+bad "throttle-max-request=32K: expected a size from 64K to 32M" \
+    throttle-max-request=32K
+bad "throttle-max-request=64M: expected a size from 64K to 32M" \
+    throttle-max-request=64M
+bad "could not parse size string (big)" throttle-max-request=big
+bad "throttle-control: empty value" throttle-control=
+bad "throttle-control=/$(printf 'x%.0s' $(seq 120)): path too long" \
+    throttle-control=/$(printf 'x%.0s' $(seq 120))
+bad "throttle-stats-interval=0: expected a number of seconds" \
+    throttle-stats-interval=0
+bad "throttle-stats-interval=often: expected a number of seconds" \
+    throttle-stats-interval=often
+bad "throttle-mode=writearound: expected writethrough or writeback" \
+    throttle-mode=writearound
+bad "throttle-writeback-pool=0: expected a size greater than 0" \
+    throttle-writeback-pool=0
+bad "could not parse size string (x)" throttle-writeback-pool=x
+bad "throttle-writeback-threads=0: expected 1 to 64" \
+    throttle-writeback-threads=0
+bad "throttle-writeback-threads: empty string where we expected a number" \
+    throttle-writeback-threads=many
+bad "throttle-latency-target=fast: expected a duration" \
+    throttle-latency-target=fast
+bad "throttle-min-capacity=0: must be greater than 0" throttle-min-capacity=0
+bad "could not parse size string (lots)" throttle-min-capacity=lots
 bad "unknown parameter throttle-capacty" throttle-capacty=1M
 
 # Writeback pools: allocated, touched and locked at the first

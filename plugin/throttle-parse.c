@@ -1,0 +1,113 @@
+/* nbdkit-throttle filter: one way to parse a parameter's value, and
+ * to report a bad one (see throttle-parse.h for the rule).
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nbdkit-filter.h>
+
+#include "throttle-parse.h"
+
+int
+throttle_size_in (const char *value, int64_t min, int64_t max, int64_t *out)
+{
+  int64_t size = nbdkit_parse_size (value);
+
+  if (size == -1)
+    return -1;
+  if (size < min || size > max)
+    return -2;
+  *out = size;
+  return 0;
+}
+
+int
+throttle_parse_size (const char *key, const char *value,
+                     int64_t min, int64_t max,
+                     const char *expect, int64_t *out)
+{
+  switch (throttle_size_in (value, min, max, out)) {
+  case 0:
+    return 1;
+  case -2:
+    nbdkit_error ("%s=%s: %s", key, value, expect);
+    return -1;
+  default:
+    return -1;
+  }
+}
+
+int
+throttle_parse_unsigned (const char *key, const char *value,
+                         unsigned min, unsigned max,
+                         const char *what, unsigned *out)
+{
+  unsigned n;
+
+  if (nbdkit_parse_unsigned (key, value, &n) == -1)
+    return -1;
+  if (n < min || n > max) {
+    nbdkit_error ("%s=%s: expected %u to %u%s", key, value, min, max, what);
+    return -1;
+  }
+  *out = n;
+  return 1;
+}
+
+int
+throttle_parse_bool (const char *key, const char *value, bool *out)
+{
+  int r = nbdkit_parse_bool (value);
+
+  if (r == -1)
+    return -1;
+  *out = r;
+  return 1;
+}
+
+int
+throttle_parse_word (const char *key, const char *value,
+                     const char *const *words, const char *expect, int *out)
+{
+  int i;
+
+  for (i = 0; words[i]; i++)
+    if (strcmp (value, words[i]) == 0) {
+      *out = i;
+      return 1;
+    }
+  nbdkit_error ("%s=%s: %s", key, value, expect);
+  return -1;
+}
+
+int
+throttle_parse_seconds (const char *key, const char *value,
+                        double min, double max,
+                        const char *expect, double *out)
+{
+  char *end;
+  double d;
+
+  errno = 0;
+  d = strtod (value, &end);
+  if (errno || end == value || *end != '\0' || !isfinite (d) ||
+      d < min || d > max) {
+    nbdkit_error ("%s=%s: %s", key, value, expect);
+    return -1;
+  }
+  *out = d;
+  return 1;
+}
+
+const char *
+throttle_errtext (int err)
+{
+  const char *s = strerrordesc_np (err);
+
+  return s ? s : "unknown error";
+}

@@ -1,0 +1,61 @@
+/* nbdkit-throttle filter: one way to parse a parameter's value, and
+ * to report a bad one.
+ *
+ * The rule: one error line per bad value.  A value nbdkit's own parser
+ * rejects (not a size, not a number, not a boolean) is reported by that
+ * parser (nbdkit_parse_size, nbdkit_parse_unsigned, nbdkit_parse_bool)
+ * and by nothing else, as nbdkit's own filters do (blocksize.c).  A
+ * value nbdkit accepts but the parameter does not (zero, out of range,
+ * a word not in the list) is reported here, as "KEY=VALUE: " followed
+ * by what the parameter expects.
+ *
+ * Each throttle_parse_* returns 1 when the value is good (what a
+ * throttle_*_config function returns for a key of its own), -1 after
+ * the one error line.  They are for the .config callbacks; the
+ * control socket, which replies instead of logging, uses
+ * throttle_size_in.
+ */
+
+#ifndef THROTTLE_PARSE_H
+#define THROTTLE_PARSE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+extern int throttle_parse_size (const char *key, const char *value,
+                                int64_t min, int64_t max,
+                                const char *expect, int64_t *out);
+/* Out of range, the message is "KEY=VALUE: expected MIN to MAX" and
+ * what (e.g. " (nbdkit's --threads value)", or "").
+ */
+extern int throttle_parse_unsigned (const char *key, const char *value,
+                                    unsigned min, unsigned max,
+                                    const char *what, unsigned *out);
+extern int throttle_parse_bool (const char *key, const char *value,
+                                bool *out);
+/* *out is the index of value in words, a NULL-terminated list. */
+extern int throttle_parse_word (const char *key, const char *value,
+                                const char *const *words,
+                                const char *expect, int *out);
+/* A decimal number of seconds from min to max (nbdkit 1.32 has no
+ * parser for fractions: all its mistakes are reported here).
+ */
+extern int throttle_parse_seconds (const char *key, const char *value,
+                                   double min, double max,
+                                   const char *expect, double *out);
+
+/* The value as a size: 0 if it is one from min to max, -1 if nbdkit's
+ * parser refused it (and logged why), -2 if it is out of range (the
+ * caller says so).
+ */
+extern int throttle_size_in (const char *value, int64_t min, int64_t max,
+                             int64_t *out);
+
+/* The English text of an errno, the one way the filter spells one:
+ * not strerror or %m, whose message catalogue lookup makes nbdkit hang
+ * in exit under LD_PRELOAD=libasan (p11-kit's destructor waits in
+ * freelocale).
+ */
+extern const char *throttle_errtext (int err);
+
+#endif /* THROTTLE_PARSE_H */
