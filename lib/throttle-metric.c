@@ -72,14 +72,17 @@ throttle_metric_requests (const struct throttle_request *req)
   }
 }
 
+#define DEFAULT_BYTES (16 * 1024 * 1024)
+
 static const struct {
   const char *name;
   throttle_metric_fn *fn;
   uint64_t page_units;
+  uint64_t default_capacity;
 } builtins[] = {
-  { "bytes", throttle_metric_bytes, THROTTLE_PAGE_SIZE },
-  { "pages", throttle_metric_pages, 1 },
-  { "requests", throttle_metric_requests, 0 },
+  { "bytes", throttle_metric_bytes, THROTTLE_PAGE_SIZE, DEFAULT_BYTES },
+  { "pages", throttle_metric_pages, 1, DEFAULT_BYTES / THROTTLE_PAGE_SIZE },
+  { "requests", throttle_metric_requests, 0, DEFAULT_BYTES / (256 * 1024) },
 };
 
 int
@@ -96,6 +99,7 @@ throttle_metric_load (const char *spec, struct throttle_metric *m,
       m->name = builtins[i].name;
       m->fn = builtins[i].fn;
       m->page_units = builtins[i].page_units;
+      m->default_capacity = builtins[i].default_capacity;
       return 0;
     }
   }
@@ -132,6 +136,7 @@ throttle_metric_load (const char *spec, struct throttle_metric *m,
   }
   m->name = spec;
   m->dl = dl;
+  m->default_capacity = DEFAULT_BYTES;
   return 0;
 }
 

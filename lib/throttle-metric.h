@@ -19,6 +19,11 @@ struct throttle_metric {
    * charged separately; 0 if not (requests, user metrics).
    */
   uint64_t page_units;
+  /* The capacity when throttle-capacity is not given: 16 MiB of
+   * payload, or the pages and requests of about that much at the
+   * kernel's usual 256 KiB request.  A user metric's is 16M units.
+   */
+  uint64_t default_capacity;
 };
 
 /* Look up a built-in metric by name, or load a user metric if 'spec'

@@ -210,6 +210,7 @@ wb_memory (uint64_t pool)
 int
 throttle_writeback_config_complete (void)
 {
+  char why_metric[128];
   const char *why, *fix;
   uint64_t ram, need;
 
@@ -230,23 +231,27 @@ throttle_writeback_config_complete (void)
     why = "throttle-writeback-pool";
     fix = "lower throttle-writeback-pool";
   }
-  else if (throttle_config.metric.fn == throttle_metric_bytes) {
-    pool_bytes = throttle_config.capacity;
-    why = "throttle-capacity (the pool's default under "
-      "throttle-metric=bytes)";
-    fix = "lower throttle-capacity, or set throttle-writeback-pool";
-  }
-  else if (throttle_config.metric.fn == throttle_metric_pages) {
-    if (__builtin_mul_overflow (throttle_config.capacity,
-                                (uint64_t) THROTTLE_PAGE_SIZE, &pool_bytes)) {
-      nbdkit_error ("throttle-capacity: %" PRIu64 " pages of %d bytes "
+  else if (throttle_config.metric.page_units != 0) {
+    /* Bytes per unit: 1 under bytes, 4096 under pages. */
+    uint64_t unit = THROTTLE_PAGE_SIZE / throttle_config.metric.page_units;
+
+    if (__builtin_mul_overflow (throttle_config.capacity, unit, &pool_bytes)) {
+      nbdkit_error ("throttle-capacity: %" PRIu64 " %s of %" PRIu64 " bytes "
                     "overflow a 64-bit writeback pool size: lower "
                     "throttle-capacity, or set throttle-writeback-pool",
-                    throttle_config.capacity, THROTTLE_PAGE_SIZE);
+                    throttle_config.capacity, throttle_config.metric.name,
+                    unit);
       return -1;
     }
-    why = "throttle-capacity (the pool's default under "
-      "throttle-metric=pages is capacity x 4096)";
+    if (unit == 1)
+      snprintf (why_metric, sizeof why_metric, "throttle-capacity (the "
+                "pool's default under throttle-metric=%s)",
+                throttle_config.metric.name);
+    else
+      snprintf (why_metric, sizeof why_metric, "throttle-capacity (the "
+                "pool's default under throttle-metric=%s is capacity x %"
+                PRIu64 ")", throttle_config.metric.name, unit);
+    why = why_metric;
     fix = "lower throttle-capacity, or set throttle-writeback-pool";
   }
   else {

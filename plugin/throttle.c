@@ -39,19 +39,6 @@ NBDKIT_DLL_PUBLIC int throttle_debug_verbose = 0;
 struct throttle_config throttle_config = { .split = true };
 static const char *metric_spec = "bytes";
 
-/* Default capacity per metric: 16 MiB of payload, or the pages and
- * requests of about that much at the kernel's usual 256 KiB request.
- */
-static uint64_t
-default_capacity (void)
-{
-  if (throttle_config.metric.fn == throttle_metric_pages)
-    return 4096;
-  if (throttle_config.metric.fn == throttle_metric_requests)
-    return 64;
-  return 16 * 1024 * 1024;
-}
-
 /* The filter's own keys: 1 if key is one and its value is good, 0 if
  * it is not one, -1 after the error line (throttle-parse.h).
  */
@@ -119,7 +106,7 @@ throttle_config_complete (nbdkit_next_config_complete *next,
     return -1;
   }
   if (throttle_config.capacity == 0)
-    throttle_config.capacity = default_capacity ();
+    throttle_config.capacity = throttle_config.metric.default_capacity;
   /* Before any budget is made: each starts its latency target with
    * the floor known.
    */

@@ -65,7 +65,12 @@ START_TEST (test_load_builtin)
   ck_assert_int_eq (throttle_metric_load ("pages", &m, err, sizeof err), 0);
   ck_assert_ptr_eq (m.fn, throttle_metric_pages);
   ck_assert_str_eq (m.name, "pages");
+  ck_assert_uint_eq (m.default_capacity, 4096);
   throttle_metric_unload (&m);
+  ck_assert_int_eq (throttle_metric_load ("bytes", &m, err, sizeof err), 0);
+  ck_assert_uint_eq (m.default_capacity, 16 * 1024 * 1024);
+  ck_assert_int_eq (throttle_metric_load ("requests", &m, err, sizeof err), 0);
+  ck_assert_uint_eq (m.default_capacity, 64);
 }
 END_TEST
 
@@ -123,6 +128,7 @@ START_TEST (test_load_user)
   ck_assert_int_eq (throttle_metric_load (path, &m, err, sizeof err), 0);
   ck_assert_ptr_nonnull (m.dl);
   ck_assert_uint_eq (m.page_units, 0);        /* never split */
+  ck_assert_uint_eq (m.default_capacity, 16 * 1024 * 1024);
   ck_assert_uint_eq (cost (m.fn, THROTTLE_OP_WRITE, 1048577, 0), 3);
   ck_assert_uint_eq (cost (m.fn, THROTTLE_OP_ZERO, 1048577, 0), 0);
   throttle_metric_unload (&m);
