@@ -54,11 +54,4 @@ typedef void (*throttle_control_extra_stats_fn) (struct throttle_export *exp,
 #define THROTTLE_CONTROL_MAX_EXTRA 4
 extern void throttle_control_add_extra_stats (throttle_control_extra_stats_fn);
 
-/* Write s into out (len bytes) as a JSON string with its quotes.
- * Returns the length it needs (excluding the NUL), like snprintf, so a
- * result >= len means truncated.  For the extra-stats function.
- */
-extern size_t throttle_control_json_string (char *out, size_t len,
-                                            const char *s);
-
 #endif /* THROTTLE_CONTROL_H */

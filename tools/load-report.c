@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "load.h"
+#include "throttle-json.h"
 
 /* Jain's index: (sum x)^2 / (n * sum x^2).  1 when every connection
  * moved the same amount; 1/n when one moved everything.
@@ -168,22 +169,6 @@ load_report_human (const struct load_config *cfg,
 }
 
 static void
-json_str (FILE *fp, const char *s)
-{
-  fputc ('"', fp);
-  for (; *s; s++) {
-    unsigned char c = *s;
-    if (c == '"' || c == '\\')
-      fprintf (fp, "\\%c", c);
-    else if (c < 0x20)
-      fprintf (fp, "\\u%04x", c);
-    else
-      fputc (c, fp);
-  }
-  fputc ('"', fp);
-}
-
-static void
 json_lat (FILE *fp, const struct load_hist *h)
 {
   fprintf (fp, "{\"count\": %" PRIu64 ", \"mean\": %.1f, \"p50\": %.1f, "
@@ -201,10 +186,10 @@ load_report_json (const struct load_config *cfg,
   unsigned i, l = largest (cfg);
 
   fprintf (fp, "{\n  \"status\": ");
-  json_str (fp, res->error[0] ? "error" : "ok");
+  throttle_json_string (fp, res->error[0] ? "error" : "ok");
   if (res->error[0]) {
     fprintf (fp, ",\n  \"error\": ");
-    json_str (fp, res->error);
+    throttle_json_string (fp, res->error);
   }
   fprintf (fp, ",\n  \"config\": {\"connections\": %u, \"queue_depth\": %u, "
            "\"read_ratio\": %u, \"pattern\": \"%s\", ",

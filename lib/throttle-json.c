@@ -1,0 +1,61 @@
+/* nbdkit-throttle: the one JSON string writer (see throttle-json.h). */
+
+#include <config.h>
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "throttle-json.h"
+
+/* Length of the valid UTF-8 sequence at s, or 0 if it is not one. */
+static size_t
+utf8_len (const unsigned char *s)
+{
+  unsigned char c = s[0];
+  size_t n, i;
+
+  if (c >= 0xc2 && c <= 0xdf)
+    n = 2;
+  else if (c >= 0xe0 && c <= 0xef)
+    n = 3;
+  else if (c >= 0xf0 && c <= 0xf4)
+    n = 4;
+  else
+    return 0;
+  for (i = 1; i < n; i++)
+    if ((s[i] & 0xc0) != 0x80)
+      return 0;
+  /* Overlong forms, surrogates, and above U+10FFFF. */
+  if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) ||
+      (c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] > 0x8f))
+    return 0;
+  return n;
+}
+
+void
+throttle_json_string (FILE *fp, const char *str)
+{
+  const unsigned char *s = (const unsigned char *) str;
+  size_t n;
+
+  putc ('"', fp);
+  while (*s) {
+    if (*s == '"' || *s == '\\') {
+      putc ('\\', fp);
+      putc (*s++, fp);
+    }
+    else if (*s < 0x20 || *s == 0x7f)
+      fprintf (fp, "\\u%04x", *s++);
+    else if (*s < 0x80)
+      putc (*s++, fp);
+    else if ((n = utf8_len (s)) > 0) {
+      fwrite (s, 1, n, fp);
+      s += n;
+    }
+    else {
+      fputs ("\\ufffd", fp);
+      s++;
+    }
+  }
+  putc ('"', fp);
+}

@@ -1,0 +1,392 @@
+/* nbdkit-throttle filter: the control socket's protocol (see
+ * throttle-control-proto.h).  Replies are written to a stdio stream,
+ * in the control thread an open_memstream(3) buffer per client.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nbdkit-filter.h>
+
+#include "throttle.h"
+#include "throttle-adapt-glue.h"
+#include "throttle-control.h"
+#include "throttle-control-proto.h"
+#include "throttle-export.h"
+#include "throttle-json.h"
+#include "throttle-parse.h"
+
+/* Added before the control thread starts, read only by it. */
+static throttle_control_extra_stats_fn extra_stats[THROTTLE_CONTROL_MAX_EXTRA];
+
+void
+throttle_control_add_extra_stats (throttle_control_extra_stats_fn fn)
+{
+  size_t i;
+
+  for (i = 0; i < THROTTLE_CONTROL_MAX_EXTRA; i++)
+    if (extra_stats[i] == NULL || extra_stats[i] == fn) {
+      extra_stats[i] = fn;
+      return;
+    }
+  abort ();                   /* a new caller: raise the maximum */
+}
+
+/* --- stats ------------------------------------------------------------- */
+
+static void
+append_extra (FILE *fp, struct throttle_export *exp)
+{
+  char tmp[4096];
+  size_t i;
+
+  for (i = 0; i < THROTTLE_CONTROL_MAX_EXTRA && extra_stats[i]; i++) {
+    tmp[0] = '\0';
+    extra_stats[i] (exp, tmp, sizeof tmp);
+    /* Half a member would make the whole reply unparseable. */
+    if (tmp[0] != '\0' && memchr (tmp, '\0', sizeof tmp - 1) != NULL) {
+      putc (',', fp);
+      fputs (tmp, fp);
+    }
+  }
+}
+
+struct stats_ctx {
+  FILE *fp;
+  unsigned n;
+};
+
+static void
+append_export (struct throttle_export *exp, void *opaque)
+{
+  struct stats_ctx *ctx = opaque;
+  FILE *fp = ctx->fp;
+  struct throttle_stats s;
+
+  throttle_budget_get_stats (&exp->budget, &s);
+  if (ctx->n++ > 0)
+    putc (',', fp);
+  fputs ("{\"name\":", fp);
+  throttle_json_string (fp, exp->name);
+  fprintf (fp, ",\"capacity\":%" PRIu64 ",\"in_flight\":%" PRIu64
+           ",\"peak\":%" PRIu64 ",\"charged\":%" PRIu64
+           ",\"admitted\":%" PRIu64 ",\"waited\":%" PRIu64
+           ",\"cancelled\":%" PRIu64 ",\"clamped\":%" PRIu64,
+           s.capacity, s.in_flight, s.peak, s.charged,
+           s.admitted, s.waited, s.cancelled, s.clamped);
+  fprintf (fp, ",\"wait_ns_total\":%" PRIu64 ",\"wait_ns_max\":%" PRIu64
+           ",\"waiters\":%" PRIu64,
+           s.wait_ns_total, s.wait_ns_max, s.waiters);
+  append_extra (fp, exp);
+  putc ('}', fp);
+}
+
+/* A page of the longest names (4096 bytes, each byte escaped to 6)
+ * with their extra members stays well under the maximum output.
+ */
+char *
+throttle_control_stats (struct throttle_export *exp, size_t from)
+{
+  struct stats_ctx ctx = { .n = 0 };
+  char *page = NULL, *line = NULL;
+  size_t page_len, line_len, total;
+  FILE *fp;
+  int r;
+
+  /* The exports first, to know how many there are in all. */
+  ctx.fp = open_memstream (&page, &page_len);
+  if (ctx.fp == NULL)
+    return NULL;
+  if (exp) {
+    append_export (exp, &ctx);
+    total = throttle_export_count ();
+  }
+  else
+    total = throttle_export_foreach_range (from, THROTTLE_CONTROL_STATS_PAGE,
+                                           append_export, &ctx);
+  if (fclose (ctx.fp) == EOF ||
+      (fp = open_memstream (&line, &line_len)) == NULL) {
+    free (page);
+    return NULL;
+  }
+
+  fputs ("{\"metric\":", fp);
+  throttle_json_string (fp, throttle_config.metric.name ?
+                        throttle_config.metric.name : "");
+  fprintf (fp, ",\"default_capacity\":%" PRIu64 ",\"exports_total\":%zu",
+           throttle_config.capacity, total);
+  if (exp == NULL) {
+    fprintf (fp, ",\"from\":%zu", from);
+    if (from + ctx.n < total)
+      fprintf (fp, ",\"next\":%zu", from + ctx.n);
+    else
+      fputs (",\"next\":null", fp);
+  }
+  append_extra (fp, NULL);
+  fputs (",\"exports\":[", fp);
+  fwrite (page, 1, page_len, fp);
+  fputs ("]}", fp);
+  free (page);
+  r = fclose (fp);
+  if (r == EOF || line_len > THROTTLE_CONTROL_MAX_OUTPUT) {
+    free (line);
+    return NULL;
+  }
+  return line;
+}
+
+/* --- replies ----------------------------------------------------------- */
+
+void
+throttle_control_reply_error (FILE *out, const char *fmt, ...)
+{
+  char msg[2048];
+  va_list ap;
+
+  va_start (ap, fmt);
+  vsnprintf (msg, sizeof msg, fmt, ap);
+  va_end (ap);
+  fputs ("{\"error\":", out);
+  throttle_json_string (out, msg);
+  fputs ("}\n", out);
+}
+
+static void
+reply_unknown_export (FILE *out, const char *name)
+{
+  throttle_control_reply_error (out, "unknown export \"%s\": it has no "
+                                "budget of its own (only \"\" and the names "
+                                "the plugin has listed have one; other "
+                                "names are charged to \"\")", name);
+}
+
+/* Reply with the stats, or with an error saying why they cannot be
+ * given: a reply never just goes missing.
+ */
+static void
+reply_stats (FILE *out, struct throttle_export *exp, size_t from)
+{
+  char *line = throttle_control_stats (exp, from);
+
+  if (line == NULL)
+    throttle_control_reply_error (out, "stats: the reply does not fit in "
+                                  "%d bytes or memory ran out: ask for one "
+                                  "export, or a page with stats from N",
+                                  THROTTLE_CONTROL_MAX_OUTPUT);
+  else {
+    fputs (line, out);
+    putc ('\n', out);
+  }
+  free (line);
+}
+
+/* --- the tokenizer ----------------------------------------------------- */
+
+/* Split off the next word of *p, in place.  A word is a run of
+ * non-blanks, or a double-quoted string in which \" and \\ stand for
+ * " and \ (so "" is the default export's empty name).  Returns 1 and
+ * sets *tok, 0 at the end, -1 with *err on a malformed quote.
+ */
+static int
+next_token (char **p, char **tok, const char **err)
+{
+  char *s = *p, *d;
+
+  while (*s == ' ' || *s == '\t')
+    s++;
+  if (*s == '\0') {
+    *p = s;
+    return 0;
+  }
+  if (*s != '"') {
+    *tok = s;
+    while (*s && *s != ' ' && *s != '\t')
+      s++;
+    if (*s)
+      *s++ = '\0';
+    *p = s;
+    return 1;
+  }
+
+  *tok = d = ++s;
+  for (;;) {
+    if (*s == '\0') {
+      *err = "unterminated quoted string";
+      return -1;
+    }
+    if (*s == '"') {
+      s++;
+      break;
+    }
+    if (*s == '\\') {
+      s++;
+      if (*s != '"' && *s != '\\') {
+        *err = "bad escape in a quoted string: only \\\" and \\\\";
+        return -1;
+      }
+    }
+    *d++ = *s++;
+  }
+  if (*s != '\0' && *s != ' ' && *s != '\t') {
+    *err = "no blank after a quoted string";
+    return -1;
+  }
+  *d = '\0';                  /* d < s: the quotes were consumed */
+  *p = s;
+  return 1;
+}
+
+/* --- commands ---------------------------------------------------------- */
+
+#define MAX_ARGS 4
+
+static void
+cmd_set_capacity (FILE *out, const char *name, const char *value)
+{
+  struct throttle_export *exp = throttle_export_find (name);
+  uint64_t previous;
+  char err[256];
+  int64_t r;
+
+  if (exp == NULL) {
+    reply_unknown_export (out, name);
+    return;
+  }
+  switch (throttle_size_in (value, 1, INT64_MAX, &r)) {
+  case -1:
+    throttle_control_reply_error (out, "bad number \"%s\": expected a "
+                                  "positive size (e.g. 4096, 64M)", value);
+    return;
+  case -2:
+    throttle_control_reply_error (out, "bad number \"%s\": the capacity "
+                                  "must be greater than 0", value);
+    return;
+  }
+  /* Through the latency target's glue: with a target, this is its
+   * ceiling, and the two must not race.
+   */
+  if (throttle_adapt_export_set_ceiling (exp, r, &previous,
+                                         err, sizeof err) == -1) {
+    throttle_control_reply_error (out, "%s", err);
+    return;
+  }
+  nbdkit_debug ("throttle: control: export \"%s\" capacity %" PRIu64
+                " -> %" PRId64, name, previous, r);
+  fputs ("{\"ok\":true,\"export\":", out);
+  throttle_json_string (out, name);
+  fprintf (out, ",\"capacity\":%" PRId64 ",\"previous\":%" PRIu64 "}\n",
+           r, previous);
+}
+
+static void
+cmd_set_latency_target (FILE *out, const char *name, const char *value)
+{
+  struct throttle_export *exp = throttle_export_find (name);
+  uint64_t previous;
+  char err[256];
+
+  if (exp == NULL) {
+    reply_unknown_export (out, name);
+    return;
+  }
+  if (throttle_adapt_export_set_target (exp, value, &previous,
+                                        err, sizeof err) == -1) {
+    throttle_control_reply_error (out, "%s", err);
+    return;
+  }
+  nbdkit_debug ("throttle: control: export \"%s\" latency target %s",
+                name, value);
+  fputs ("{\"ok\":true,\"export\":", out);
+  throttle_json_string (out, name);
+  fputs (",\"latency_target\":", out);
+  throttle_json_string (out, value);
+  if (previous)
+    fprintf (out, ",\"previous_ns\":%" PRIu64 "}\n", previous);
+  else
+    fputs (",\"previous_ns\":null}\n", out);
+}
+
+static void
+cmd_stats (FILE *out, int argc, char **argv)
+{
+  struct throttle_export *exp = NULL;
+  unsigned long long from = 0;
+  char *end;
+
+  if (argc == 3 && strcmp (argv[1], "from") == 0) {
+    errno = 0;
+    from = strtoull (argv[2], &end, 10);
+    if (argv[2][0] < '0' || argv[2][0] > '9' || *end != '\0' ||
+        errno || from > SIZE_MAX) {
+      throttle_control_reply_error (out, "bad number \"%s\": expected the "
+                                    "index of the first export of the page "
+                                    "(0, or the \"next\" of the page "
+                                    "before)", argv[2]);
+      return;
+    }
+  }
+  else if (argc > 2) {
+    throttle_control_reply_error (out, "usage: stats [EXPORT] or "
+                                  "stats from N");
+    return;
+  }
+  else if (argc == 2 && (exp = throttle_export_find (argv[1])) == NULL) {
+    reply_unknown_export (out, argv[1]);
+    return;
+  }
+  reply_stats (out, exp, from);
+}
+
+void
+throttle_control_execute (FILE *out, char *line)
+{
+  char *argv[MAX_ARGS + 1];
+  const char *err = NULL;
+  int argc = 0;
+  char *p = line;
+
+  while (argc <= MAX_ARGS && next_token (&p, &argv[argc], &err) == 1)
+    argc++;
+  if (err) {
+    throttle_control_reply_error (out, "%s", err);
+    return;
+  }
+  if (argc == 0)              /* a blank line: nothing to answer */
+    return;
+  if (argc > MAX_ARGS) {
+    throttle_control_reply_error (out, "too many arguments: try help");
+    return;
+  }
+
+  if (strcmp (argv[0], "help") == 0) {
+    if (argc != 1)
+      throttle_control_reply_error (out, "usage: help");
+    else
+      fputs ("{\"commands\":[\"stats [EXPORT]\",\"stats from N\","
+             "\"set capacity EXPORT N\","
+             "\"set latency-target EXPORT DURATION|off\",\"help\"]}\n", out);
+  }
+  else if (strcmp (argv[0], "stats") == 0)
+    cmd_stats (out, argc, argv);
+  else if (strcmp (argv[0], "set") == 0) {
+    if (argc == 4 && strcmp (argv[1], "capacity") == 0)
+      cmd_set_capacity (out, argv[2], argv[3]);
+    else if (argc == 4 && strcmp (argv[1], "latency-target") == 0)
+      cmd_set_latency_target (out, argv[2], argv[3]);
+    else
+      throttle_control_reply_error (out, "usage: set capacity EXPORT N, or "
+                                    "set latency-target EXPORT "
+                                    "DURATION|off (the default export "
+                                    "is \"\")");
+  }
+  else
+    throttle_control_reply_error (out, "unknown command \"%s\": try help",
+                                  argv[0]);
+}
