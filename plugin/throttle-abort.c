@@ -33,6 +33,7 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-abort.h"
+#include "throttle-parse.h"
 
 static long pending;                    /* atomic */
 static bool aborting;                   /* atomic */
@@ -107,7 +108,7 @@ throttle_abort_install (void)
   sa.sa_handler = drain_then_die;
   sigemptyset (&sa.sa_mask);
   if (sigaction (SIGABRT, &sa, &old_action) == -1) {
-    nbdkit_error ("throttle: sigaction SIGABRT: %m");
+    nbdkit_error ("throttle: sigaction SIGABRT: %s", throttle_errtext (errno));
     return -1;
   }
   installed = true;

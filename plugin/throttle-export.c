@@ -20,6 +20,7 @@
 
 #include "throttle-adapt-glue.h"
 #include "throttle-export.h"
+#include "throttle-parse.h"
 
 #define NR_BUCKETS 256
 
@@ -136,8 +137,9 @@ learn (const char *name)
       said_full = true;
     }
     else if (create_locked (name) == NULL)
-      nbdkit_debug ("throttle: no budget for listed export \"%s\": %m: "
-                    "charged to the default export's budget", name);
+      nbdkit_debug ("throttle: no budget for listed export \"%s\": %s: "
+                    "charged to the default export's budget", name,
+                    throttle_errtext (errno));
   }
   pthread_mutex_unlock (&lock);
 }

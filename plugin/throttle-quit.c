@@ -34,6 +34,7 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-clock.h"
+#include "throttle-parse.h"
 #include "throttle-quit.h"
 
 static bool quitting;           /* atomic: set once, never cleared */
@@ -64,9 +65,8 @@ throttle_quit_start (void)
   int err = pthread_create (&watcher, NULL, watch, NULL);
 
   if (err != 0) {
-    errno = err;
     nbdkit_error ("throttle: cannot start the shutdown watcher: "
-                  "pthread_create: %m");
+                  "pthread_create: %s", throttle_errtext (err));
     return -1;
   }
   watcher_started = true;

@@ -114,7 +114,8 @@ throttle_config_complete (nbdkit_next_config_complete *next,
     return -1;
   /* Made now, so that the control socket shows it before any client. */
   if (throttle_export_init (throttle_config.capacity) == -1) {
-    nbdkit_error ("throttle: cannot create the default export's budget: %m");
+    nbdkit_error ("throttle: cannot create the default export's budget: %s",
+                  throttle_errtext (errno));
     return -1;
   }
   if (throttle_control_config_complete () == -1 ||
@@ -228,7 +229,7 @@ throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
 
   h = malloc (sizeof *h);
   if (h == NULL) {
-    nbdkit_error ("malloc: %m");
+    nbdkit_error ("malloc: %s", throttle_errtext (errno));
     return NULL;
   }
   /* Its own budget only if the plugin listed the name: a client must
