@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # throttle-ctl against a real nbdkit under load: stats as a table and as
 # the raw reply, set capacity with nbdkit's size suffixes (the change
-# shows in the server's own reply), watch's rates, odd export names
+# shows in the server's own reply), set latency-target and the target's
+# column, watch's rates, odd export names
 # round-trip; and each failure an operator meets gets its own clear
 # message and exit status: a command-line mistake (2, nothing sent), no
 # socket, not a socket, a stale socket, permission denied, a server that
@@ -41,6 +42,14 @@ expect 2 'bad size "-1"' "$tmp/none" set capacity "" -- -1
 expect 2 'must be greater than 0' "$tmp/none" set capacity "" 0
 expect 2 'too large' "$tmp/none" set capacity "" 9E
 expect 2 'usage: set capacity EXPORT SIZE' "$tmp/none" set capacity ""
+expect 2 'bad duration "5": expected a duration with its unit' \
+  "$tmp/none" set latency-target "" 5
+expect 2 'bad duration "2h": expected a duration' \
+  "$tmp/none" set latency-target "" 2h
+expect 2 'bad duration "0ms": must be greater than 0 (off for no target)' \
+  "$tmp/none" set latency-target "" 0ms
+expect 2 'or set latency-target EXPORT DURATION|off' \
+  "$tmp/none" set latency-target ""
 expect 2 'bad INTERVAL "0"' "$tmp/none" watch 0
 expect 2 'bad COUNT "x"' "$tmp/none" watch 1 x
 expect 2 'too many arguments' "$tmp/none" stats a b
@@ -143,6 +152,23 @@ expect 0 'export "": capacity 262144 (256K), was 262144 (256K)' \
   "$ctl" set capacity "" 256K
 expect 1 'the server refused: unknown export "nosuch": it has no budget of its own' \
   "$ctl" set capacity nosuch 1M
+
+# set latency-target: the target shows in its own column, shown only
+# while an export has one.
+expect 0 'export "": latency target 5ms, was off' \
+  "$ctl" set latency-target "" 5ms
+expect 0 '^""  *256K  *5.0ms  *0 ' "$ctl" stats
+grep -q '^EXPORT  *CAPACITY  *TARGET  *IN-FLIGHT ' "$tmp/out" ||
+  { cat "$tmp/out"; fail "stats: no TARGET column with a target set"; }
+expect 0 '"ok":true,"export":"","latency_target":"500us","previous_ns":5000000' \
+  --json "$ctl" set latency-target "" 500us
+expect 0 'export "": latency target off, was 500us' \
+  "$ctl" set latency-target "" off
+expect 1 'the server refused: unknown export "nosuch"' \
+  "$ctl" set latency-target nosuch 5ms
+expect 0 '^""  *256K  *0 ' "$ctl" stats
+grep -q 'TARGET' "$tmp/out" &&
+  { cat "$tmp/out"; fail "stats: a TARGET column without a target"; }
 
 "$THROTTLE_LOAD" --unix "$tmp/srv.sock" -c 2 -q 8 -b 64k --read-ratio 0 \
   -t 6 >"$tmp/load.out" 2>&1 &

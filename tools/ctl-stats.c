@@ -179,15 +179,28 @@ get (const struct ctl_json *e, const char *key)
 
 /* --- the table ----------------------------------------------------------- */
 
-enum { COL_EXPORT, COL_CAPACITY, COL_IN_FLIGHT, COL_PEAK, COL_WAITING,
-       COL_ADMITTED, COL_WAITED, COL_CANCELLED, COL_CLAMPED, COL_MEAN_WAIT,
-       COL_MAX_WAIT, COL_WB_PENDING, COL_WB_WRITES, COL_WB_ERROR, NCOLS };
+enum { COL_EXPORT, COL_CAPACITY, COL_TARGET, COL_IN_FLIGHT, COL_PEAK,
+       COL_WAITING, COL_ADMITTED, COL_WAITED, COL_CANCELLED, COL_CLAMPED,
+       COL_MEAN_WAIT, COL_MAX_WAIT, COL_WB_PENDING, COL_WB_WRITES,
+       COL_WB_ERROR, NCOLS };
 
 static const char *const headers[NCOLS] = {
-  "EXPORT", "CAPACITY", "IN-FLIGHT", "PEAK", "WAITING", "ADMITTED", "WAITED",
-  "CANCELLED", "CLAMPED", "MEAN-WAIT", "MAX-WAIT", "WB-PENDING", "WB-WRITES",
-  "WB-ERROR",
+  "EXPORT", "CAPACITY", "TARGET", "IN-FLIGHT", "PEAK", "WAITING", "ADMITTED",
+  "WAITED", "CANCELLED", "CLAMPED", "MEAN-WAIT", "MAX-WAIT", "WB-PENDING",
+  "WB-WRITES", "WB-ERROR",
 };
+
+/* The export's latency target in ns, or 0 if it has none. */
+static uint64_t
+target_ns (const struct ctl_json *e)
+{
+  const struct ctl_json *adapt = ctl_json_get (e, "adapt");
+  uint64_t ns = 0;
+
+  if (adapt && adapt->type == CTL_JSON_OBJECT)
+    ctl_json_get_uint (adapt, "latency_target_ns", &ns);
+  return ns;
+}
 
 #define CELL 64
 
@@ -204,6 +217,10 @@ fill_row (char row[NCOLS][CELL], const struct ctl_json *e, bool bytes)
     strcpy (name + CELL - 4, "...");
   snprintf (row[COL_EXPORT], CELL, "%s", name);
   ctl_format_units (get (e, "capacity"), bytes, row[COL_CAPACITY], CELL);
+  if (target_ns (e) > 0)
+    ctl_format_ns (target_ns (e), row[COL_TARGET], CELL);
+  else
+    strcpy (row[COL_TARGET], "-");
   ctl_format_units (get (e, "in_flight"), bytes, row[COL_IN_FLIGHT], CELL);
   ctl_format_units (get (e, "peak"), bytes, row[COL_PEAK], CELL);
   snprintf (row[COL_WAITING], CELL, "%" PRIu64, get (e, "waiters"));
@@ -240,15 +257,23 @@ static void
 print_table (const struct ctl_json *reply, const struct ctl_json *exports)
 {
   const struct ctl_json *m = ctl_json_get (reply, "metric"), *e;
-  bool bytes = metric_is_bytes (reply), any_wb = false;
-  int width[NCOLS], ncols, c;
+  bool bytes = metric_is_bytes (reply), shown[NCOLS];
+  int width[NCOLS], c;
   size_t n = 0, i;
   char (*rows)[NCOLS][CELL];
 
+  /* The target's and writeback's columns only where they say
+   * something.
+   */
+  for (c = 0; c < NCOLS; c++)
+    shown[c] = c != COL_TARGET && c < COL_WB_PENDING;
   for (e = exports->child; e; e = e->next) {
     n++;
+    if (target_ns (e) > 0)
+      shown[COL_TARGET] = true;
     if (ctl_json_get (e, "writeback"))
-      any_wb = true;
+      shown[COL_WB_PENDING] = shown[COL_WB_WRITES] = shown[COL_WB_ERROR] =
+        true;
   }
   printf ("metric %s%s\n",
           m && m->type == CTL_JSON_STRING ? m->str : "(unknown)",
@@ -262,21 +287,22 @@ print_table (const struct ctl_json *reply, const struct ctl_json *exports)
     error ("out of memory");
     return;
   }
-  ncols = any_wb ? NCOLS : COL_WB_PENDING;
-  for (c = 0; c < ncols; c++)
+  for (c = 0; c < NCOLS; c++)
     width[c] = strlen (headers[c]);
   for (i = 0, e = exports->child; e; e = e->next, i++) {
     fill_row (rows[i], e, bytes);
-    for (c = 0; c < ncols; c++)
+    for (c = 0; c < NCOLS; c++)
       if ((int) strlen (rows[i][c]) > width[c])
         width[c] = strlen (rows[i][c]);
   }
-  for (c = 0; c < ncols; c++)
-    printf (c == 0 ? "%-*s" : "  %*s", width[c], headers[c]);
+  for (c = 0; c < NCOLS; c++)
+    if (shown[c])
+      printf (c == 0 ? "%-*s" : "  %*s", width[c], headers[c]);
   printf ("\n");
   for (i = 0; i < n; i++) {
-    for (c = 0; c < ncols; c++)
-      printf (c == 0 ? "%-*s" : "  %*s", width[c], rows[i][c]);
+    for (c = 0; c < NCOLS; c++)
+      if (shown[c])
+        printf (c == 0 ? "%-*s" : "  %*s", width[c], rows[i][c]);
     printf ("\n");
   }
   free (rows);

@@ -16,14 +16,17 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "throttle-adapt.h"
 
 #define DEFAULT_TIMEOUT 5.
 
 static const char usage_text[] =
   "usage: throttle-ctl [--json] [--timeout SECS] SOCKET stats [EXPORT]\n"
   "       throttle-ctl [--json] [--timeout SECS] SOCKET set capacity EXPORT SIZE\n"
+  "       throttle-ctl [--json] [--timeout SECS] SOCKET set latency-target EXPORT DURATION|off\n"
   "       throttle-ctl [--json] [--timeout SECS] SOCKET watch [INTERVAL [COUNT]]\n"
-  "The default export is \"\".  SIZE takes nbdkit's suffixes (256K, 64M).\n"
+  "The default export is \"\".  SIZE takes nbdkit's suffixes (256K, 64M);\n"
+  "DURATION its unit (5ms, 500us, 0.1s).\n"
   "See throttle-ctl(1).\n";
 
 static int usage_error (const char *fmt, ...)
@@ -56,11 +59,45 @@ parse_seconds (const char *s, double *out)
   return true;
 }
 
+/* Reports a reply that is not the filter's answer to LINE, frees it
+ * and RAW, and returns NULL.
+ */
+static struct ctl_json *
+unexpected (const char *path, const char *line, struct ctl_json *reply,
+            char *raw)
+{
+  fprintf (stderr, "throttle-ctl: %s: unexpected reply to \"%s\": %s\n",
+           path, line, raw);
+  ctl_json_free (reply);
+  free (raw);
+  return NULL;
+}
+
+/* Send a set command (LINE) and return its reply if it says ok, else
+ * NULL after saying why on stderr.
+ */
+static struct ctl_json *
+ask_set (const char *path, const char *line, double timeout, char **raw)
+{
+  const struct ctl_json *ok;
+  struct ctl_json *reply;
+  char err[1024];
+
+  reply = ctl_ask (path, line, timeout, raw, err, sizeof err);
+  if (reply == NULL) {
+    fprintf (stderr, "throttle-ctl: %s\n", err);
+    return NULL;
+  }
+  ok = ctl_json_get (reply, "ok");
+  if (ok == NULL || ok->type != CTL_JSON_BOOL || !ok->boolean)
+    return unexpected (path, line, reply, *raw);
+  return reply;
+}
+
 static int
 cmd_set_capacity (const char *path, const char *export, const char *size,
                   bool json, double timeout)
 {
-  const struct ctl_json *ok;
   struct ctl_json *reply;
   char err[1024], q[1040], line[1100], a[32], b[32];
   uint64_t v, cap, prev;
@@ -75,19 +112,11 @@ cmd_set_capacity (const char *path, const char *export, const char *size,
     return usage_error ("export name \"%s\": holds a newline or is too "
                         "long, it cannot be sent", export);
   snprintf (line, sizeof line, "set capacity %s %" PRIu64, q, v);
-  reply = ctl_ask (path, line, timeout, &raw, err, sizeof err);
-  if (reply == NULL) {
-    fprintf (stderr, "throttle-ctl: %s\n", err);
+  if ((reply = ask_set (path, line, timeout, &raw)) == NULL)
     return 1;
-  }
-  ok = ctl_json_get (reply, "ok");
-  if (ok == NULL || ok->type != CTL_JSON_BOOL || !ok->boolean ||
-      !ctl_json_get_uint (reply, "capacity", &cap) ||
+  if (!ctl_json_get_uint (reply, "capacity", &cap) ||
       !ctl_json_get_uint (reply, "previous", &prev) || cap != v) {
-    fprintf (stderr, "throttle-ctl: %s: unexpected reply to \"%s\": %s\n",
-             path, line, raw);
-    ctl_json_free (reply);
-    free (raw);
+    unexpected (path, line, reply, raw);
     return 1;
   }
   if (json)
@@ -97,6 +126,55 @@ cmd_set_capacity (const char *path, const char *export, const char *size,
             ctl_format_export (export, q, sizeof q), cap,
             ctl_format_units (cap, true, a, sizeof a), prev,
             ctl_format_units (prev, true, b, sizeof b));
+  ctl_json_free (reply);
+  free (raw);
+  return fflush (stdout) == 0 ? 0 : 1;
+}
+
+/* The duration is checked here as the filter checks it (the same
+ * parser, from lib/), so that a mistake sends nothing.
+ */
+static int
+cmd_set_latency_target (const char *path, const char *export,
+                        const char *target, bool json, double timeout)
+{
+  const struct ctl_json *echo, *prev;
+  struct ctl_json *reply;
+  char q[1040], line[1100], was[32];
+  uint64_t ns = 0;
+  char *raw;
+
+  if (strcmp (target, "off") != 0) {
+    if (throttle_parse_duration (target, &ns) == -1)
+      return usage_error ("bad duration \"%s\": expected a duration with "
+                          "its unit, at most 1 hour (e.g. 5ms, 500us, "
+                          "0.1s), or off", target);
+    if (ns == 0)
+      return usage_error ("bad duration \"%s\": must be greater than 0 "
+                          "(off for no target)", target);
+  }
+  if (!ctl_quote_export (export, q, sizeof q))
+    return usage_error ("export name \"%s\": holds a newline or is too "
+                        "long, it cannot be sent", export);
+  snprintf (line, sizeof line, "set latency-target %s %s", q, target);
+  if ((reply = ask_set (path, line, timeout, &raw)) == NULL)
+    return 1;
+  echo = ctl_json_get (reply, "latency_target");
+  prev = ctl_json_get (reply, "previous_ns");
+  if (echo == NULL || echo->type != CTL_JSON_STRING ||
+      strcmp (echo->str, target) != 0 || prev == NULL ||
+      (prev->type != CTL_JSON_NULL && !ctl_json_get_uint (reply, "previous_ns",
+                                                          &ns))) {
+    unexpected (path, line, reply, raw);
+    return 1;
+  }
+  if (json)
+    printf ("%s\n", raw);
+  else
+    printf ("export %s: latency target %s, was %s\n",
+            ctl_format_export (export, q, sizeof q), target,
+            prev->type == CTL_JSON_NULL ? "off"
+            : ctl_format_ns (ns, was, sizeof was));
   ctl_json_free (reply);
   free (raw);
   return fflush (stdout) == 0 ? 0 : 1;
@@ -154,10 +232,13 @@ main (int argc, char *argv[])
     return ctl_stats (path, n == 1 ? argv[0] : NULL, json, timeout);
   }
   if (strcmp (cmd, "set") == 0) {
-    if (n != 3 || strcmp (argv[0], "capacity") != 0)
-      return usage_error ("usage: set capacity EXPORT SIZE (the default "
-                          "export is \"\")");
-    return cmd_set_capacity (path, argv[1], argv[2], json, timeout);
+    if (n == 3 && strcmp (argv[0], "capacity") == 0)
+      return cmd_set_capacity (path, argv[1], argv[2], json, timeout);
+    if (n == 3 && strcmp (argv[0], "latency-target") == 0)
+      return cmd_set_latency_target (path, argv[1], argv[2], json, timeout);
+    return usage_error ("usage: set capacity EXPORT SIZE, or set "
+                        "latency-target EXPORT DURATION|off (the default "
+                        "export is \"\")");
   }
   if (strcmp (cmd, "watch") == 0) {
     double interval = 1;
