@@ -57,21 +57,6 @@ load_hist_add (struct load_hist *h, uint64_t ns)
     h->min_ns = ns;
 }
 
-void
-load_hist_merge (struct load_hist *into, const struct load_hist *h)
-{
-  unsigned i;
-
-  for (i = 0; i < LOAD_HIST_BUCKETS; i++)
-    into->bucket[i] += h->bucket[i];
-  into->count += h->count;
-  into->sum_ns += h->sum_ns;
-  if (h->max_ns > into->max_ns)
-    into->max_ns = h->max_ns;
-  if (h->min_ns < into->min_ns)
-    into->min_ns = h->min_ns;
-}
-
 uint64_t
 load_hist_quantile (const struct load_hist *h, double q)
 {

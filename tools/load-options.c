@@ -101,7 +101,8 @@ bad (const char *fmt, ...)
   exit (2);
 }
 
-int
+/* "4k", "1M", "512", "2G"; 0 on success, -1 if not a size. */
+static int
 load_parse_size (const char *s, uint64_t *r)
 {
   char *end;

@@ -18,7 +18,7 @@
 /* Jain's index: (sum x)^2 / (n * sum x^2).  1 when every connection
  * moved the same amount; 1/n when one moved everything.
  */
-double
+static double
 load_fairness (const struct load_result *res)
 {
   double sum = 0, sq = 0;

@@ -815,7 +815,6 @@ load_run (const struct load_config *cfg, struct load_result *res)
   for (i = 0; i < cfg->connections; i++) {
     res->conns[i].ops = run.conns[i].ops;
     res->conns[i].bytes = run.conns[i].bytes;
-    res->conns[i].elapsed = res->elapsed;
   }
 
   /* Requests still queued in a failed run are abandoned, never counted. */

@@ -39,7 +39,6 @@ struct load_hist {
 
 extern void load_hist_init (struct load_hist *h);
 extern void load_hist_add (struct load_hist *h, uint64_t ns);
-extern void load_hist_merge (struct load_hist *into, const struct load_hist *h);
 /* q in [0,1]; 0 if empty.  The exact maximum for q == 1. */
 extern uint64_t load_hist_quantile (const struct load_hist *h, double q);
 /* Writes "latency_us count cumulative_fraction" lines for plotting. */
@@ -80,15 +79,12 @@ struct load_config {
 };
 
 extern void load_parse_args (int argc, char **argv, struct load_config *cfg);
-/* "4k", "1M", "512", "2G"; 0 on success, -1 if not a size. */
-extern int load_parse_size (const char *s, uint64_t *r);
 
 /* ---- results (load-run.c fills, load-report.c prints) ------------- */
 
 struct load_conn_result {
   uint64_t ops;
   uint64_t bytes;
-  double elapsed;               /* seconds from start to its last reply */
 };
 
 struct load_result {
@@ -125,7 +121,6 @@ extern char *load_control_stats (const char *path, double timeout,
                                  char *err, size_t errlen);
 extern void load_result_free (struct load_result *res);
 
-extern double load_fairness (const struct load_result *res);
 extern void load_report_human (const struct load_config *cfg,
                                const struct load_result *res, FILE *fp);
 extern void load_report_json (const struct load_config *cfg,
