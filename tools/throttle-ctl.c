@@ -73,16 +73,28 @@ unexpected (const char *path, const char *line, struct ctl_json *reply,
   return NULL;
 }
 
-/* Send a set command (LINE) and return its reply if it says ok, else
- * NULL after saying why on stderr.
+/* Send "set WHAT EXPORT VALUE" (LINE receives it, LINELEN at least
+ * 1100 bytes) and return the reply if it says ok.  Else returns NULL
+ * with *RC the exit status, after saying why on stderr: 2 if the
+ * export name cannot be sent (nothing was), 1 if the server could not
+ * be asked or refused.
  */
 static struct ctl_json *
-ask_set (const char *path, const char *line, double timeout, char **raw)
+ask_set (const char *path, const char *what, const char *export,
+         const char *value, double timeout, char *line, size_t linelen,
+         char **raw, int *rc)
 {
   const struct ctl_json *ok;
   struct ctl_json *reply;
-  char err[1024];
+  char err[1024], q[1040];
 
+  *rc = 1;
+  if (!ctl_quote_export (export, q, sizeof q)) {
+    *rc = usage_error ("export name \"%s\": holds a newline or is too "
+                       "long, it cannot be sent", export);
+    return NULL;
+  }
+  snprintf (line, linelen, "set %s %s %s", what, q, value);
   reply = ctl_ask (path, line, timeout, raw, err, sizeof err);
   if (reply == NULL) {
     fprintf (stderr, "throttle-ctl: %s\n", err);
@@ -99,21 +111,21 @@ cmd_set_capacity (const char *path, const char *export, const char *size,
                   bool json, double timeout)
 {
   struct ctl_json *reply;
-  char err[1024], q[1040], line[1100], a[32], b[32];
+  char err[1024], q[1040], line[1100], num[32], a[32], b[32];
   uint64_t v, cap, prev;
   char *raw;
+  int rc;
 
   if (!ctl_parse_size (size, &v, err, sizeof err))
     return usage_error ("%s", err);
   if (v == 0)
     return usage_error ("bad size \"%s\": the capacity must be greater "
                         "than 0", size);
-  if (!ctl_quote_export (export, q, sizeof q))
-    return usage_error ("export name \"%s\": holds a newline or is too "
-                        "long, it cannot be sent", export);
-  snprintf (line, sizeof line, "set capacity %s %" PRIu64, q, v);
-  if ((reply = ask_set (path, line, timeout, &raw)) == NULL)
-    return 1;
+  snprintf (num, sizeof num, "%" PRIu64, v);
+  reply = ask_set (path, "capacity", export, num, timeout, line, sizeof line,
+                   &raw, &rc);
+  if (reply == NULL)
+    return rc;
   if (!ctl_json_get_uint (reply, "capacity", &cap) ||
       !ctl_json_get_uint (reply, "previous", &prev) || cap != v) {
     unexpected (path, line, reply, raw);
@@ -143,6 +155,7 @@ cmd_set_latency_target (const char *path, const char *export,
   char q[1040], line[1100], was[32];
   uint64_t ns = 0;
   char *raw;
+  int rc;
 
   if (strcmp (target, "off") != 0) {
     if (throttle_parse_duration (target, &ns) == -1)
@@ -153,12 +166,10 @@ cmd_set_latency_target (const char *path, const char *export,
       return usage_error ("bad duration \"%s\": must be greater than 0 "
                           "(off for no target)", target);
   }
-  if (!ctl_quote_export (export, q, sizeof q))
-    return usage_error ("export name \"%s\": holds a newline or is too "
-                        "long, it cannot be sent", export);
-  snprintf (line, sizeof line, "set latency-target %s %s", q, target);
-  if ((reply = ask_set (path, line, timeout, &raw)) == NULL)
-    return 1;
+  reply = ask_set (path, "latency-target", export, target, timeout, line,
+                   sizeof line, &raw, &rc);
+  if (reply == NULL)
+    return rc;
   echo = ctl_json_get (reply, "latency_target");
   prev = ctl_json_get (reply, "previous_ns");
   if (echo == NULL || echo->type != CTL_JSON_STRING ||
