@@ -237,8 +237,14 @@ for i in $(seq 50); do kill -0 $w 2>/dev/null || break; sleep 0.1; done
 kill -0 $w 2>/dev/null && fail "watch still running 5 s after the server stopped"
 wait $w || r=$?
 cat "$tmp/watch.out"
-[ $r = 1 ] && grep -q "no such socket" "$tmp/watch.out" ||
-  fail "watch after the server stopped: exit $r, no 'no such socket'"
+# Usually the socket is gone ("no such socket"); a connection that
+# reached the listening socket's backlog while nbdkit was stopping the
+# control thread is reset when nbdkit closes it (seen under ASan on a
+# loaded machine).  Either way the server went away.
+[ $r = 1 ] &&
+  grep -Eq "no such socket|(reset|closed) the connection without a reply" \
+    "$tmp/watch.out" ||
+  fail "watch after the server stopped: exit $r, not a server gone away"
 echo "ok: watch ends with status 1 when the server goes away"
 
 # More exports than a page of the server's reply: stats shows them all.
