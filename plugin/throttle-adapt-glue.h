@@ -20,8 +20,8 @@ struct throttle_adapt_export;   /* per export, in struct throttle_export */
 /* -D throttle.adapt=1: log every step. */
 extern int throttle_debug_adapt;
 
-/* 1 if key is ours and its value good, 0 if not ours, -1 (after
- * nbdkit_error naming the parameter) if the value is bad.
+/* 1 if key is ours and its value good, 0 if not ours, -1 after the
+ * one error line of a bad value (throttle-parse.h).
  */
 extern int throttle_adapt_config (const char *key, const char *value);
 extern int throttle_adapt_config_complete (void);

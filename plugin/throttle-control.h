@@ -17,7 +17,7 @@
 #include "throttle-export.h"
 
 /* 1 if key is one of ours and its value is good, 0 if it is not ours,
- * -1 (after nbdkit_error naming the parameter) if the value is bad.
+ * -1 after the one error line of a bad value (throttle-parse.h).
  */
 extern int throttle_control_config (const char *key, const char *value);
 extern int throttle_control_config_complete (void);

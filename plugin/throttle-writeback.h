@@ -35,8 +35,8 @@ struct throttle_wb_conn {
   uint64_t seen_errors;
 };
 
-/* 1 if key is ours and its value good, 0 if not ours, -1 (after
- * nbdkit_error) on a bad value.
+/* 1 if key is ours and its value good, 0 if not ours, -1 after the
+ * one error line of a bad value (throttle-parse.h).
  */
 extern int throttle_writeback_config (const char *key, const char *value);
 extern int throttle_writeback_config_complete (void);
