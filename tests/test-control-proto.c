@@ -1,0 +1,331 @@
+/* Unit tests of the control socket's protocol
+ * (plugin/throttle-control-proto.c) without a socket or nbdkit: the
+ * tokenizer, the commands and their JSON replies, against two exports
+ * with real budgets.  What the protocol calls in nbdkit and in the rest
+ * of the filter is stood in for here.
+ */
+
+#include <config.h>
+
+#include <check.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "throttle.h"
+#include "throttle-adapt-glue.h"
+#include "throttle-control.h"
+#include "throttle-control-proto.h"
+#include "throttle-export.h"
+
+struct throttle_config throttle_config = {
+  .capacity = 262144, .metric = { .name = "bytes" },
+};
+
+/* "" and a name that needs every kind of escape in JSON: a quote, a
+ * control character and a byte that is not UTF-8.
+ */
+static struct throttle_export exports[2] = {
+  { .name = (char *) "" }, { .name = (char *) "a b\"c\x01\xff" },
+};
+static int errors_logged;
+static uint64_t target_ns;
+
+/* --- nbdkit, as far as the protocol and throttle-parse.c use it ------- */
+
+void
+nbdkit_debug (const char *fmt, ...)
+{
+}
+
+void
+nbdkit_error (const char *fmt, ...)
+{
+  errors_logged++;
+}
+
+/* Decimal digits and an optional K or M: enough to tell what the
+ * protocol does with nbdkit's answer.
+ */
+int64_t
+nbdkit_parse_size (const char *str)
+{
+  char *end;
+  long long v;
+
+  if (*str < '0' || *str > '9') {
+    nbdkit_error ("could not parse size string (%s)", str);
+    return -1;
+  }
+  v = strtoll (str, &end, 10);
+  if (strcmp (end, "K") == 0)
+    v *= 1024;
+  else if (strcmp (end, "M") == 0)
+    v *= 1024 * 1024;
+  else if (*end != '\0') {
+    nbdkit_error ("could not parse size: unknown suffix '%s'", end);
+    return -1;
+  }
+  return v;
+}
+
+int
+nbdkit_parse_unsigned (const char *what, const char *str, unsigned *rp)
+{
+  abort ();                   /* no command takes one */
+}
+
+int
+nbdkit_parse_bool (const char *str)
+{
+  abort ();                   /* no command takes one */
+}
+
+/* --- the registry and the latency target's glue ----------------------- */
+
+struct throttle_export *
+throttle_export_find (const char *name)
+{
+  size_t i;
+
+  for (i = 0; i < 2; i++)
+    if (strcmp (exports[i].name, name) == 0)
+      return &exports[i];
+  return NULL;
+}
+
+size_t
+throttle_export_count (void)
+{
+  return 2;
+}
+
+size_t
+throttle_export_foreach_range (size_t from, size_t max,
+                               throttle_export_fn fn, void *opaque)
+{
+  size_t i;
+
+  for (i = from; i < 2 && i < from + max; i++)
+    fn (&exports[i], opaque);
+  return 2;
+}
+
+int
+throttle_adapt_export_set_ceiling (struct throttle_export *exp,
+                                   uint64_t ceiling, uint64_t *previous,
+                                   char *err, size_t errlen)
+{
+  *previous = throttle_budget_get_capacity (&exp->budget);
+  throttle_budget_set_capacity (&exp->budget, ceiling);
+  return 0;
+}
+
+int
+throttle_adapt_export_set_target (struct throttle_export *exp,
+                                  const char *value, uint64_t *previous,
+                                  char *err, size_t errlen)
+{
+  if (strcmp (value, "5ms") != 0 && strcmp (value, "off") != 0) {
+    snprintf (err, errlen, "bad latency-target \"%s\"", value);
+    return -1;
+  }
+  *previous = target_ns;
+  target_ns = strcmp (value, "off") == 0 ? 0 : 5000000;
+  return 0;
+}
+
+/* --- helpers ---------------------------------------------------------- */
+
+/* The reply to one command line, which the caller frees. */
+static char *
+ask (const char *cmd)
+{
+  char line[2048], *buf = NULL;
+  size_t len;
+  FILE *fp = open_memstream (&buf, &len);
+
+  ck_assert_ptr_nonnull (fp);
+  snprintf (line, sizeof line, "%s", cmd);
+  throttle_control_execute (fp, line);
+  ck_assert_int_eq (fclose (fp), 0);
+  return buf;
+}
+
+static void
+expect (const char *cmd, const char *reply)
+{
+  char *r = ask (cmd);
+
+  ck_assert_str_eq (r, reply);
+  free (r);
+}
+
+static void
+expect_error (const char *cmd, const char *part)
+{
+  char *r = ask (cmd);
+
+  ck_assert_msg (strncmp (r, "{\"error\":\"", 10) == 0 &&
+                 strstr (r, part) != NULL &&
+                 strcmp (strchr (r, '\n'), "\n") == 0,
+                 "%s: reply %s has no error saying %s", cmd, r, part);
+  free (r);
+}
+
+static void
+setup (void)
+{
+  size_t i;
+
+  for (i = 0; i < 2; i++)
+    ck_assert_int_eq (throttle_budget_init (&exports[i].budget, 262144), 0);
+  errors_logged = 0;
+  target_ns = 0;
+}
+
+static void
+teardown (void)
+{
+  size_t i;
+
+  for (i = 0; i < 2; i++)
+    throttle_budget_destroy (&exports[i].budget);
+}
+
+/* --- tests ------------------------------------------------------------ */
+
+START_TEST (test_tokens)
+{
+  expect ("", "");
+  expect ("  \t ", "");
+  expect_error ("stats \"", "unterminated quoted string");
+  expect_error ("stats \"a\"b", "no blank after a quoted string");
+  expect_error ("stats \"a\\q\"", "bad escape in a quoted string");
+  expect_error ("set capacity \"\" 1 2", "too many arguments");
+  expect_error ("frob", "unknown command \\\"frob\\\"");
+  expect_error ("help me", "usage: help");
+  expect ("help", "{\"commands\":[\"stats [EXPORT]\",\"stats from N\","
+          "\"set capacity EXPORT N\",\"set latency-target EXPORT "
+          "DURATION|off\",\"help\"]}\n");
+}
+END_TEST
+
+START_TEST (test_stats)
+{
+  static const char counters[] =
+    ",\"capacity\":262144,\"in_flight\":0,\"peak\":0,\"charged\":0,"
+    "\"admitted\":0,\"waited\":0,\"cancelled\":0,\"clamped\":0,"
+    "\"wait_ns_total\":0,\"wait_ns_max\":0,\"waiters\":0}";
+  char want[1024];
+
+  /* A quoted name with its escapes; the reply escapes it for JSON. */
+  snprintf (want, sizeof want,
+            "{\"metric\":\"bytes\",\"default_capacity\":262144,"
+            "\"exports_total\":2,\"exports\":[{\"name\":"
+            "\"a b\\\"c\\u0001\\ufffd\"%s]}\n", counters);
+  expect ("stats \"a b\\\"c\x01\xff\"", want);
+  snprintf (want, sizeof want,
+            "{\"metric\":\"bytes\",\"default_capacity\":262144,"
+            "\"exports_total\":2,\"from\":1,\"next\":null,\"exports\":["
+            "{\"name\":\"a b\\\"c\\u0001\\ufffd\"%s]}\n", counters);
+  expect ("stats from 1", want);
+  snprintf (want, sizeof want,
+            "{\"metric\":\"bytes\",\"default_capacity\":262144,"
+            "\"exports_total\":2,\"from\":0,\"next\":null,\"exports\":["
+            "{\"name\":\"\"%s,", counters);
+  {
+    char *r = ask ("stats");
+
+    ck_assert_msg (strncmp (r, want, strlen (want)) == 0, "stats: %s", r);
+    free (r);
+  }
+  expect_error ("stats nosuch", "unknown export \\\"nosuch\\\"");
+  expect_error ("stats from x", "bad number \\\"x\\\"");
+  expect_error ("stats from -1", "bad number");
+  expect_error ("stats a b", "usage: stats [EXPORT] or stats from N");
+}
+END_TEST
+
+static void
+extra (struct throttle_export *exp, char *buf, size_t len)
+{
+  snprintf (buf, len, "\"extra\":%d", exp ? 1 : 0);
+}
+
+START_TEST (test_extra_stats)
+{
+  char *r;
+
+  throttle_control_add_extra_stats (extra);
+  r = ask ("stats \"\"");
+  ck_assert_ptr_null (strstr (r, "\"next\""));     /* one export: no page */
+  ck_assert_ptr_nonnull (strstr (r, "\"exports_total\":2,\"extra\":0,"
+                                 "\"exports\":["));
+  ck_assert_ptr_nonnull (strstr (r, "\"waiters\":0,\"extra\":1}]}\n"));
+  free (r);
+}
+END_TEST
+
+START_TEST (test_set_capacity)
+{
+  expect ("set capacity \"\" 1M",
+          "{\"ok\":true,\"export\":\"\",\"capacity\":1048576,"
+          "\"previous\":262144}\n");
+  ck_assert_uint_eq (throttle_budget_get_capacity (&exports[0].budget),
+                     1048576);
+  expect ("set capacity \"a b\\\"c\x01\xff\" 4096",
+          "{\"ok\":true,\"export\":\"a b\\\"c\\u0001\\ufffd\","
+          "\"capacity\":4096,\"previous\":262144}\n");
+  ck_assert_int_eq (errors_logged, 0);
+  expect_error ("set capacity \"\" 0", "the capacity must be greater than 0");
+  ck_assert_int_eq (errors_logged, 0);
+  /* What nbdkit's parser refuses, it logs (once); the operator gets
+   * the reply.
+   */
+  expect_error ("set capacity \"\" abc",
+                "bad number \\\"abc\\\": expected a positive size");
+  ck_assert_int_eq (errors_logged, 1);
+  expect_error ("set capacity nosuch 1M", "unknown export \\\"nosuch\\\"");
+  expect_error ("set capacity \"\"", "usage: set capacity EXPORT N");
+  ck_assert_uint_eq (throttle_budget_get_capacity (&exports[0].budget),
+                     1048576);
+}
+END_TEST
+
+START_TEST (test_set_latency_target)
+{
+  expect ("set latency-target \"\" 5ms",
+          "{\"ok\":true,\"export\":\"\",\"latency_target\":\"5ms\","
+          "\"previous_ns\":null}\n");
+  expect ("set latency-target \"\" off",
+          "{\"ok\":true,\"export\":\"\",\"latency_target\":\"off\","
+          "\"previous_ns\":5000000}\n");
+  expect_error ("set latency-target \"\" 5", "bad latency-target \\\"5\\\"");
+  expect_error ("set latency-target nosuch 5ms", "unknown export");
+}
+END_TEST
+
+int
+main (void)
+{
+  Suite *s = suite_create ("control-proto");
+  TCase *tc = tcase_create ("core");
+  SRunner *sr;
+  int failed;
+
+  tcase_add_checked_fixture (tc, setup, teardown);
+  tcase_add_test (tc, test_tokens);
+  tcase_add_test (tc, test_stats);
+  tcase_add_test (tc, test_extra_stats);
+  tcase_add_test (tc, test_set_capacity);
+  tcase_add_test (tc, test_set_latency_target);
+  suite_add_tcase (s, tc);
+  sr = srunner_create (s);
+  srunner_run_all (sr, CK_NORMAL);
+  failed = srunner_ntests_failed (sr);
+  srunner_free (sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
