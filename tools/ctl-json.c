@@ -171,6 +171,22 @@ parse_string (struct parser *ps)
   return NULL;
 }
 
+/* Skip the digits at *s, of which there must be one at least: else
+ * fail there and return false.
+ */
+static bool
+skip_digits (struct parser *ps, const char **s)
+{
+  if (!(**s >= '0' && **s <= '9')) {
+    ps->p = *s;
+    fail (ps, "bad number");
+    return false;
+  }
+  while (**s >= '0' && **s <= '9')
+    (*s)++;
+  return true;
+}
+
 static void
 parse_number (struct parser *ps, struct ctl_json *v)
 {
@@ -193,26 +209,16 @@ parse_number (struct parser *ps, struct ctl_json *v)
   if (*s == '.') {
     integer = false;
     s++;
-    if (!(*s >= '0' && *s <= '9')) {
-      ps->p = s;
-      fail (ps, "bad number");
+    if (!skip_digits (ps, &s))
       return;
-    }
-    while (*s >= '0' && *s <= '9')
-      s++;
   }
   if (*s == 'e' || *s == 'E') {
     integer = false;
     s++;
     if (*s == '+' || *s == '-')
       s++;
-    if (!(*s >= '0' && *s <= '9')) {
-      ps->p = s;
-      fail (ps, "bad number");
+    if (!skip_digits (ps, &s))
       return;
-    }
-    while (*s >= '0' && *s <= '9')
-      s++;
   }
   v->num = strtod (ps->p, NULL);
   if (integer && ps->p == digits) {
