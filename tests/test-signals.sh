@@ -67,17 +67,20 @@ requires_writeback
 
 # One run: a client writes distinct 64K blocks as fast as it can,
 # noting each acknowledged one; the backend (the test plugin keeping
-# its data in a file) holds each write 5 ms without being cut short at
+# its data in a file) holds each write 20 ms without being cut short at
 # shutdown, so with one writer the 4M pool is full when the signal
 # comes: about 64 acknowledged writes are still pending and must reach
-# the file before nbdkit exits.  Then every acknowledged block must read
+# the file before nbdkit exits (1.3 s of draining, inside the 5 s
+# signal_exit allows).  The hold is long so that the writer drains
+# slower (50 writes/s) than a client starved of CPU on a loaded machine
+# still writes: at 5 ms the pool sometimes drained before the signal.  Then every acknowledged block must read
 # back through another nbdkit on the same file.
 wb_run ()
 {
   local sig=$1 name=$2 delay=$3 img=$tmp/$2.img i
   truncate -s 256M "$img"
   start_nbdkit $name --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
-    file="$img" sleep=plain delay-ms=5 throttle-mode=writeback \
+    file="$img" sleep=plain delay-ms=20 throttle-mode=writeback \
     throttle-capacity=4M throttle-writeback-threads=1 -D throttle.verbose=1 \
     throttle-control="$tmp/$name.ctl"
   srv=$pid
@@ -92,7 +95,7 @@ wb_run ()
   [ -s "$tmp/$name.acked" ] || fail "$name: nothing acknowledged in 10 s"
   sleep "$delay"
   # Acknowledged writes not yet on the disk, just before the signal (at
-  # 5 ms each, they cannot drain in between).
+  # 20 ms each, they cannot drain in between).
   pending=$($PY - "$tmp/$name.ctl" <<'EOF'
 import json, socket, sys
 s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(b"stats\n")
