@@ -17,9 +17,11 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <malloc.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +29,10 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include <nbdkit-filter.h>
 
@@ -77,7 +83,7 @@ static uint32_t max_request = DEFAULT_MAX_REQUEST;
 
 /* Decided in get_ready, before any thread that reads them exists. */
 static bool io_flusher_active;
-static bool rt_active;
+static bool rt_active;                  /* SCHED_FIFO permitted (and wanted) */
 static bool oom_active;
 static bool lock_all;                   /* mlockall (MCL_ONFAULT) */
 static size_t reserve_size;
@@ -88,7 +94,38 @@ static bool reserve_locked;
  * mallocs the thread's slot: an allocation on the writeout path, before
  * the guards are on.  One byte fits glibc's static TLS surplus.
  */
-static __thread bool thread_entered __attribute__ ((tls_model ("initial-exec")));
+static __thread unsigned char thread_state
+  __attribute__ ((tls_model ("initial-exec")));
+enum { THREAD_NEW, THREAD_ENTERED, THREAD_DONE };
+
+/* throttle-rt: whether the process is real-time now.  With "on" from
+ * after_fork; with "auto" from the moment a connection's peer is a
+ * kernel nbd client on this machine, or memory pressure begins
+ * (rt_switch_on); it never goes back.  Real-time priority makes the
+ * request threads preempt a client on the same CPUs at every request
+ * (see "REAL-TIME PRIORITY" in nbdkit-throttle-filter(1)): "auto" pays
+ * that only where the server may be what the kernel waits for.
+ * Written under rt_lock, read without it.
+ */
+static atomic_bool rt_on;
+/* Lock rule: rt_lock serializes rt_switch_on (the walk over the tasks
+ * and its static buffer, rt_why, rt_when).
+ */
+static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
+static char rt_why[160];
+static struct timespec rt_when;
+
+/* /proc/self/task, opened in after_fork: walking it must not allocate
+ * (opendir does), since memory pressure is one reason to walk it.
+ */
+static int task_dir_fd = -1;
+/* The memory pressure watcher: a PSI trigger on /proc/pressure/memory
+ * and a pipe that tells the watcher to stop.
+ */
+static int psi_fd = -1;
+static int psi_stop[2] = { -1, -1 };
+static pthread_t psi_thread;
+static bool psi_thread_started;
 
 /* What a child of fork must write back to /proc/self/oom_score_adj:
  * the value nbdkit had before the filter lowered it.  Formatted in
@@ -405,10 +442,20 @@ apply_guards (void)
                  err, IO_FLUSHER_CONSEQUENCE) == -1)
       return -1;
   }
-  if (rt_active && (err = set_policy (SCHED_FIFO, &fifo_1)) != 0) {
-    rt_active = false;
-    if (refused (rt_mode, "throttle-rt", RT_WHAT, err, RT_CONSEQUENCE) == -1)
+  /* "auto" leaves the main thread as it is: rt_switch_on sets the
+   * policy when it is needed.
+   */
+  if (rt_active && rt_mode == GUARD_ON) {
+    err = set_policy (SCHED_FIFO, &fifo_1);
+    if (err != 0) {
+      rt_active = false;
+      nbdkit_error ("throttle-rt=on: %s: %s; use throttle-rt=auto or off "
+                    "to start without it", RT_WHAT, errtext (err));
       return -1;
+    }
+    snprintf (rt_why, sizeof rt_why, "throttle-rt=on");
+    clock_gettime (CLOCK_MONOTONIC, &rt_when);
+    atomic_store (&rt_on, true);
   }
   if (oom_active && (err = set_oom_score_adj ("-1000")) != 0) {
     oom_active = false;
@@ -544,13 +591,352 @@ throttle_guards_get_ready (int thread_model)
     nbdkit_debug ("throttle: guards planned: io-flusher %s, SCHED_FIFO %s, "
                   "oom_score_adj %s, mlock %s (%s), reserve %zu bytes",
                   io_flusher_active ? "yes" : "no",
-                  rt_active ? "yes" : "no",
+                  !rt_active ? "no" : rt_mode == GUARD_ON ? "yes" :
+                  "for kernel clients and under memory pressure",
                   oom_active ? "-1000" : "unchanged",
                   mlock_name (),
                   lock_all ? "everything, on fault" :
                   mlock_mode == LOCK_OFF ? "nothing" : "pools and reserve",
                   reserve_size);
   return 0;
+}
+
+/* Sets SCHED_FIFO on every thread of the process that is not
+ * real-time yet, and returns how many it changed.  Threads created
+ * later inherit it from their (now real-time) creator; a thread the
+ * walk misses switches itself in throttle_guards_thread_enter, which
+ * sees rt_on.  Caller holds rt_lock (the buffer is static: no
+ * allocation under memory pressure).
+ */
+static unsigned
+rt_set_all_threads (void)
+{
+  static char buf[4096] __attribute__ ((aligned (8)));
+  unsigned n = 0;
+  long len, off;
+
+  if (task_dir_fd == -1 || lseek (task_dir_fd, 0, SEEK_SET) == -1)
+    return 0;
+  while ((len = syscall (SYS_getdents64, task_dir_fd, buf, sizeof buf)) > 0) {
+    for (off = 0; off < len;) {
+      /* struct linux_dirent64: ino, off, reclen, type, name. */
+      unsigned short reclen;
+      const char *name = buf + off + 19;
+      pid_t tid = 0;
+      int policy;
+
+      memcpy (&reclen, buf + off + 16, sizeof reclen);
+      off += reclen;
+      for (; *name >= '0' && *name <= '9'; name++)
+        tid = tid * 10 + (*name - '0');
+      if (tid <= 0 || *name != '\0')
+        continue;
+      policy = sched_getscheduler (tid);
+      if (policy == -1 || (policy & ~SCHED_RESET_ON_FORK) == SCHED_FIFO)
+        continue;
+      if (sched_setscheduler (tid, SCHED_FIFO, &fifo_1) == 0)
+        n++;
+    }
+  }
+  return n;
+}
+
+/* throttle-rt=auto: makes the whole process real-time from now on, for
+ * the reason 'why'.  The whole process, not one connection: writeback
+ * writers and every connection's requests share the budget with the
+ * connection that needs it, and a SCHED_OTHER thread holding it would
+ * stall the real-time ones.  Allocates nothing unless nbdkit runs
+ * verbose (its debug message): the memory pressure watcher calls it.
+ */
+static void
+rt_switch_on (const char *why)
+{
+  unsigned n;
+  struct timespec now;
+
+  pthread_mutex_lock (&rt_lock);
+  if (atomic_load (&rt_on)) {
+    pthread_mutex_unlock (&rt_lock);
+    return;
+  }
+  atomic_store (&rt_on, true);
+  clock_gettime (CLOCK_MONOTONIC, &rt_when);
+  snprintf (rt_why, sizeof rt_why, "%s", why);
+  n = rt_set_all_threads ();
+  pthread_mutex_unlock (&rt_lock);
+  clock_gettime (CLOCK_REALTIME, &now);
+  nbdkit_debug ("throttle: guards: real-time on: %s: SCHED_FIFO set on %u "
+                "threads at %lld.%06ld", why, n,
+                (long long) now.tv_sec, now.tv_nsec / 1000);
+}
+
+/* Is the process named by /proc/PID one that hands its NBD socket to
+ * the kernel's nbd driver?  Then this server serves a block device of
+ * this machine, possibly its swap.  By comm (what it was started as)
+ * or by the executable's name.
+ */
+static bool
+kernel_client_name (const char *name)
+{
+  return strcmp (name, "nbd-client") == 0 || strcmp (name, "qemu-nbd") == 0;
+}
+
+static bool
+pid_is_kernel_client (int64_t pid, char *name, size_t len)
+{
+  char path[64], exe[PATH_MAX];
+  const char *base;
+  ssize_t r;
+  int fd;
+
+  snprintf (name, len, "?");
+  snprintf (path, sizeof path, "/proc/%" PRIi64 "/comm", pid);
+  fd = open (path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    r = read (fd, name, len - 1);
+    close (fd);
+    if (r > 0) {
+      name[r] = '\0';
+      name[strcspn (name, "\n")] = '\0';
+      if (kernel_client_name (name))
+        return true;
+    }
+  }
+  snprintf (path, sizeof path, "/proc/%" PRIi64 "/exe", pid);
+  r = readlink (path, exe, sizeof exe - 1);
+  if (r > 0) {
+    exe[r] = '\0';
+    base = strrchr (exe, '/');
+    base = base ? base + 1 : exe;
+    if (kernel_client_name (base)) {
+      snprintf (name, len, "%.*s", (int) len - 1, base);
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Decides for the connection of the calling thread; writes the reason
+ * into why either way.
+ */
+static bool
+peer_is_local_kernel_client (char *why, size_t len)
+{
+  struct sockaddr_storage ss;
+  socklen_t sslen = sizeof ss;
+  char name[64], addr[INET6_ADDRSTRLEN] = "?";
+  int64_t pid;
+
+  if (nbdkit_peer_name ((struct sockaddr *) &ss, &sslen) == -1) {
+    snprintf (why, len, "peer unknown (not a socket)");
+    return false;
+  }
+  switch (ss.ss_family) {
+  case AF_UNIX:
+    pid = nbdkit_peer_pid ();
+    if (pid <= 0) {
+      snprintf (why, len, "Unix socket peer without a PID");
+      return false;
+    }
+    if (pid_is_kernel_client (pid, name, sizeof name)) {
+      snprintf (why, len, "peer PID %" PRIi64 " is %s, a kernel nbd client "
+                "on this machine", pid, name);
+      return true;
+    }
+    snprintf (why, len, "peer PID %" PRIi64 " is %s, not a kernel nbd client",
+              pid, name);
+    return false;
+  case AF_INET: {
+    const struct sockaddr_in *sin = (const struct sockaddr_in *) &ss;
+
+    inet_ntop (AF_INET, &sin->sin_addr, addr, sizeof addr);
+    /* Which process is at the other end cannot be told without
+     * searching every process's sockets: a loopback peer may be the
+     * kernel, so it is treated as one.
+     */
+    if ((ntohl (sin->sin_addr.s_addr) >> 24) == 127) {
+      snprintf (why, len, "TCP peer %s on loopback, possibly a kernel nbd "
+                "client on this machine", addr);
+      return true;
+    }
+    break;
+  }
+  case AF_INET6: {
+    const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *) &ss;
+
+    inet_ntop (AF_INET6, &sin6->sin6_addr, addr, sizeof addr);
+    if (IN6_IS_ADDR_LOOPBACK (&sin6->sin6_addr) ||
+        (IN6_IS_ADDR_V4MAPPED (&sin6->sin6_addr) &&
+         sin6->sin6_addr.s6_addr[12] == 127)) {
+      snprintf (why, len, "TCP peer %s on loopback, possibly a kernel nbd "
+                "client on this machine", addr);
+      return true;
+    }
+    break;
+  }
+  default:
+    snprintf (why, len, "peer of address family %d, not on this machine",
+              (int) ss.ss_family);
+    return false;
+  }
+  snprintf (why, len, "TCP peer %s, not on this machine", addr);
+  return false;
+}
+
+void
+throttle_guards_open (void)
+{
+  char why[160];
+  bool kernel;
+
+  if (!rt_active || rt_mode != GUARD_AUTO || atomic_load (&rt_on))
+    return;
+  kernel = peer_is_local_kernel_client (why, sizeof why);
+  if (kernel)
+    rt_switch_on (why);
+  else if (throttle_debug_verbose)
+    nbdkit_debug ("throttle: guards: throttle-rt=auto: %s: request threads "
+                  "stay SCHED_OTHER until memory pressure begins", why);
+}
+
+/* The PSI trigger: a stall of 'some' task on memory for 10 ms within
+ * 1 s (1%).  Without CAP_SYS_RESOURCE, Linux >= 6.5 accepts only
+ * windows of whole multiples of 2 s.
+ */
+static const char *const psi_triggers[] = {
+  "some 10000 1000000", "some 20000 2000000",
+};
+
+/* Opens psi_fd with a trigger; 0 or an errno. */
+static int
+psi_open (const char **trigger)
+{
+  size_t i;
+  int err = 0;
+
+  for (i = 0; i < sizeof psi_triggers / sizeof psi_triggers[0]; i++) {
+    size_t len = strlen (psi_triggers[i]) + 1;
+
+    psi_fd = open ("/proc/pressure/memory", O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    if (psi_fd == -1)
+      return errno;
+    if (write (psi_fd, psi_triggers[i], len) == (ssize_t) len) {
+      *trigger = psi_triggers[i];
+      return 0;
+    }
+    err = errno;
+    close (psi_fd);
+    psi_fd = -1;
+  }
+  return err;
+}
+
+/* The watcher: waits for the PSI trigger (or the stop pipe), makes the
+ * process real-time and ends.  Itself real-time from the start where
+ * permitted (it sleeps until it matters), so that it runs at once when
+ * memory gets short.
+ */
+static void *
+psi_watch (void *arg)
+{
+  const char *trigger = arg;
+  struct pollfd fds[2] = {
+    { .fd = psi_fd, .events = POLLPRI },
+    { .fd = psi_stop[0], .events = POLLIN },
+  };
+  char why[96];
+
+  sched_setscheduler (0, SCHED_FIFO | SCHED_RESET_ON_FORK, &fifo_1);
+  snprintf (why, sizeof why, "memory pressure (PSI trigger \"%s\")", trigger);
+  for (;;) {
+    if (poll (fds, 2, -1) == -1) {
+      if (errno == EINTR)
+        continue;
+      break;
+    }
+    if (fds[1].revents)
+      break;
+    if (fds[0].revents & POLLPRI) {
+      rt_switch_on (why);
+      break;
+    }
+    if (fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) {
+      /* The trigger is gone (its cgroup was removed): nothing will
+       * warn of memory pressure any more.
+       */
+      rt_switch_on ("the memory pressure trigger failed");
+      break;
+    }
+  }
+  return NULL;
+}
+
+/* throttle-rt=auto: opens /proc/self/task and starts the memory
+ * pressure watcher, or, where no PSI trigger can be set, makes the
+ * process real-time at once (as throttle-rt=on would).  Called in
+ * after_fork.
+ */
+static void
+rt_auto_start (void)
+{
+  static const char *trigger;
+  char why[160];
+  int err;
+
+  task_dir_fd = open ("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (task_dir_fd == -1) {
+    snprintf (why, sizeof why, "cannot open /proc/self/task: %s",
+              errtext (errno));
+    goto always;
+  }
+  err = psi_open (&trigger);
+  if (err) {
+    snprintf (why, sizeof why, "no memory pressure trigger "
+              "(/proc/pressure/memory: %s)", errtext (err));
+    goto always;
+  }
+  if (pipe2 (psi_stop, O_CLOEXEC) == -1) {
+    snprintf (why, sizeof why, "pipe: %s", errtext (errno));
+    goto always;
+  }
+  err = pthread_create (&psi_thread, NULL, psi_watch, (void *) trigger);
+  if (err) {
+    snprintf (why, sizeof why, "cannot start the memory pressure watcher: %s",
+              errtext (err));
+    goto always;
+  }
+  psi_thread_started = true;
+  return;
+
+ always:
+  /* Cannot tell when memory gets short: real-time from the start. */
+  rt_switch_on (why);
+}
+
+/* Stops the watcher; closes what rt_auto_start opened. */
+static void
+rt_auto_stop (void)
+{
+  if (psi_thread_started) {
+    if (write (psi_stop[1], "x", 1) != 1)
+      nbdkit_debug ("throttle: guards: cannot stop the pressure watcher");
+    else
+      pthread_join (psi_thread, NULL);
+    psi_thread_started = false;
+  }
+  if (psi_stop[0] >= 0) {
+    close (psi_stop[0]);
+    close (psi_stop[1]);
+    psi_stop[0] = psi_stop[1] = -1;
+  }
+  if (psi_fd >= 0) {
+    close (psi_fd);
+    psi_fd = -1;
+  }
+  if (task_dir_fd >= 0) {
+    close (task_dir_fd);
+    task_dir_fd = -1;
+  }
 }
 
 /* Makes 'size' bytes of the main heap resident (and locked) so that
@@ -677,6 +1063,11 @@ throttle_guards_after_fork (void)
 
   if (reserve_size > 0)
     grow_reserve (reserve_size);
+  /* After the locks and the reserve: the watcher's stack is locked
+   * and takes nothing from the reserve.
+   */
+  if (rt_active && rt_mode == GUARD_AUTO)
+    rt_auto_start ();
 
   /* Under MCL_ONFAULT VmLck counts every locked mapping, touched or
    * not; what is pinned in RAM is at most VmRSS.
@@ -688,7 +1079,9 @@ throttle_guards_after_fork (void)
                 "oom_score_adj %s, mlock %s (%s), heap reserve %zu bytes (%s), "
                 "free at heap top %zu bytes, VmLck %s, VmRSS %s",
                 io_flusher_active ? "set" : "not set",
-                rt_active ? "set" : "not set",
+                !rt_active ? "not set" :
+                atomic_load (&rt_on) ? "set" :
+                "on demand (a kernel nbd client or memory pressure)",
                 oom_active ? "-1000" : "unchanged",
                 mlock_name (),
                 lock_all ? "everything, on fault" :
@@ -703,22 +1096,31 @@ throttle_guards_after_fork (void)
 void
 throttle_guards_thread_enter (void)
 {
-  if (__builtin_expect (thread_entered, true))
-    return;
-  thread_entered = true;
+  bool rt;
 
-  /* Threads created after after_fork inherit the task flags and the
-   * policy; this catches a thread that existed before (or code that
-   * cleared them).  A request thread also gets SCHED_RESET_ON_FORK:
-   * whatever it starts (the plugin's script, helper process or
-   * thread), however (fork, vfork, posix_spawn, pthread_create),
-   * starts SCHED_OTHER.
+  /* The cost on every request: one thread-local load, and until the
+   * process is real-time one relaxed atomic load.
    */
-  if (io_flusher_active && prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) != 1 &&
+  if (__builtin_expect (thread_state == THREAD_DONE, true) ||
+      (thread_state == THREAD_ENTERED &&
+       !atomic_load_explicit (&rt_on, memory_order_relaxed)))
+    return;
+
+  /* Threads created after after_fork inherit the task flags, and the
+   * policy once the process is real-time; this catches a thread that
+   * existed before (or code that cleared them), and with
+   * throttle-rt=auto a thread the switch to real-time missed.  A
+   * request thread also gets SCHED_RESET_ON_FORK: whatever it starts
+   * (the plugin's script, helper process or thread), however (fork,
+   * vfork, posix_spawn, pthread_create), starts SCHED_OTHER.
+   */
+  if (thread_state == THREAD_NEW && io_flusher_active &&
+      prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) != 1 &&
       prctl (PR_SET_IO_FLUSHER, 1, 0, 0, 0) == -1)
     nbdkit_debug ("throttle: PR_SET_IO_FLUSHER in thread %ld: %s",
                   (long) gettid (), errtext (errno));
-  if (rt_active &&
+  rt = rt_active && atomic_load (&rt_on);
+  if (rt &&
       sched_getscheduler (0) != (SCHED_FIFO | SCHED_RESET_ON_FORK) &&
       sched_setscheduler (0, SCHED_FIFO | SCHED_RESET_ON_FORK, &fifo_1) == -1)
     nbdkit_debug ("throttle: SCHED_FIFO in thread %ld: %s",
@@ -730,12 +1132,16 @@ throttle_guards_thread_enter (void)
                   prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) == 1 ? "set" : "lost",
                   (sched_getscheduler (0) & ~SCHED_RESET_ON_FORK) ==
                   SCHED_FIFO ? "SCHED_FIFO" : "other");
+  /* Nothing more can change once real-time (or never permitted). */
+  thread_state = rt || !rt_active ? THREAD_DONE : THREAD_ENTERED;
 }
 
 void
 throttle_guards_unload (void)
 {
   char vmlck[64] = "?";
+
+  rt_auto_stop ();
 
   if (throttle_debug_verbose) {
     proc_status_field ("VmLck", vmlck, sizeof vmlck);

@@ -44,9 +44,19 @@ extern int throttle_guards_get_ready (int thread_model);
  */
 extern int throttle_guards_after_fork (void);
 
-/* Applies the per-thread guards to the calling thread once; after the
- * first call in a thread it costs one thread-local load.  Call at the
- * start of every request and of every background thread.
+/* throttle-rt=auto: makes the process real-time if the peer of the
+ * calling thread's connection is a kernel nbd client on this machine
+ * (see "REAL-TIME PRIORITY" in nbdkit-throttle-filter(1)).  Call from
+ * .open, before nbdkit starts the connection's worker threads (they
+ * inherit the policy).
+ */
+extern void throttle_guards_open (void);
+
+/* Applies the per-thread guards to the calling thread: once, and with
+ * throttle-rt=auto again at its first call after the process turned
+ * real-time.  Otherwise it costs a thread-local load and, until the
+ * process is real-time, an atomic load.  Call at the start of every
+ * request and of every background thread.
  */
 extern void throttle_guards_thread_enter (void);
 
@@ -58,11 +68,12 @@ extern void throttle_guards_unload (void);
  */
 extern uint32_t throttle_guards_max_request (void);
 
-/* True if the request-serving threads run SCHED_FIFO: the filter must
- * then charge reads too, so the replies in flight (the allocator's
- * real-time reserve is what they draw on) stay bounded.  Valid from
- * throttle_guards_get_ready on; it can only turn false in after_fork
- * (-u dropped CAP_SYS_NICE), and charging reads then is harmless.
+/* True if the request-serving threads run SCHED_FIFO or may come to
+ * (throttle-rt=auto): the filter must then charge reads too, so the
+ * replies in flight (the allocator's real-time reserve is what they
+ * draw on) stay bounded.  Valid from throttle_guards_get_ready on; it
+ * can only turn false in after_fork (-u dropped CAP_SYS_NICE), and
+ * charging reads then is harmless.
  */
 extern bool throttle_guards_rt_active (void);
 

@@ -56,7 +56,9 @@
  *
  * .after_fork       guards      throttle_guards_after_fork, FIRST: every
  *                               thread started later inherits the guards;
- *                               mlockall, the heap reserve.
+ *                               mlockall, the heap reserve; with
+ *                               throttle-rt=auto the memory pressure
+ *                               watcher thread.
  *                   quit        throttle_quit_start: the shutdown watcher.
  *                   control     throttle_control_after_fork: the control
  *                               thread.
@@ -65,7 +67,12 @@
  *                               plugin lists gets a budget and its
  *                               adapt-glue state (throttle_adapt_export_new).
  *
- * .open             throttle.c  the plugin's open (next) first, then the
+ * .open             guards      throttle_guards_open, FIRST: a kernel nbd
+ *                               client as peer makes nbdkit real-time
+ *                               before the plugin's open forks anything
+ *                               and before nbdkit starts the connection's
+ *                               workers (they inherit the policy).
+ *                   throttle.c  the plugin's open (next), then the
  *                               export (throttle_export_for_name).
  *                   writeback   throttle_writeback_open: the first writable
  *                               open of an export makes its pool (mmap, not
@@ -106,7 +113,8 @@
  * .unload           control     throttle_control_unload, FIRST (nothing left
  *                               to do after .cleanup): its thread reads the
  *                               budgets freed below.
- *                   guards      throttle_guards_unload.
+ *                   guards      throttle_guards_unload: stops the memory
+ *                               pressure watcher.
  *                   abort       throttle_abort_uninstall: the handler's code
  *                               goes with the filter.
  *                   throttle.c  the summary line of each export.

@@ -152,7 +152,8 @@ throttle_get_ready (int thread_model)
    */
   if (throttle_guards_rt_active () && !throttle_config.charge_reads) {
     throttle_config.charge_reads = true;
-    nbdkit_debug ("throttle: request threads are real-time: reads are charged");
+    nbdkit_debug ("throttle: request threads are or may become real-time: "
+                  "reads are charged");
   }
   return 0;
 }
@@ -224,6 +225,7 @@ throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
 {
   struct throttle_handle *h;
 
+  throttle_guards_open ();
   if (next (nxdata, readonly, exportname) == -1)
     return NULL;
 
