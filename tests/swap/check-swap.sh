@@ -202,7 +202,8 @@ for c in $configs; do
     case " $args " in
         *" thr.guards=1 "*)
             # Boots whose every nbdkit thread had PF_MEMALLOC_NOIO and
-            # PF_LOCAL_THROTTLE with VmLck > 0: after the workload, or
+            # PF_LOCAL_THROTTLE with VmLck > 0 and SCHED_FIFO (from before
+            # the first swap-out, else rt-late): after the workload, or
             # before it when the guest hung (ok-pre, which cannot pass).
             gok=$(printf '%s\n' "$rows" | grep -c ' guards=ok ' || true)
             gpre=$(printf '%s\n' "$rows" | grep -c ' guards=ok-pre ' || true)
@@ -210,7 +211,7 @@ for c in $configs; do
             if [ "$must" = 1 ]; then
                 if [ "$gok" = "$wanted" ]; then gv=PASS; else gv=FAIL; fail=1; fi
             fi
-            printf '%-34s %-8s %5s %8s %s\n' "  guards(noio,throttle,vmlck)" \
+            printf '%-34s %-8s %5s %8s %s\n' "  guards(noio,throttle,vmlck,rt)" \
                 "$kind" "$n" "ok=$gok" "ok-before-hang=$gpre $gv"
             ;;
     esac

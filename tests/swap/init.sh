@@ -221,10 +221,15 @@ fi
 echo "SWAP-ON $(tail -n 1 /proc/swaps)"
 
 # Thread flags (field 9 of stat; the comm field may hold spaces, so count
-# from its closing parenthesis) and the locked memory of nbdkit.
+# from its closing parenthesis), scheduling policy (field 41, 1 is
+# SCHED_FIFO) and the locked memory of nbdkit.  The pages swapped out so
+# far (pswpout) go with it: real-time threads in the line taken before
+# the workload with pswpout=0 prove that the filter's throttle-rt=auto
+# made them real-time before the first swap-out reached the server.
 guards ()
 {
-    local when=$1 n=0 noio=0 lt=0 t st flags policy vmlck
+    local when=$1 n=0 noio=0 lt=0 rt=0 t st flags policy vmlck pswpout
+    pswpout=$(awk '$1 == "pswpout" { print $2 }' /proc/vmstat)
     for t in /proc/$NBDKIT_PID/task/*; do
         st=$(cat $t/stat) || continue
         set -- ${st##*) }
@@ -232,10 +237,11 @@ guards ()
         n=$((n + 1))
         [ $((flags & PF_MEMALLOC_NOIO)) != 0 ] && noio=$((noio + 1))
         [ $((flags & PF_LOCAL_THROTTLE)) != 0 ] && lt=$((lt + 1))
+        [ "$policy" = 1 ] && rt=$((rt + 1))
         echo "THREAD $when tid=${t##*/} comm=$(cat $t/comm) flags=$(printf 0x%08x $flags) noio=$(( (flags & PF_MEMALLOC_NOIO) != 0 )) local_throttle=$(( (flags & PF_LOCAL_THROTTLE) != 0 )) policy=$policy"
     done
     vmlck=$(awk '/^VmLck:/ { print $2 }' /proc/$NBDKIT_PID/status)
-    echo "GUARDS $when threads=$n noio=$noio local_throttle=$lt vmlck_kb=$vmlck oom_score_adj=$(cat /proc/$NBDKIT_PID/oom_score_adj)"
+    echo "GUARDS $when threads=$n noio=$noio local_throttle=$lt vmlck_kb=$vmlck oom_score_adj=$(cat /proc/$NBDKIT_PID/oom_score_adj) rt=$rt pswpout=$pswpout"
 }
 guards pre
 # To map the RIP of a faulting nbdkit thread in a task dump to a library.

@@ -10,13 +10,13 @@
 #
 #   RESULT cfg=C boot=N status=pass|fail writeout=0|1 swapin=0|1 hung=0|1
 #          reason=R wo=SECS si=SECS total=SECS
-#          guards=ok|missing|n/a|fork-leak|fork-fail|fork-missing
+#          guards=ok|missing|n/a|rt-late|fork-leak|fork-fail|fork-missing
 #          swapout_mib=M swapin_mib=M log=LOG
 #
 # and exits 0 when the boot passed: both phases completed and verified,
 # the guest really swapped, and (for configs with thr.guards=1) every
 # nbdkit thread carried PF_MEMALLOC_NOIO and PF_LOCAL_THROTTLE with locked
-# memory (and, with thr.forkcheck=1, a process forked by the eval plugin
+# memory, and was SCHED_FIFO before the first page was swapped out (and, with thr.forkcheck=1, a process forked by the eval plugin
 # under the filter inherited none of the guards).  "hung" means the
 # guest's hung-task detector panicked it, or the host gave up: an nbd
 # request unanswered for $SWAP_STUCK (60) seconds, no
@@ -183,21 +183,31 @@ else
     reason=exited-early
 fi
 
-# Guards: every nbdkit thread flagged, memory locked, at the end of the run
-# (a guard set lazily by a worker shows there).  Without the post-run line
-# (the guest hung) the pre-run line is reported.
+# Guards: every nbdkit thread flagged and real-time, memory locked, at the
+# end of the run (a guard set lazily by a worker shows there).  Without
+# the post-run line (the guest hung) the pre-run line is reported.
+# Real-time must come before the first swap-out: in the line taken
+# after nbd-client connected and before the workload, every thread is
+# SCHED_FIFO and nothing was swapped out yet (else guards=rt-late).
 guards=n/a
 gline=$(grep -o 'GUARDS post.*' "$c" | tail -n 1)
 [ -n "$gline" ] || gline=$(grep -o 'GUARDS pre.*' "$c" | tail -n 1)
+pline=$(grep -o 'GUARDS pre.*' "$c" | tail -n 1)
 case " $args " in
     *" thr.guards=1 "*)
         guards=missing
         if [ -n "$gline" ]; then
             set -- $(echo "$gline" | sed 's/[a-z_]*=//g')
             # GUARDS WHEN threads noio local_throttle vmlck_kb oom_score_adj
+            #        rt pswpout
             if [ "${3:-0}" -gt 0 ] && [ "$4" = "$3" ] && [ "$5" = "$3" ] &&
-               [ "${6:-0}" -gt 0 ]; then
+               [ "${6:-0}" -gt 0 ] && [ "${8:-}" = "$3" ]; then
                 guards=ok
+            fi
+            set -- $(echo "$pline" | sed 's/[a-z_]*=//g')
+            if [ $guards = ok ] &&
+               { [ "${3:-0}" = 0 ] || [ "${8:-}" != "$3" ] || [ "${9:-}" != 0 ]; }; then
+                guards=rt-late
             fi
             case "$gline" in "GUARDS pre"*) guards=$guards-pre ;; esac
         fi
