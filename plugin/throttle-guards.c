@@ -846,6 +846,10 @@ psi_watch (void *arg)
   };
   char why[96];
 
+  /* Named, so that it can be told from nbdkit's threads (whose policy
+   * a test checks).
+   */
+  pthread_setname_np (pthread_self (), "throttle-psi");
   sched_setscheduler (0, SCHED_FIFO | SCHED_RESET_ON_FORK, &fifo_1);
   snprintf (why, sizeof why, "memory pressure (PSI trigger \"%s\")", trigger);
   for (;;) {

@@ -2,7 +2,9 @@
 # What the plugin runs inherits none of the guards.  nbdkit's eval
 # plugin forks a shell for every method; its scripts record their own
 # task flags, scheduling policy and oom_score_adj.  With the filter at
-# its defaults nbdkit's threads run SCHED_FIFO (as root here), and
+# its defaults and a client named nbd-client (a kernel nbd client on
+# this machine, for throttle-rt=auto) nbdkit's threads run SCHED_FIFO
+# (as root here) from the connection's open on, and
 # where the kernel grants them PF_MEMALLOC_NOIO / PF_LOCAL_THROTTLE and
 # oom_score_adj -1000; the scripts, forked from the connection thread
 # (open) and from the request threads (pread), must come out SCHED_OTHER,
@@ -45,6 +47,9 @@ echo $start_adj > /proc/self/oom_score_adj || exit 1
 exec "$NBDKIT" "\$@"
 EOF
 chmod +x "$tmp/nbdkit-adj"
+# python3 under the name of the kernel's nbd client: throttle-rt=auto
+# makes nbdkit real-time for it.
+ln -s "$PY" "$tmp/nbd-client"
 
 # Fields of /proc/self/stat after the command name: 9 flags, 40
 # rt_priority, 41 policy.
@@ -64,7 +69,7 @@ check ()
     pread="sh -c '$record' pread-child; dd if=/dev/zero count=\$3 iflag=count_bytes status=none"
   # nbdkit's threads (fields 9 flags and 41 policy), read while the
   # connection is open: those that served requests run SCHED_FIFO.
-  "$PY" - "$uri" "$pid" > "$tmp/threads" <<'EOF' || fail "$model: reads failed"
+  "$tmp/nbd-client" - "$uri" "$pid" > "$tmp/threads" <<'EOF' || fail "$model: reads failed"
 import nbd, os, sys
 h = nbd.NBD()
 h.connect_uri(sys.argv[1])
