@@ -58,21 +58,29 @@ import nbd, os, sys, time
 pid, sock, what = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 def stat(path):
     return open(path).read().rsplit(")", 1)[1].split()
+def ours(t):
+    # The filter's memory pressure watcher (throttle-rt=auto) is
+    # real-time from the start.
+    try:
+        return open("/proc/%d/task/%s/comm" % (pid, t)).read().strip() != "throttle-psi"
+    except FileNotFoundError:
+        return False
+def nthreads():
+    return len([t for t in os.listdir("/proc/%d/task" % pid) if ours(t)])
+idle = nthreads()
 h = nbd.NBD()
 h.connect_uri("nbd+unix:///?socket=" + sock)
-h.pread(4096, 0)                  # all worker threads exist from here
+h.pread(4096, 0)
 if what == "threads":
     h.pwrite(bytearray(4096), 0)
     # nbdkit starts the 4 workers (--threads=4) after the handshake:
-    # wait until main + connection thread + workers all exist.
+    # wait until the connection thread and the workers all exist.
     for _ in range(100):
-        if len(os.listdir("/proc/%d/task" % pid)) >= 6:
+        if nthreads() >= idle + 5:
             break
         time.sleep(0.05)
     for t in sorted(os.listdir("/proc/%d/task" % pid)):
-        # The filter's memory pressure watcher (throttle-rt=auto) is
-        # real-time from the start.
-        if open("/proc/%d/task/%s/comm" % (pid, t)).read().strip() == "throttle-psi":
+        if not ours(t):
             continue
         f = stat("/proc/%d/task/%s/stat" % (pid, t))
         # fields 9 (flags), 40 (rt_priority), 41 (policy)
