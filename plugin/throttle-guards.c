@@ -832,9 +832,7 @@ psi_open (const char **trigger)
 }
 
 /* The watcher: waits for the PSI trigger (or the stop pipe), makes the
- * process real-time and ends.  Itself real-time from the start where
- * permitted (it sleeps until it matters), so that it runs at once when
- * memory gets short.
+ * process real-time and ends.  Started real-time (rt_auto_start).
  */
 static void *
 psi_watch (void *arg)
@@ -846,11 +844,6 @@ psi_watch (void *arg)
   };
   char why[96];
 
-  /* Named, so that it can be told from nbdkit's threads (whose policy
-   * a test checks).
-   */
-  pthread_setname_np (pthread_self (), "throttle-psi");
-  sched_setscheduler (0, SCHED_FIFO | SCHED_RESET_ON_FORK, &fifo_1);
   snprintf (why, sizeof why, "memory pressure (PSI trigger \"%s\")", trigger);
   for (;;) {
     if (poll (fds, 2, -1) == -1) {
@@ -884,6 +877,7 @@ static void
 rt_auto_start (void)
 {
   static const char *trigger;
+  pthread_attr_t attr;
   char why[160];
   int err;
 
@@ -903,7 +897,24 @@ rt_auto_start (void)
     snprintf (why, sizeof why, "pipe: %s", errtext (errno));
     goto always;
   }
-  err = pthread_create (&psi_thread, NULL, psi_watch, (void *) trigger);
+  /* Real-time from its creation (it sleeps until it matters), so that
+   * it runs at once when memory gets short; named, so that it can be
+   * told from nbdkit's threads.  Both before after_fork returns.
+   */
+  err = pthread_attr_init (&attr);
+  if (err == 0) {
+    if (pthread_attr_setinheritsched (&attr, PTHREAD_EXPLICIT_SCHED) != 0 ||
+        pthread_attr_setschedpolicy (&attr, SCHED_FIFO) != 0 ||
+        pthread_attr_setschedparam (&attr, &fifo_1) != 0)
+      err = EINVAL;
+    else
+      err = pthread_create (&psi_thread, &attr, psi_watch, (void *) trigger);
+    pthread_attr_destroy (&attr);
+  }
+  if (err)
+    err = pthread_create (&psi_thread, NULL, psi_watch, (void *) trigger);
+  if (err == 0)
+    pthread_setname_np (psi_thread, "throttle-psi");
   if (err) {
     snprintf (why, sizeof why, "cannot start the memory pressure watcher: %s",
               errtext (err));

@@ -26,6 +26,11 @@ if [ -z "$PY" ]; then
     exit 77
 fi
 
+# test-guards-rt.sh makes machine-wide memory pressure, which turns
+# throttle-rt=auto real-time: not while this test checks the policy.
+exec 9> /tmp/nbdkit-throttle-tests-psi.lock
+flock -s 9
+
 tmp=$(mktemp -d /tmp/test-guards.XXXXXX)
 pid= bg=
 # alive PID: running and not a zombie.
