@@ -457,6 +457,24 @@ apply_guards (void)
     clock_gettime (CLOCK_MONOTONIC, &rt_when);
     atomic_store (&rt_on, true);
   }
+  else if (rt_active) {
+    /* Still permitted (-u may have dropped CAP_SYS_NICE)?  Tried and
+     * undone, as in the probe.
+     */
+    int policy = sched_getscheduler (0);
+    struct sched_param old;
+
+    if (policy == -1 || sched_getparam (0, &old) == -1)
+      err = errno;
+    else
+      err = set_policy (SCHED_FIFO, &fifo_1);
+    if (err == 0)
+      set_policy (policy, &old);
+    else {
+      rt_active = false;
+      refused (rt_mode, "throttle-rt", RT_WHAT, err, RT_CONSEQUENCE);
+    }
+  }
   if (oom_active && (err = set_oom_score_adj ("-1000")) != 0) {
     oom_active = false;
     if (refused (oom_mode, "throttle-oom", OOM_WHAT, err,
@@ -1157,6 +1175,22 @@ throttle_guards_unload (void)
   char vmlck[64] = "?";
 
   rt_auto_stop ();
+  if (rt_active) {
+    pthread_mutex_lock (&rt_lock);
+    if (atomic_load (&rt_on)) {
+      struct timespec now;
+
+      clock_gettime (CLOCK_MONOTONIC, &now);
+      nbdkit_debug ("throttle: guards: at exit: real-time for the last "
+                    "%.3f s: %s",
+                    (now.tv_sec - rt_when.tv_sec) +
+                    (now.tv_nsec - rt_when.tv_nsec) / 1e9, rt_why);
+    }
+    else
+      nbdkit_debug ("throttle: guards: at exit: never real-time (no kernel "
+                    "nbd client, no memory pressure)");
+    pthread_mutex_unlock (&rt_lock);
+  }
 
   if (throttle_debug_verbose) {
     proc_status_field ("VmLck", vmlck, sizeof vmlck);

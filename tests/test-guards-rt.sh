@@ -174,6 +174,9 @@ grep -q "real-time on: peer PID $cpid is nbd-client, a kernel nbd client on this
 MIN=2 expect 1 $(policies_now)
 echo "auto: nbd-client: $(grep -o 'real-time on: .*' "$log")"
 stop_nbdkit $pid
+# And at exit, how long and why.
+grep -q "at exit: real-time for the last [0-9.]* s: peer PID $cpid is nbd-client" "$log" ||
+  { cat "$log"; fail "auto: no line at exit saying how long and why real-time"; }
 
 # --- auto: a TCP peer on loopback --------------------------------------
 port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
