@@ -84,7 +84,8 @@ extern bool throttle_guards_lock_pools (void);
   "throttle-io-flusher=auto|on|off  PR_SET_IO_FLUSHER for request threads\n" \
   "                            (default auto).\n" \
   "throttle-rt=auto|on|off     Request threads SCHED_FIFO priority 1\n" \
-  "                            (default auto).\n" \
+  "                            (default auto: for a kernel nbd client on\n" \
+  "                            this machine and under memory pressure).\n" \
   "throttle-mlock=auto|onfault|pool|off  What is locked in RAM\n" \
   "                            (default auto: onfault where permitted).\n" \
   "throttle-oom=auto|on|off    oom_score_adj -1000 (default auto).\n" \
