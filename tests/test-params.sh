@@ -111,6 +111,28 @@ for p in throttle-capacity throttle-metric throttle-reads throttle-split; do
   grep -q "^$p=" "$tmp/help" || fail "--help does not list $p"
 done
 
+# The man page is written by hand: its SYNOPSIS and its PARAMETERS
+# items must name exactly the parameters --help lists (config_help is
+# the list the filter really takes).
+pod=$srcdir/../man/nbdkit-throttle-filter.pod
+requires_file "$pod"
+grep -o '^throttle-[a-z-]*' "$tmp/help" | sort -u >"$tmp/keys.help"
+[ "$(wc -l <"$tmp/keys.help")" -ge 10 ] ||
+  { cat "$tmp/help"; fail "--help lists fewer than 10 parameters"; }
+section ()
+{
+  awk -v h="=head1 $1" '$0 == h { p = 1; next } /^=head1 / { p = 0 } p' "$pod"
+}
+section SYNOPSIS | grep -o 'throttle-[a-z-]*=' | tr -d = | sort -u \
+  >"$tmp/keys.synopsis"
+section PARAMETERS | sed -n 's/^=item B<\(throttle-[a-z-]*\).*/\1/p' |
+  sort -u >"$tmp/keys.parameters"
+for part in synopsis parameters; do
+  diff "$tmp/keys.help" "$tmp/keys.$part" >"$tmp/keys.diff" ||
+    { cat "$tmp/keys.diff"
+      fail "man page $part and --help disagree (<: only in --help, >: only in the man page)"; }
+done
+
 # Verbose debugging shows admissions; the user metric charges
 # 1 + MiB started per write: 1 + 1 for a 64K write.
 requires $PY -c 'import nbd'
