@@ -46,6 +46,7 @@
 #include "throttle-guards.h"
 #include "throttle-mempool.h"
 #include "throttle-parse.h"
+#include "throttle-wbsize.h"
 #include "throttle-writeback.h"
 
 /* A pending write's payload lives in page-sized buffers: a swap device
@@ -56,12 +57,17 @@
 /* Larger writes go through synchronously (in order): a writer copies
  * a pending write into a contiguous buffer of this size to write it
  * with one backend call, and that buffer is locked too.  2 MiB covers
- * the kernel's usual largest request (max_sectors_kb 1280).
+ * the kernel's usual largest request (max_sectors_kb 1280).  The
+ * writers share a few of them (throttle_wbsize_bounce), so more
+ * writers do not lock more memory.
  */
 #define WB_MAX_WRITE (2 * 1024 * 1024)
 
-#define WB_DEFAULT_THREADS 4
-#define WB_MAX_THREADS 64
+/* throttle-writeback-threads: 0, the default, sizes the writers from
+ * the thread model in get_ready (throttle_wbsize_writers).
+ */
+#define WB_DEFAULT_THREADS 0
+#define WB_MAX_THREADS THROTTLE_WBSIZE_MAX
 
 /* How many queued writes a writer looks at for one it may start:
  * bounds the time under the lock when many are blocked by overlaps.
@@ -73,6 +79,7 @@
 static bool writeback;
 static uint64_t pool_param;      /* throttle-writeback-pool, 0 = default */
 static unsigned nr_threads = WB_DEFAULT_THREADS;
+static unsigned nr_writers;      /* decided in get_ready */
 static uint64_t pool_bytes;      /* decided in config_complete */
 
 struct wb_rec {                  /* a pending write */
@@ -103,8 +110,8 @@ struct wb_writer {
   pthread_t thread;
   bool started;
   nbdkit_next *ctx;
-  void *bounce;
   uint64_t flushed_gen;
+  bool dirty;                    /* wrote since its last flush */
 };
 
 struct throttle_wb {
@@ -191,10 +198,23 @@ throttle_writeback_config (const char *key, const char *value)
   return 0;
 }
 
+/* Bounce buffers an export's writers share: as many as the writers
+ * up to THROTTLE_WBSIZE_BOUNCE_MAX; before get_ready has sized the
+ * writers, the most there can be.
+ */
+static unsigned
+wb_nr_bounce (void)
+{
+  unsigned n = nr_writers ? nr_writers : nr_threads;
+
+  return throttle_wbsize_bounce (n ? n : THROTTLE_WBSIZE_BOUNCE_MAX);
+}
+
 /* Bytes an export's writeback state takes, all of it touched and
  * (unless throttle-mlock=off) locked: the pool, with its free stack
- * and its records and links, and a buffer per writer.  The caller
- * ensures pool is at most half of RAM, so nothing here overflows.
+ * and its records and links, and the writers' bounce buffers.  The
+ * caller ensures pool is at most half of RAM, so nothing here
+ * overflows.
  */
 static uint64_t
 wb_memory (uint64_t pool)
@@ -204,7 +224,7 @@ wb_memory (uint64_t pool)
     sizeof (void *) + 1;
   uint64_t bounce = pool < WB_MAX_WRITE ? pool : WB_MAX_WRITE;
 
-  return pool + nr * per + nr_threads * bounce;
+  return pool + nr * per + wb_nr_bounce () * bounce;
 }
 
 int
@@ -272,9 +292,9 @@ throttle_writeback_config_complete (void)
   ram = (uint64_t) sysconf (_SC_PHYS_PAGES) * sysconf (_SC_PAGESIZE);
   if (pool_bytes > ram / 2 || (need = wb_memory (pool_bytes)) > ram / 2) {
     nbdkit_error ("%s: a writeback pool of %" PRIu64 " bytes per export "
-                  "(plus its records and %u writers' buffers) needs more "
+                  "(plus its records and %u writers' bounce buffers) needs more "
                   "than half of RAM, %" PRIu64 " of %" PRIu64 " bytes: %s",
-                  why, pool_bytes, nr_threads, ram / 2, ram, fix);
+                  why, pool_bytes, wb_nr_bounce (), ram / 2, ram, fix);
     return -1;
   }
   if (pool_bytes / WB_ELEM >= NO_SLOT) {     /* 16 TiB */
@@ -285,9 +305,9 @@ throttle_writeback_config_complete (void)
   }
   nbdkit_debug ("throttle: writeback: pool %" PRIu64 " bytes per export "
                 "in %d-byte buffers (%" PRIu64 " bytes in all with records "
-                "and writers' buffers), %u writer threads, writes above "
+                "and writers' bounce buffers), writes above "
                 "%d bytes go through directly",
-                pool_bytes, WB_ELEM, need, nr_threads,
+                pool_bytes, WB_ELEM, need,
                 (int) (pool_bytes < WB_MAX_WRITE ? pool_bytes : WB_MAX_WRITE));
   throttle_control_add_extra_stats (throttle_writeback_stats_json);
   return 0;
@@ -302,6 +322,8 @@ throttle_writeback_enabled (void)
 int
 throttle_writeback_get_ready (int thread_model)
 {
+  const char *why;
+
   if (!writeback)
     return 0;
   /* The writers are extra plugin handles used from threads serving no
@@ -319,6 +341,12 @@ throttle_writeback_get_ready (int thread_model)
                   ? "serialize_connections" : "serialize_all_requests");
     return -1;
   }
+  nr_writers = throttle_wbsize_writers (
+    thread_model == NBDKIT_THREAD_MODEL_SERIALIZE_REQUESTS
+    ? THROTTLE_WBSIZE_SERIALIZE_REQUESTS : THROTTLE_WBSIZE_PARALLEL,
+    nr_threads, &why);
+  nbdkit_debug ("throttle: writeback: %u writer threads per export (%s), "
+                "sharing %u bounce buffers", nr_writers, why, wb_nr_bounce ());
   return throttle_abort_install ();
 }
 
@@ -445,9 +473,14 @@ writer_main (void *arg)
       uint64_t gen = wb->flush_gen;
       int err = 0, res = 0;
 
+      /* A writer that wrote nothing since its last flush has nothing
+       * of its own to make durable: without this, every client flush
+       * would cost a backend flush per writer.
+       */
       pthread_mutex_unlock (&wb->lock);
-      if (wb->writer_flush)
+      if (wb->writer_flush && w->dirty)
         res = w->ctx->flush (w->ctx, 0, &err);
+      w->dirty = false;
       if (res == -1) {
         if (err == 0)
           err = EIO;
@@ -465,19 +498,32 @@ writer_main (void *arg)
 
     r = pick (wb);
     if (r) {
+      void *bounce = NULL;
       const void *buf;
       int err = 0, res;
 
       r->writing = true;
       pthread_mutex_unlock (&wb->lock);
 
+      /* The record stays "writing" while this waits for a bounce
+       * buffer, so newer overlapping writes still wait for it.  A
+       * holder only copies and writes before giving it back, so the
+       * wait ends; the bounce pool is never shut down, so it cannot
+       * fail.
+       */
       if (wb->links[r->first].next == NO_SLOT)
         buf = wb->links[r->first].buf;
       else {
-        copy_out (wb, r, 0, r->count, w->bounce);
-        buf = w->bounce;
+        bounce = throttle_mempool_try_alloc (wb->bounce_pool);
+        if (bounce == NULL)
+          bounce = throttle_mempool_alloc (wb->bounce_pool, NULL, NULL, 0);
+        copy_out (wb, r, 0, r->count, bounce);
+        buf = bounce;
       }
       res = w->ctx->pwrite (w->ctx, buf, r->count, r->offset, 0, &err);
+      w->dirty = true;
+      if (bounce)
+        throttle_mempool_free (wb->bounce_pool, bounce);
       if (res == -1) {
         if (err == 0)
           err = EIO;
@@ -536,8 +582,6 @@ wb_destroy (struct throttle_wb *wb)
 
     if (w->started)
       pthread_join (w->thread, NULL);
-    if (w->bounce)
-      throttle_mempool_free (wb->bounce_pool, w->bounce);
     close_writer_ctx (w);
   }
   if (wb->started_all)
@@ -601,17 +645,17 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
            const char *exportname, bool *read_only)
 {
   struct throttle_wb *wb;
-  size_t i, max_write;
+  size_t i, max_write, nr_bounce = wb_nr_bounce ();
   bool lock = throttle_guards_lock_pools ();
   int err;
 
-  wb = calloc (1, sizeof *wb + nr_threads * sizeof wb->writers[0]);
+  wb = calloc (1, sizeof *wb + nr_writers * sizeof wb->writers[0]);
   if (wb == NULL) {
     nbdkit_error ("calloc: %m");
     return NULL;
   }
   wb->exp = exp;
-  wb->nr_writers = nr_threads;
+  wb->nr_writers = nr_writers;
   wb->nr = pool_bytes / WB_ELEM;
   pthread_mutex_init (&wb->lock, NULL);
   pthread_mutex_init (&wb->alloc_lock, NULL);
@@ -622,12 +666,12 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
   wb->pool = throttle_mempool_create (wb->nr, WB_ELEM, lock);
   max_write = pool_bytes < WB_MAX_WRITE ? pool_bytes : WB_MAX_WRITE;
   if (wb->pool)
-    wb->bounce_pool = throttle_mempool_create (nr_threads, max_write, lock);
+    wb->bounce_pool = throttle_mempool_create (nr_bounce, max_write, lock);
   if (wb->pool == NULL || wb->bounce_pool == NULL) {
     nbdkit_error ("throttle: writeback: cannot create the %s pool of "
                   "export \"%s\" (%" PRIu64 " bytes%s): %m%s",
                   wb->pool ? "writers'" : "write", exp->name,
-                  wb->pool ? (uint64_t) nr_threads * max_write : pool_bytes,
+                  wb->pool ? (uint64_t) nr_bounce * max_write : pool_bytes,
                   lock ? ", locked" : "",
                   lock ? " (raise ulimit -l, lower throttle-writeback-pool, "
                   "or throttle-mlock=off)" : "");
@@ -657,18 +701,17 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
     wb->free_link = i;
   }
 
-  for (i = 0; i < nr_threads; ++i) {
+  for (i = 0; i < nr_writers; ++i) {
     struct wb_writer *w = &wb->writers[i];
 
     w->wb = wb;
-    w->bounce = throttle_mempool_try_alloc (wb->bounce_pool);
     switch (open_writer_ctx (wb, w, backend, exportname)) {
     case 0: break;
     case 1: *read_only = true; /* fallthrough */
     default: goto fail;
     }
   }
-  for (i = 0; i < nr_threads; ++i) {
+  for (i = 0; i < nr_writers; ++i) {
     struct wb_writer *w = &wb->writers[i];
 
     err = pthread_create (&w->thread, NULL, writer_main, w);
@@ -681,8 +724,8 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
   }
   wb->started_all = true;
   nbdkit_debug ("throttle: writeback: export \"%s\": %zu buffers, %zu "
-                "writers, backend multi-conn %d", exp->name, wb->nr,
-                wb->nr_writers, wb->multi_conn);
+                "writers, %zu bounce buffers, backend multi-conn %d",
+                exp->name, wb->nr, wb->nr_writers, nr_bounce, wb->multi_conn);
   return wb;
 
  fail:

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # throttle-mode=writeback: a failure is reported to every flush that was
 # waiting when it happened, however the flushes and the failures
-# interleave (the kernel's errseq_t is the model).  On one connection a
-# 4K write, then flush A, then 100 ms later flush B, both waiting when
-# something fails:
+# interleave (the kernel's errseq_t is the model).  On one connection
+# two 4K writes at once, then flush A, then 100 ms later flush B, both
+# waiting when something fails:
 #
 # - a writer's flush: without multi-conn each writer flushes its own
-#   backend context.  Handle 2 (the first writer) fails its first
-#   flush after 300 ms and succeeds at once afterwards; every other
-#   handle takes 800 ms per flush.  B makes the failed writer flush
-#   again, successfully, long before A has heard from the slow writer:
-#   that success must not hide the failure from A.
+#   backend context, if it wrote since its last flush: the two writes,
+#   each on the backend for 300 ms, keep both writers busy, so each
+#   has one.  Handle 2 (the first writer) fails its first flush after
+#   300 ms; every other handle takes 800 ms per flush.  B finds the
+#   failed writer with nothing more to flush, a success at once, long
+#   before A has heard from the slow writer: that success must not
+#   hide the failure from A.
 # - a background write (error filter under a 1 s delay): the first
 #   flush to report it must not hide it from the other.
 #
@@ -25,7 +27,7 @@ for f in delay error; do
 done
 requires_writeback
 
-# two_flushes URI SETTLE_MS: a 4K write, SETTLE_MS later flush A, 100
+# two_flushes URI SETTLE_MS: two 4K writes, SETTLE_MS later flush A, 100
 # ms later flush B, then when both are done a third flush.  Prints
 # "first=E second=E third=E", E an errno name or ok.
 two_flushes ()
@@ -39,7 +41,12 @@ def name(e):
 
 h = nbd.NBD()
 h.connect_uri(sys.argv[1])
-h.pwrite(b"w" * 4096, 0)
+writes = [h.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(b"w" * 4096)), o)
+          for o in (0, 1 << 20)]
+while h.aio_in_flight() > 0:
+    h.poll(-1)
+for c in writes:
+    h.aio_command_completed(c)      # raises if the write failed
 time.sleep(int(sys.argv[2]) / 1000)
 cookies = {"first": h.aio_flush()}
 time.sleep(0.1)

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# throttle-mode=writeback sizes its writer threads from the backend's
+# thread model, and the writers share a few bounce buffers.  The
+# inflight test plugin (every write held 300 ms) counts the writes on
+# the backend at once; a client puts 32 writes in the pool at once:
+#
+# - parallel, the default: 16 writers (nbdkit's request threads per
+#   connection), so 16 writes of 4K on the backend at once (the fixed
+#   4 of before drained a full pool at 0.59x of writethrough);
+# - serialize_requests (nbdkit's noparallel filter): 4 writers, each
+#   with its handle;
+# - throttle-writeback-threads=3 overrides: 3;
+# - writes of 64K span several pool buffers and go through a bounce
+#   buffer: 16 writers share 4, so at most 4 such writes are on the
+#   backend at once.
+# In every case the data read back after a flush is what was written
+# (the plugin keeps it in a file).
+# Each case also checks the debug line that names the count.
+source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
+requires_file "$THROTTLE_FILTER"
+requires_file "$TEST_PLUGIN"
+requires $PY -c 'import nbd'
+requires "$NBDKIT" --filter=noparallel null --dump-plugin
+requires_writeback
+
+# burst URI SIZE: 32 writes of SIZE bytes at distinct offsets, each of
+# its own byte, sent at once, then a flush; then read them back.
+burst ()
+{
+  $PY - "$1" "$2" <<'PYEOF'
+import sys
+import nbd
+
+size = int(sys.argv[2])
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+bufs = [nbd.Buffer.from_bytearray(bytearray([i + 1]) * size)
+        for i in range(32)]
+cookies = [h.aio_pwrite(b, i * (1 << 20)) for i, b in enumerate(bufs)]
+while h.aio_in_flight() > 0:
+    h.poll(-1)
+for c in cookies:
+    h.aio_command_completed(c)      # raises if the write failed
+h.flush()
+for i in range(32):
+    got = h.pread(size, i * (1 << 20))
+    if got != bytes([i + 1]) * size:
+        raise SystemExit("write %d of %d bytes: read back different data"
+                         % (i, size))
+h.shutdown()
+PYEOF
+}
+
+# case NAME WANT_WRITERS WANT_PEAK SIZE ARGS...: run the burst, stop
+# nbdkit, and compare the writers it logged and the backend's peak.
+case_ ()
+{
+  local name=$1 writers=$2 peak=$3 size=$4 got; shift 4
+  truncate -s 40M "$tmp/$name.img"
+  start_nbdkit $name "$@" statefile="$tmp/$name.state" file="$tmp/$name.img" \
+    throttle-mode=writeback throttle-capacity=64M
+  burst "$uri" "$size" || fail "$name: the client failed"
+  stop_nbdkit $pid 10
+  grep -q "throttle: writeback: $writers writer threads per export" \
+       "$tmp/$name.log" ||
+    fail "$name: want $writers writer threads: $(grep 'writer threads' "$tmp/$name.log")"
+  grep -q "writers, $(( writers < 4 ? writers : 4 )) bounce buffers" \
+       "$tmp/$name.log" ||
+    fail "$name: bounce buffers: $(grep 'bounce buffers' "$tmp/$name.log")"
+  got=$(sed -n 's/^peak_requests=//p' "$tmp/$name.state")
+  echo "$name: $writers writers, peak $got writes on the backend (want $peak)"
+  [ "$got" = "$peak" ] ||
+    fail "$name: $got writes on the backend at once, want $peak"
+}
+
+case_ parallel 16 16 4096 --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
+  delay-ms=300
+case_ serialize-requests 4 4 4096 --filter="$THROTTLE_FILTER" \
+  --filter=noparallel "$TEST_PLUGIN" serialize=requests delay-ms=300
+case_ threads-3 3 3 4096 --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
+  delay-ms=300 throttle-writeback-threads=3
+case_ bounce 16 4 65536 --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
+  delay-ms=300
+
+echo "$0: PASS"
