@@ -110,6 +110,7 @@ extern void throttle_writeback_stats_json (struct throttle_export *exp,
   "                            them, or once copied (default writethrough).\n" \
   "throttle-writeback-pool=SIZE  Bytes of payload the writeback pool holds\n" \
   "                            per export (default: the capacity).\n" \
-  "throttle-writeback-threads=N  Writer threads per export (default 4)."
+  "throttle-writeback-threads=N  Writer threads per export (default 16,\n" \
+  "                            4 under serialize_requests)."
 
 #endif /* THROTTLE_WRITEBACK_H */
