@@ -25,11 +25,11 @@ throttle_wbsize_writers (enum throttle_wbsize_model model,
     case THROTTLE_WBSIZE_SERIALIZE_CONNECTIONS:
     case THROTTLE_WBSIZE_SERIALIZE_ALL_REQUESTS:
       /* The backend runs one request at a time whoever sends it. */
-      w = "a serialized thread model (one request at a time)";
+      w = "a serialized thread model: one request at a time";
       n = 1;
       break;
     case THROTTLE_WBSIZE_SERIALIZE_REQUESTS:
-      w = "thread model serialize_requests (one request per handle)";
+      w = "thread model serialize_requests: one request per handle";
       n = THROTTLE_WBSIZE_SERIAL_WRITERS;
       break;
     case THROTTLE_WBSIZE_PARALLEL:
@@ -37,8 +37,8 @@ throttle_wbsize_writers (enum throttle_wbsize_model model,
       /* Fewer would drain a full pool slower than writethrough's
        * request threads write: writeback would lose under load.
        */
-      w = "thread model parallel (as many as nbdkit's request threads "
-        "per connection)";
+      w = "thread model parallel: as many as nbdkit's request threads "
+        "per connection";
       n = THROTTLE_WBSIZE_NBDKIT_THREADS;
       break;
     }
