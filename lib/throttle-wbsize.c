@@ -52,9 +52,15 @@ throttle_wbsize_writers (enum throttle_wbsize_model model,
   return n;
 }
 
-unsigned
-throttle_wbsize_bounce (unsigned writers)
+size_t
+throttle_wbsize_bounce_size (unsigned writers, size_t max_write)
 {
-  return writers < THROTTLE_WBSIZE_BOUNCE_MAX ? writers
-    : THROTTLE_WBSIZE_BOUNCE_MAX;
+  size_t share;
+
+  if (writers < 1)
+    writers = 1;
+  share = THROTTLE_WBSIZE_BOUNCE_BYTES / writers / 4096 * 4096;
+  if (share < 4096)
+    share = 4096;
+  return max_write < share ? max_write : share;
 }

@@ -12,6 +12,8 @@
 #ifndef THROTTLE_WBSIZE_H
 #define THROTTLE_WBSIZE_H
 
+#include <stddef.h>
+
 /* nbdkit's thread models, strictest first (as NBDKIT_THREAD_MODEL_*). */
 enum throttle_wbsize_model {
   THROTTLE_WBSIZE_SERIALIZE_CONNECTIONS,
@@ -43,12 +45,17 @@ extern unsigned throttle_wbsize_writers (enum throttle_wbsize_model model,
                                          unsigned requested,
                                          const char **why);
 
-/* How many writers can hold a bounce buffer (a contiguous copy of a
- * write spanning several pool buffers) at once: the writers share
- * this many, so locked memory does not grow with the writer count.
- * Four, as many as the old default of four writers each held.
+/* Each writer copies a write spanning several pool buffers into a
+ * bounce buffer of its own for one backend call.  The writers' bounce
+ * buffers together hold at most THROTTLE_WBSIZE_BOUNCE_BYTES (what the
+ * old default of 4 writers locked), so locked memory does not grow with
+ * the writer count; a writer writes a record larger than its bounce
+ * buffer in pieces of that size, in order.  Returns each writer's
+ * bounce size: max_write (the largest write written behind) if that
+ * fits, else the share of each writer rounded down to 4096 bytes,
+ * never less than 4096.
  */
-#define THROTTLE_WBSIZE_BOUNCE_MAX 4
-extern unsigned throttle_wbsize_bounce (unsigned writers);
+#define THROTTLE_WBSIZE_BOUNCE_BYTES (8 * 1024 * 1024)
+extern size_t throttle_wbsize_bounce_size (unsigned writers, size_t max_write);
 
 #endif /* THROTTLE_WBSIZE_H */

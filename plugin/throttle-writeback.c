@@ -57,9 +57,10 @@
 /* Larger writes go through synchronously (in order): a writer copies
  * a pending write into a contiguous buffer of this size to write it
  * with one backend call, and that buffer is locked too.  2 MiB covers
- * the kernel's usual largest request (max_sectors_kb 1280).  The
- * writers share a few of them (throttle_wbsize_bounce), so more
- * writers do not lock more memory.
+ * the kernel's usual largest request (max_sectors_kb 1280).  With
+ * many writers each buffer is smaller (throttle_wbsize_bounce_size),
+ * so more writers do not lock more memory, and a larger write goes to
+ * the backend in pieces.
  */
 #define WB_MAX_WRITE (2 * 1024 * 1024)
 
@@ -110,6 +111,8 @@ struct wb_writer {
   pthread_t thread;
   bool started;
   nbdkit_next *ctx;
+  void *bounce;
+  uint32_t bounce_len;
   uint64_t flushed_gen;
   bool dirty;                    /* wrote since its last flush */
 };
@@ -198,16 +201,24 @@ throttle_writeback_config (const char *key, const char *value)
   return 0;
 }
 
-/* Bounce buffers an export's writers share: as many as the writers
- * up to THROTTLE_WBSIZE_BOUNCE_MAX; before get_ready has sized the
- * writers, the most there can be.
+/* The writers' count for sizing, before get_ready has decided it:
+ * the parameter, else the largest default.
  */
 static unsigned
-wb_nr_bounce (void)
+wb_sizing_writers (void)
 {
-  unsigned n = nr_writers ? nr_writers : nr_threads;
+  if (nr_writers)
+    return nr_writers;
+  return nr_threads ? nr_threads : THROTTLE_WBSIZE_NBDKIT_THREADS;
+}
 
-  return throttle_wbsize_bounce (n ? n : THROTTLE_WBSIZE_BOUNCE_MAX);
+/* Each writer's bounce buffer. */
+static size_t
+wb_bounce_size (void)
+{
+  return throttle_wbsize_bounce_size (wb_sizing_writers (),
+                                      pool_bytes < WB_MAX_WRITE ?
+                                      pool_bytes : WB_MAX_WRITE);
 }
 
 /* Bytes an export's writeback state takes, all of it touched and
@@ -222,9 +233,8 @@ wb_memory (uint64_t pool)
   uint64_t nr = pool / WB_ELEM;
   uint64_t per = sizeof (struct wb_rec) + sizeof (struct wb_link) +
     sizeof (void *) + 1;
-  uint64_t bounce = pool < WB_MAX_WRITE ? pool : WB_MAX_WRITE;
 
-  return pool + nr * per + wb_nr_bounce () * bounce;
+  return pool + nr * per + (uint64_t) wb_sizing_writers () * wb_bounce_size ();
 }
 
 int
@@ -292,9 +302,9 @@ throttle_writeback_config_complete (void)
   ram = (uint64_t) sysconf (_SC_PHYS_PAGES) * sysconf (_SC_PAGESIZE);
   if (pool_bytes > ram / 2 || (need = wb_memory (pool_bytes)) > ram / 2) {
     nbdkit_error ("%s: a writeback pool of %" PRIu64 " bytes per export "
-                  "(plus its records and %u writers' bounce buffers) needs more "
+                  "(plus its records and %u writers' buffers) needs more "
                   "than half of RAM, %" PRIu64 " of %" PRIu64 " bytes: %s",
-                  why, pool_bytes, wb_nr_bounce (), ram / 2, ram, fix);
+                  why, pool_bytes, wb_sizing_writers (), ram / 2, ram, fix);
     return -1;
   }
   if (pool_bytes / WB_ELEM >= NO_SLOT) {     /* 16 TiB */
@@ -305,7 +315,7 @@ throttle_writeback_config_complete (void)
   }
   nbdkit_debug ("throttle: writeback: pool %" PRIu64 " bytes per export "
                 "in %d-byte buffers (%" PRIu64 " bytes in all with records "
-                "and writers' bounce buffers), writes above "
+                "and writers' buffers), writes above "
                 "%d bytes go through directly",
                 pool_bytes, WB_ELEM, need,
                 (int) (pool_bytes < WB_MAX_WRITE ? pool_bytes : WB_MAX_WRITE));
@@ -346,7 +356,8 @@ throttle_writeback_get_ready (int thread_model)
     ? THROTTLE_WBSIZE_SERIALIZE_REQUESTS : THROTTLE_WBSIZE_PARALLEL,
     nr_threads, &why);
   nbdkit_debug ("throttle: writeback: %u writer threads per export (%s), "
-                "sharing %u bounce buffers", nr_writers, why, wb_nr_bounce ());
+                "each with a bounce buffer of %zu bytes", nr_writers, why,
+                wb_bounce_size ());
   return throttle_abort_install ();
 }
 
@@ -498,32 +509,29 @@ writer_main (void *arg)
 
     r = pick (wb);
     if (r) {
-      void *bounce = NULL;
-      const void *buf;
-      int err = 0, res;
+      uint32_t done, n;
+      int err = 0, res = 0;
 
       r->writing = true;
       pthread_mutex_unlock (&wb->lock);
 
-      /* The record stays "writing" while this waits for a bounce
-       * buffer, so newer overlapping writes still wait for it.  A
-       * holder only copies and writes before giving it back, so the
-       * wait ends; the bounce pool is never shut down, so it cannot
-       * fail.
+      /* A record larger than the bounce buffer goes in pieces, in
+       * order.  It stays "writing" until retired, so newer overlapping
+       * writes, and reads of its range, wait for the whole of it.
        */
       if (wb->links[r->first].next == NO_SLOT)
-        buf = wb->links[r->first].buf;
+        res = w->ctx->pwrite (w->ctx, wb->links[r->first].buf, r->count,
+                              r->offset, 0, &err);
       else {
-        bounce = throttle_mempool_try_alloc (wb->bounce_pool);
-        if (bounce == NULL)
-          bounce = throttle_mempool_alloc (wb->bounce_pool, NULL, NULL, 0);
-        copy_out (wb, r, 0, r->count, bounce);
-        buf = bounce;
+        for (done = 0; res == 0 && done < r->count; done += n) {
+          n = r->count - done < w->bounce_len ? r->count - done
+            : w->bounce_len;
+          copy_out (wb, r, done, n, w->bounce);
+          res = w->ctx->pwrite (w->ctx, w->bounce, n, r->offset + done, 0,
+                                &err);
+        }
       }
-      res = w->ctx->pwrite (w->ctx, buf, r->count, r->offset, 0, &err);
       w->dirty = true;
-      if (bounce)
-        throttle_mempool_free (wb->bounce_pool, bounce);
       if (res == -1) {
         if (err == 0)
           err = EIO;
@@ -582,6 +590,8 @@ wb_destroy (struct throttle_wb *wb)
 
     if (w->started)
       pthread_join (w->thread, NULL);
+    if (w->bounce)
+      throttle_mempool_free (wb->bounce_pool, w->bounce);
     close_writer_ctx (w);
   }
   if (wb->started_all)
@@ -645,7 +655,7 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
            const char *exportname, bool *read_only)
 {
   struct throttle_wb *wb;
-  size_t i, max_write, nr_bounce = wb_nr_bounce ();
+  size_t i, bounce_len = wb_bounce_size ();
   bool lock = throttle_guards_lock_pools ();
   int err;
 
@@ -664,14 +674,13 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
   wb->free_link = NO_SLOT;
 
   wb->pool = throttle_mempool_create (wb->nr, WB_ELEM, lock);
-  max_write = pool_bytes < WB_MAX_WRITE ? pool_bytes : WB_MAX_WRITE;
   if (wb->pool)
-    wb->bounce_pool = throttle_mempool_create (nr_bounce, max_write, lock);
+    wb->bounce_pool = throttle_mempool_create (nr_writers, bounce_len, lock);
   if (wb->pool == NULL || wb->bounce_pool == NULL) {
     nbdkit_error ("throttle: writeback: cannot create the %s pool of "
                   "export \"%s\" (%" PRIu64 " bytes%s): %m%s",
                   wb->pool ? "writers'" : "write", exp->name,
-                  wb->pool ? (uint64_t) nr_bounce * max_write : pool_bytes,
+                  wb->pool ? (uint64_t) nr_writers * bounce_len : pool_bytes,
                   lock ? ", locked" : "",
                   lock ? " (raise ulimit -l, lower throttle-writeback-pool, "
                   "or throttle-mlock=off)" : "");
@@ -705,6 +714,8 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
     struct wb_writer *w = &wb->writers[i];
 
     w->wb = wb;
+    w->bounce = throttle_mempool_try_alloc (wb->bounce_pool);
+    w->bounce_len = bounce_len;
     switch (open_writer_ctx (wb, w, backend, exportname)) {
     case 0: break;
     case 1: *read_only = true; /* fallthrough */
@@ -724,8 +735,8 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
   }
   wb->started_all = true;
   nbdkit_debug ("throttle: writeback: export \"%s\": %zu buffers, %zu "
-                "writers, %zu bounce buffers, backend multi-conn %d",
-                exp->name, wb->nr, wb->nr_writers, nr_bounce, wb->multi_conn);
+                "writers with %zu-byte bounce buffers, backend multi-conn %d",
+                exp->name, wb->nr, wb->nr_writers, bounce_len, wb->multi_conn);
   return wb;
 
  fail:

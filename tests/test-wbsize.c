@@ -66,24 +66,33 @@ START_TEST (test_requested)
 }
 END_TEST
 
-/* Locked memory does not grow with the writer count: at most
- * THROTTLE_WBSIZE_BOUNCE_MAX bounce buffers, never more than writers.
+/* Locked memory does not grow with the writer count: the writers'
+ * bounce buffers hold at most THROTTLE_WBSIZE_BOUNCE_BYTES together,
+ * each is a multiple of 4096 and no larger than the largest write.
  */
 START_TEST (test_bounce)
 {
+  const size_t max_write = 2 * 1024 * 1024;
   unsigned w;
 
-  ck_assert_uint_eq (THROTTLE_WBSIZE_BOUNCE_MAX, 4);
+  ck_assert_uint_eq (THROTTLE_WBSIZE_BOUNCE_BYTES, 8 * 1024 * 1024);
   for (w = 1; w <= THROTTLE_WBSIZE_MAX; ++w) {
-    unsigned b = throttle_wbsize_bounce (w);
+    size_t b = throttle_wbsize_bounce_size (w, max_write);
 
-    ck_assert_uint_ge (b, 1);
-    ck_assert_uint_le (b, w);
-    ck_assert_uint_le (b, THROTTLE_WBSIZE_BOUNCE_MAX);
+    ck_assert_uint_ge (b, 4096);
+    ck_assert_uint_eq (b % 4096, 0);
+    ck_assert_uint_le (b, max_write);
+    ck_assert_uint_le ((size_t) w * b, THROTTLE_WBSIZE_BOUNCE_BYTES);
   }
-  ck_assert_uint_eq (throttle_wbsize_bounce (2), 2);
-  ck_assert_uint_eq (throttle_wbsize_bounce (16), 4);
-  ck_assert_uint_eq (throttle_wbsize_bounce (THROTTLE_WBSIZE_MAX), 4);
+  /* Up to 4 writers keep whole 2 MiB buffers, as before. */
+  ck_assert_uint_eq (throttle_wbsize_bounce_size (1, max_write), max_write);
+  ck_assert_uint_eq (throttle_wbsize_bounce_size (4, max_write), max_write);
+  ck_assert_uint_eq (throttle_wbsize_bounce_size (16, max_write), 512 * 1024);
+  ck_assert_uint_eq (throttle_wbsize_bounce_size (3, max_write), max_write);
+  ck_assert_uint_eq (throttle_wbsize_bounce_size (5, max_write),
+                     8 * 1024 * 1024 / 5 / 4096 * 4096);
+  /* A pool smaller than 2 MiB bounds the largest write, and so this. */
+  ck_assert_uint_eq (throttle_wbsize_bounce_size (16, 64 * 1024), 64 * 1024);
 }
 END_TEST
 

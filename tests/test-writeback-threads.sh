@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # throttle-mode=writeback sizes its writer threads from the backend's
-# thread model, and the writers share a few bounce buffers.  The
+# thread model, and their bounce buffers from their number.  The
 # inflight test plugin (every write held 300 ms) counts the writes on
 # the backend at once; a client puts 32 writes in the pool at once:
 #
@@ -10,12 +10,14 @@
 # - serialize_requests (nbdkit's noparallel filter): 4 writers, each
 #   with its handle;
 # - throttle-writeback-threads=3 overrides: 3;
-# - writes of 64K span several pool buffers and go through a bounce
-#   buffer: 16 writers share 4, so at most 4 such writes are on the
-#   backend at once.
+# - writes of 64K span several pool buffers and go through the
+#   writers' bounce buffers, 512K each with 16 writers (8M in all, as
+#   4 writers of 2M locked before): 16 on the backend at once;
+# - writes of 1M are larger than a bounce buffer: each reaches the
+#   backend in two pieces of 512K, 64 backend writes in all.
 # In every case the data read back after a flush is what was written
-# (the plugin keeps it in a file).
-# Each case also checks the debug line that names the count.
+# (the plugin keeps it in a file), and the debug lines name the count
+# and the bounce size.
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 requires_file "$THROTTLE_FILTER"
 requires_file "$TEST_PLUGIN"
@@ -51,11 +53,13 @@ h.shutdown()
 PYEOF
 }
 
-# case NAME WANT_WRITERS WANT_PEAK SIZE ARGS...: run the burst, stop
-# nbdkit, and compare the writers it logged and the backend's peak.
+# case NAME WANT_WRITERS WANT_BOUNCE WANT_PEAK WANT_WRITES SIZE ARGS...:
+# run the burst, stop nbdkit, and compare the writers and bounce size
+# it logged, the backend's peak and its number of writes.
 case_ ()
 {
-  local name=$1 writers=$2 peak=$3 size=$4 got; shift 4
+  local name=$1 writers=$2 bounce=$3 peak=$4 writes=$5 size=$6 got
+  shift 6
   truncate -s 40M "$tmp/$name.img"
   start_nbdkit $name "$@" statefile="$tmp/$name.state" file="$tmp/$name.img" \
     throttle-mode=writeback throttle-capacity=64M
@@ -64,22 +68,27 @@ case_ ()
   grep -q "throttle: writeback: $writers writer threads per export" \
        "$tmp/$name.log" ||
     fail "$name: want $writers writer threads: $(grep 'writer threads' "$tmp/$name.log")"
-  grep -q "writers, $(( writers < 4 ? writers : 4 )) bounce buffers" \
+  grep -q "$writers writers with $bounce-byte bounce buffers" \
        "$tmp/$name.log" ||
-    fail "$name: bounce buffers: $(grep 'bounce buffers' "$tmp/$name.log")"
+    fail "$name: want $bounce-byte bounce buffers: $(grep 'bounce buffers' "$tmp/$name.log")"
   got=$(sed -n 's/^peak_requests=//p' "$tmp/$name.state")
   echo "$name: $writers writers, peak $got writes on the backend (want $peak)"
   [ "$got" = "$peak" ] ||
     fail "$name: $got writes on the backend at once, want $peak"
+  got=$(sed -n 's/^writes=//p' "$tmp/$name.state")
+  [ "$got" = "$writes" ] ||
+    fail "$name: $got writes reached the backend, want $writes"
 }
 
-case_ parallel 16 16 4096 --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
+case_ parallel 16 524288 16 32 4096 --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
   delay-ms=300
-case_ serialize-requests 4 4 4096 --filter="$THROTTLE_FILTER" \
+case_ serialize-requests 4 2097152 4 32 4096 --filter="$THROTTLE_FILTER" \
   --filter=noparallel "$TEST_PLUGIN" serialize=requests delay-ms=300
-case_ threads-3 3 3 4096 --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
+case_ threads-3 3 2097152 3 32 4096 --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
   delay-ms=300 throttle-writeback-threads=3
-case_ bounce 16 4 65536 --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
-  delay-ms=300
+case_ bounce 16 524288 16 32 65536 --filter="$THROTTLE_FILTER" \
+  "$TEST_PLUGIN" delay-ms=300
+case_ pieces 16 524288 16 64 1048576 --filter="$THROTTLE_FILTER" \
+  "$TEST_PLUGIN" delay-ms=300
 
 echo "$0: PASS"
