@@ -42,6 +42,15 @@ _cleanup ()
     echo "$0: FAIL: a sanitizer reported on our code (above)" >&2
     rc=1
   fi
+  # A failed test shows the end of each server's log: the scratch
+  # directory goes, and a CI run leaves nothing else to read.
+  if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then
+    for p in "$tmp"/*.log; do
+      [ -f "$p" ] || continue
+      echo "--- last lines of $(basename "$p") ---" >&2
+      tail -n 25 "$p" >&2
+    done
+  fi
   rm -rf "$tmp"
   exit $rc
 }

@@ -75,7 +75,22 @@ done
 $PY "$srcdir/client.py" "$uri" --conns 4 --depth 16 --count 100000 \
   --timeout 60 >/dev/null 2>&1 &
 load=$!
-sleep 1
+# The signal must find requests waiting for credit (the summary's
+# 'cancelled' below): on a loaded machine the client can take more than
+# a second to start, so wait until the control socket shows waiters.
+$PY - "$tmp/soak.ctl" <<'EOF' || fail "no request waited for credit in 20 s before SIGTERM"
+import json, socket, sys, time
+end = time.monotonic() + 20
+while time.monotonic() < end:
+    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+    s.sendall(b"stats\n")
+    st = json.loads(s.makefile("rb").readline())
+    s.close()
+    if st["exports"][0]["waiters"] > 0:
+        sys.exit(0)
+    time.sleep(0.05)
+sys.exit(1)
+EOF
 stop_nbdkit $srv 5
 wait $load 2>/dev/null || :
 wait $poller || { cat "$tmp/stats.log"; fail "the control socket showed in_flight > capacity"; }
