@@ -29,7 +29,10 @@
  * in this order: the allocation lock (one multi-buffer allocation at a
  * time), then the queue's lock (everything else), then the pool's own
  * lock and whatever the hooks take.  No function here is called with
- * either held; each says what it may wait for.
+ * either held, nor from a hook.  Those that wait say for whose call;
+ * they sleep with the queue's lock released (throttle_wbq_queue keeps
+ * the allocation lock while it waits for buffers).  The others hold the
+ * queue's lock briefly and never sleep.
  */
 
 #ifndef THROTTLE_WBQ_H
@@ -115,9 +118,10 @@ extern bool throttle_wbq_fits (const struct throttle_wbq *q, uint32_t count);
 
 /* Copies a write (throttle_wbq_fits) into the pool and queues it with
  * 'charged', which the retired hook is given back.  Waits for free
- * buffers, asking cancel every THROTTLE_WAIT_POLL_MS.  Returns 0 once
- * queued, or -1 if cancelled while waiting: then nothing is queued and
- * 'charged' stays the caller's.
+ * buffers (a writer's throttle_wbq_write_done frees them), asking
+ * cancel every THROTTLE_WAIT_POLL_MS.  Returns 0 once queued, or -1 if
+ * cancelled while waiting: then nothing is queued and 'charged' stays
+ * the caller's.
  */
 extern int throttle_wbq_queue (struct throttle_wbq *q, const void *buf,
                                uint32_t count, uint64_t offset,
@@ -134,7 +138,8 @@ struct throttle_wbq_barrier {
 
 /* A request that goes to the backend directly (a zero, a trim, a write
  * that is not queued, extents): register b for [offset, offset+count)
- * and wait until no older overlapping write is pending.  The caller
+ * and wait until no older overlapping write is pending (the writers'
+ * throttle_wbq_write_done).  The caller
  * then makes its backend call and calls throttle_wbq_barrier_end;
  * meanwhile newer overlapping writes do not start.
  */
@@ -149,7 +154,8 @@ extern void throttle_wbq_count_direct (struct throttle_wbq *q);
 /* A read of [offset, offset+count).  Returns false if no pending write
  * overlaps it: the caller reads the backend and is done.  Otherwise b
  * is registered (overlapping writes not yet started stay so) and the
- * writes already started have finished: the caller reads the backend
+ * writes already started have finished (it waits for their
+ * throttle_wbq_write_done): the caller reads the backend
  * into buf and calls throttle_wbq_read_end, which lays the pending
  * writes over buf if 'ok' (the backend read succeeded).
  */
@@ -161,10 +167,11 @@ extern void throttle_wbq_read_end (struct throttle_wbq *q,
                                    void *buf, bool ok);
 
 /* A flush: throttle_wbq_flush_begin marks where it arrived, _wait waits
- * for every write queued before that, and if writers_flush (the
- * backend promises nothing about the writers' own handles without a
- * flush on each) for each writer to flush once after that.  The caller
- * then flushes its own backend handle and calls _end.
+ * for every write queued before that (the writers' _write_done), and
+ * if writers_flush (the backend promises nothing about the writers'
+ * own handles without a flush on each) for each writer to flush once
+ * after that (each writer's _flush_done).  The caller then flushes its
+ * own backend handle and calls _end.
  */
 struct throttle_wbq_flush {
   uint64_t seq;                 /* writes older than this precede it */
@@ -192,7 +199,9 @@ extern uint64_t throttle_wbq_flush_end (struct throttle_wbq *q,
  */
 extern uint64_t throttle_wbq_seen_at_open (struct throttle_wbq *q);
 
-/* Waits until every write queued so far is on the backend (or failed). */
+/* Waits until every write queued so far is on the backend or failed
+ * (the writers' throttle_wbq_write_done).
+ */
 extern void throttle_wbq_drain (struct throttle_wbq *q);
 
 /* --- the writers' side -------------------------------------------- */
@@ -216,6 +225,9 @@ struct throttle_wbq_job {
 /* Writer number 'writer' (each writer thread its own) waits for its
  * next job: a flush that some flush waits for, else the oldest queued
  * write that may start, else STOP once the queue is stopped and empty.
+ * What ends the wait: _queue, _barrier_end, _read_end, _flush_wait,
+ * another writer's _write_done, _stop.  The writer must finish each
+ * job (_write_done, _flush_done) before asking for the next.
  */
 extern enum throttle_wbq_job_kind
 throttle_wbq_next (struct throttle_wbq *q, size_t writer,
