@@ -139,6 +139,22 @@ wait_flag (atomic_int *flag)
   ck_assert_msg (atomic_load (flag), "still waiting after 5 s");
 }
 
+/* Run fn (arg) in a thread that must wait: after 50 ms it has not set
+ * *flag.  (A bug that lets it through is seen, not a correct wait
+ * missed.)
+ */
+static pthread_t
+start_waiting (void *(*fn) (void *), void *arg, atomic_int *flag,
+               const char *what)
+{
+  pthread_t t;
+
+  pthread_create (&t, NULL, fn, arg);
+  msleep (50);
+  ck_assert_msg (!atomic_load (flag), "%s", what);
+  return t;
+}
+
 /* Overlapping writes reach the backend in the order they were queued;
  * one that overlaps nothing does not wait for them.
  */
@@ -237,10 +253,8 @@ START_TEST (test_barrier_order)
 
   memset (dev, 0, sizeof dev);
   queue_write (q, 1, 0, 4096);
-  pthread_create (&t, NULL, barrier_thread, &a);
-  msleep (50);
-  ck_assert_msg (!atomic_load (&a.passed),
-                 "the barrier did not wait for an older write");
+  t = start_waiting (barrier_thread, &a, &a.passed,
+                     "the barrier did not wait for an older write");
   j = take_write (q, 0, 0);
   finish_write (q, &j, 0);
   pthread_join (t, NULL);
@@ -349,10 +363,8 @@ START_TEST (test_flush_exact)
   queue_write (q, 1, 0, 4096);
   throttle_wbq_flush_begin (q, &a.f);
   queue_write (q, 2, 8192, 4096);
-  pthread_create (&t, NULL, flush_thread, &a);
-  msleep (50);
-  ck_assert_msg (!atomic_load (&a.done),
-                 "the flush did not wait for the write before it");
+  t = start_waiting (flush_thread, &a, &a.done,
+                     "the flush did not wait for the write before it");
   j = take_write (q, 0, 0);
   finish_write (q, &j, 0);
   wait_flag (&a.done);
@@ -361,7 +373,7 @@ START_TEST (test_flush_exact)
   j = take_write (q, 0, 8192);
   finish_write (q, &j, 0);
 
-  /* Each writer flushes once, whatever it is doing. */
+  /* With writers_flush, it waits for a flush of each writer too. */
   a.writers_flush = true;
   atomic_store (&a.done, 0);
   throttle_wbq_flush_begin (q, &a.f);
