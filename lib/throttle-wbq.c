@@ -29,9 +29,7 @@
 #include <config.h>
 
 #include <errno.h>
-#include <inttypes.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -88,9 +86,7 @@ struct throttle_wbq {
 
   uint64_t error_seq;
   bool error_unreported;
-  int last_errno;
-  uint64_t last_err_offset;
-  uint32_t last_err_count;
+  struct throttle_wbq_error last;
 
   uint64_t flush_gen;
 
@@ -327,9 +323,9 @@ record_error (struct throttle_wbq *q, int err, uint32_t count,
 {
   q->error_seq++;
   q->error_unreported = true;
-  q->last_errno = err;
-  q->last_err_offset = offset;
-  q->last_err_count = count;
+  q->last.errnum = err;
+  q->last.offset = offset;
+  q->last.count = count;
 }
 
 /* Called with q->lock held: wait until no write older than seq is
@@ -578,7 +574,7 @@ throttle_wbq_flush_wait (struct throttle_wbq *q,
 uint64_t
 throttle_wbq_flush_end (struct throttle_wbq *q,
                         const struct throttle_wbq_flush *f,
-                        uint64_t *seen, int *err, char *desc, size_t len)
+                        uint64_t *seen, struct throttle_wbq_error *last)
 {
   uint64_t from, n = 0;
 
@@ -588,13 +584,7 @@ throttle_wbq_flush_end (struct throttle_wbq *q,
     n = q->error_seq - from;
     *seen = q->error_seq;
     q->error_unreported = false;
-    *err = q->last_errno;
-    if (q->last_err_count == 0)
-      snprintf (desc, len, "a writer's flush: %s", strerror (q->last_errno));
-    else
-      snprintf (desc, len, "write of %" PRIu32 " bytes at %" PRIu64 ": %s",
-                q->last_err_count, q->last_err_offset,
-                strerror (q->last_errno));
+    *last = q->last;
   }
   pthread_mutex_unlock (&q->lock);
   return n;
@@ -720,8 +710,6 @@ throttle_wbq_get_stats (struct throttle_wbq *q, struct throttle_wbq_stats *s)
   s->pool_size = q->nr * THROTTLE_WBQ_ELEM;
   s->nr = q->nr;
   s->error_unreported = q->error_unreported;
-  s->last_errno = q->last_errno;
-  s->last_err_offset = q->last_err_offset;
-  s->last_err_count = q->last_err_count;
+  s->last = q->last;
   pthread_mutex_unlock (&q->lock);
 }

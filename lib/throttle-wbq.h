@@ -182,18 +182,23 @@ extern void throttle_wbq_flush_begin (struct throttle_wbq *q,
 extern void throttle_wbq_flush_wait (struct throttle_wbq *q,
                                      const struct throttle_wbq_flush *f,
                                      bool writers_flush);
+/* A failure, as a message tells it. */
+struct throttle_wbq_error {
+  int errnum;
+  uint64_t offset;
+  uint32_t count;               /* 0: a writer's flush failed */
+};
 /* How many failures the flush reports: those since it arrived, and
  * those before that its connection has not been told of (*seen, the
  * connection's count, which only these functions touch).  Another
  * flush of the connection that reports first does not make this one
- * succeed.  When nonzero, *err is the last failure's errno and desc
- * describes it ("write of 4096 bytes at 0: ..."), and the queue no
+ * succeed.  When nonzero, *last is the last failure, and the queue no
  * longer has an unreported failure.
  */
 extern uint64_t throttle_wbq_flush_end (struct throttle_wbq *q,
                                         const struct throttle_wbq_flush *f,
-                                        uint64_t *seen, int *err,
-                                        char *desc, size_t len);
+                                        uint64_t *seen,
+                                        struct throttle_wbq_error *last);
 /* A new connection's *seen: a failure no flush has reported yet is
  * told to its next flush too.
  */
@@ -248,9 +253,7 @@ struct throttle_wbq_stats {
   size_t pool_used, pool_size;  /* bytes */
   size_t nr;                    /* buffers */
   bool error_unreported;        /* no flush has reported the last one */
-  int last_errno;
-  uint64_t last_err_offset;
-  uint32_t last_err_count;      /* 0: a writer's flush failed */
+  struct throttle_wbq_error last;       /* the last failure, if any */
 };
 extern void throttle_wbq_get_stats (struct throttle_wbq *q,
                                     struct throttle_wbq_stats *s);

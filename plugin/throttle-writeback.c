@@ -262,7 +262,7 @@ writer_flush (struct wb_writer *w, const struct throttle_wbq_job *job)
       err = EIO;
     nbdkit_error ("throttle: writeback: flushing a writer's backend "
                   "context of export \"%s\" failed: %s; the flushes "
-                  "waiting report it", wb->exp->name, strerror (err));
+                  "waiting report it", wb->exp->name, throttle_errtext (err));
   }
   throttle_wbq_flush_done (wb->q, w->idx, job, err);
 }
@@ -280,7 +280,7 @@ writer_write (struct wb_writer *w, const struct throttle_wbq_job *job)
     nbdkit_error ("throttle: writeback: background write of %" PRIu32
                   " bytes at %" PRIu64 " to export \"%s\" failed: %s; "
                   "the next flush reports it", job->count, job->offset,
-                  wb->exp->name, strerror (err));
+                  wb->exp->name, throttle_errtext (err));
   }
   else if (throttle_debug_verbose)
     nbdkit_debug ("throttle: writeback: wrote %" PRIu32 " bytes at %"
@@ -344,8 +344,8 @@ wb_destroy (struct throttle_wb *wb)
       nbdkit_error ("throttle: writeback: export \"%s\": %" PRIu64
                     " background write(s) failed and no flush reported it; "
                     "last: %" PRIu32 " bytes at %" PRIu64 ": %s",
-                    wb->exp->name, s.failed, s.last_err_count,
-                    s.last_err_offset, strerror (s.last_errno));
+                    wb->exp->name, s.failed, s.last.count, s.last.offset,
+                    throttle_errtext (s.last.errnum));
     throttle_wbq_destroy (wb->q);
   }
   free (wb);
@@ -398,27 +398,27 @@ wb_queue_create (struct throttle_export *exp, bool lock)
     return q;
   switch (failed) {
   case THROTTLE_WBQ_FAIL_ALLOC:
-    nbdkit_error ("calloc: %m");
+    nbdkit_error ("calloc: %s", throttle_errtext (errno));
     break;
   case THROTTLE_WBQ_FAIL_POOL:
   case THROTTLE_WBQ_FAIL_BOUNCE:
     nbdkit_error ("throttle: writeback: cannot create the %s pool of "
-                  "export \"%s\" (%" PRIu64 " bytes%s): %m%s",
+                  "export \"%s\" (%" PRIu64 " bytes%s): %s%s",
                   failed == THROTTLE_WBQ_FAIL_BOUNCE ? "writers'" : "write",
                   exp->name,
                   failed == THROTTLE_WBQ_FAIL_BOUNCE
                   ? (uint64_t) nr_threads * throttle_wbq_max_write (pool_bytes)
                   : pool_bytes,
-                  lock ? ", locked" : "",
+                  lock ? ", locked" : "", throttle_errtext (errno),
                   lock ? " (raise ulimit -l, lower throttle-writeback-pool, "
                   "or throttle-mlock=off)" : "");
     break;
   case THROTTLE_WBQ_FAIL_MMAP:
-    nbdkit_error ("throttle: writeback: mmap: %m");
+    nbdkit_error ("throttle: writeback: mmap: %s", throttle_errtext (errno));
     break;
   case THROTTLE_WBQ_FAIL_MLOCK:
-    nbdkit_error ("throttle: writeback: mlock of %zu bytes: %m",
-                  throttle_wbq_meta_bytes (nr));
+    nbdkit_error ("throttle: writeback: mlock of %zu bytes: %s",
+                  throttle_wbq_meta_bytes (nr), throttle_errtext (errno));
     break;
   }
   return NULL;
@@ -437,7 +437,7 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
 
   wb = calloc (1, sizeof *wb + nr_threads * sizeof wb->writers[0]);
   if (wb == NULL) {
-    nbdkit_error ("calloc: %m");
+    nbdkit_error ("calloc: %s", throttle_errtext (errno));
     return NULL;
   }
   wb->exp = exp;
@@ -462,8 +462,8 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
 
     err = pthread_create (&w->thread, NULL, writer_main, w);
     if (err != 0) {
-      errno = err;
-      nbdkit_error ("throttle: writeback: pthread_create: %m");
+      nbdkit_error ("throttle: writeback: pthread_create: %s",
+                    throttle_errtext (err));
       goto fail;
     }
     w->started = true;
@@ -724,9 +724,10 @@ throttle_writeback_flush (struct throttle_wb_conn *c, nbdkit_next *next,
 {
   struct throttle_wb *wb = conn_wb (c);
   struct throttle_wbq_flush f;
+  struct throttle_wbq_error last;
   uint64_t failures;
-  char last[128];
-  int res, last_errno;
+  char what[128];
+  int res;
 
   if (wb == NULL)
     return next->flush (next, flags, err);
@@ -743,17 +744,23 @@ throttle_writeback_flush (struct throttle_wb_conn *c, nbdkit_next *next,
    * error), so that a writer's failed flush, always awaited by some
    * flush, is always reported.
    */
-  failures = throttle_wbq_flush_end (wb->q, &f, &c->seen_errors, &last_errno,
-                                     last, sizeof last);
+  failures = throttle_wbq_flush_end (wb->q, &f, &c->seen_errors, &last);
   if (failures > 0) {
     if (res == 0) {
-      *err = last_errno;
+      *err = last.errnum;
       res = -1;
     }
+    if (last.count == 0)
+      snprintf (what, sizeof what, "a writer's flush: %s",
+                throttle_errtext (last.errnum));
+    else
+      snprintf (what, sizeof what, "write of %" PRIu32 " bytes at %" PRIu64
+                ": %s", last.count, last.offset,
+                throttle_errtext (last.errnum));
     nbdkit_error ("throttle: writeback: flush of export \"%s\": %" PRIu64
                   " failure(s) of background writes or writers' flushes "
                   "since this flush arrived or this connection's last "
-                  "report; last: %s", wb->exp->name, failures, last);
+                  "report; last: %s", wb->exp->name, failures, what);
   }
   return res;
 }
@@ -811,7 +818,7 @@ throttle_writeback_stats_json (struct throttle_export *exp, char *buf,
     return;
   throttle_wbq_get_stats (wb->q, &s);
   if (s.error_unreported)
-    error = strerrorname_np (s.last_errno) ? : "EIO";
+    error = strerrorname_np (s.last.errnum) ? : "EIO";
   n = snprintf (buf, len,
                 "\"writeback\":{\"pending_writes\":%" PRIu64
                 ",\"pending_bytes\":%" PRIu64 ",\"peak_pending_bytes\":%"

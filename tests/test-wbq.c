@@ -395,14 +395,14 @@ END_TEST
 
 /* A whole flush of a connection with *seen. */
 static uint64_t
-flush_conn (struct throttle_wbq *q, uint64_t *seen, int *err, char *desc,
-            size_t len)
+flush_conn (struct throttle_wbq *q, uint64_t *seen,
+            struct throttle_wbq_error *last)
 {
   struct throttle_wbq_flush f;
 
   throttle_wbq_flush_begin (q, &f);
   throttle_wbq_flush_wait (q, &f, false);
-  return throttle_wbq_flush_end (q, &f, seen, err, desc, len);
+  return throttle_wbq_flush_end (q, &f, seen, last);
 }
 
 static void
@@ -426,49 +426,47 @@ START_TEST (test_errors)
   struct throttle_wbq_job j;
   uint64_t a, b, c;
   pthread_t t;
-  char desc[128];
-  int err;
+  struct throttle_wbq_error e;
 
   a = throttle_wbq_seen_at_open (q);
   b = throttle_wbq_seen_at_open (q);
-  ck_assert_uint_eq (flush_conn (q, &a, &err, desc, sizeof desc), 0);
+  ck_assert_uint_eq (flush_conn (q, &a, &e), 0);
 
   fail_write (q, 8192, EIO);
   ck_assert (stats_of (q).error_unreported);
   ck_assert_uint_eq (stats_of (q).failed, 1);
   ck_assert_uint_eq (stats_of (q).pending, 0);
   ck_assert_uint_eq (atomic_load (&units_retired), 4096);
-  err = 0;
-  ck_assert_uint_eq (flush_conn (q, &a, &err, desc, sizeof desc), 1);
-  ck_assert_int_eq (err, EIO);
-  ck_assert_str_eq (desc, "write of 4096 bytes at 8192: Input/output error");
+  ck_assert_uint_eq (flush_conn (q, &a, &e), 1);
+  ck_assert_int_eq (e.errnum, EIO);
+  ck_assert_uint_eq (e.offset, 8192);
+  ck_assert_uint_eq (e.count, 4096);
   ck_assert (!stats_of (q).error_unreported);
   /* Told once per connection. */
-  ck_assert_uint_eq (flush_conn (q, &a, &err, desc, sizeof desc), 0);
-  ck_assert_uint_eq (flush_conn (q, &b, &err, desc, sizeof desc), 1);
+  ck_assert_uint_eq (flush_conn (q, &a, &e), 0);
+  ck_assert_uint_eq (flush_conn (q, &b, &e), 1);
   /* A connection opened after the report was not there for it. */
   c = throttle_wbq_seen_at_open (q);
-  ck_assert_uint_eq (flush_conn (q, &c, &err, desc, sizeof desc), 0);
+  ck_assert_uint_eq (flush_conn (q, &c, &e), 0);
 
   /* A failure no flush has reported reaches a connection opened after
    * it too.
    */
   fail_write (q, 0, ENOSPC);
   c = throttle_wbq_seen_at_open (q);
-  ck_assert_uint_eq (flush_conn (q, &c, &err, desc, sizeof desc), 1);
-  ck_assert_int_eq (err, ENOSPC);
-  ck_assert_uint_eq (flush_conn (q, &a, &err, desc, sizeof desc), 1);
-  ck_assert_uint_eq (flush_conn (q, &b, &err, desc, sizeof desc), 1);
+  ck_assert_uint_eq (flush_conn (q, &c, &e), 1);
+  ck_assert_int_eq (e.errnum, ENOSPC);
+  ck_assert_uint_eq (flush_conn (q, &a, &e), 1);
+  ck_assert_uint_eq (flush_conn (q, &b, &e), 1);
 
   /* A flush over before a failure does not report it. */
-  ck_assert_uint_eq (flush_conn (q, &a, &err, desc, sizeof desc), 0);
+  ck_assert_uint_eq (flush_conn (q, &a, &e), 0);
   queue_write (q, 4, 0, 4096);
   throttle_wbq_flush_begin (q, &f);
   j = take_write (q, 0, 0);
   finish_write (q, &j, 0);
   throttle_wbq_flush_wait (q, &f, false);
-  ck_assert_uint_eq (throttle_wbq_flush_end (q, &f, &a, &err, desc,
-                                             sizeof desc), 0);
+  ck_assert_uint_eq (throttle_wbq_flush_end (q, &f, &a, &e), 0);
   fail_write (q, 4096, EIO);
 
   /* Two flushes of a connection waiting when it fails both report it,
@@ -477,12 +475,10 @@ START_TEST (test_errors)
   throttle_wbq_flush_begin (q, &f);
   throttle_wbq_flush_begin (q, &g);
   fail_write (q, 0, EROFS);
-  ck_assert_uint_eq (throttle_wbq_flush_end (q, &f, &a, &err, desc,
-                                             sizeof desc), 2);
-  ck_assert_uint_eq (throttle_wbq_flush_end (q, &g, &a, &err, desc,
-                                             sizeof desc), 1);
-  ck_assert_int_eq (err, EROFS);
-  ck_assert_uint_eq (flush_conn (q, &a, &err, desc, sizeof desc), 0);
+  ck_assert_uint_eq (throttle_wbq_flush_end (q, &f, &a, &e), 2);
+  ck_assert_uint_eq (throttle_wbq_flush_end (q, &g, &a, &e), 1);
+  ck_assert_int_eq (e.errnum, EROFS);
+  ck_assert_uint_eq (flush_conn (q, &a, &e), 0);
 
   /* A writer's failed flush is reported by the flush that waited. */
   throttle_wbq_flush_begin (q, &fa.f);
@@ -491,9 +487,9 @@ START_TEST (test_errors)
   ck_assert_int_eq (throttle_wbq_next (q, 0, &j), THROTTLE_WBQ_FLUSH);
   throttle_wbq_flush_done (q, 0, &j, EIO);
   pthread_join (t, NULL);
-  ck_assert_uint_eq (throttle_wbq_flush_end (q, &fa.f, &a, &err, desc,
-                                             sizeof desc), 1);
-  ck_assert_str_eq (desc, "a writer's flush: Input/output error");
+  ck_assert_uint_eq (throttle_wbq_flush_end (q, &fa.f, &a, &e), 1);
+  ck_assert_int_eq (e.errnum, EIO);
+  ck_assert_uint_eq (e.count, 0);
   throttle_wbq_stop (q);
   throttle_wbq_destroy (q);
 }
@@ -838,8 +834,7 @@ h_flush (unsigned *seed, uint64_t *seen)
   struct throttle_wbq_flush f;
   uint64_t lo[H_BLOCKS];
   uint32_t b;
-  char desc[128];
-  int err;
+  struct throttle_wbq_error e;
 
   pthread_mutex_lock (&h.order);
   memcpy (lo, h.acked, sizeof lo);
@@ -852,8 +847,8 @@ h_flush (unsigned *seed, uint64_t *seen)
     check (version_of (h.dev[b], b) >= lo[b], b,
            "an acknowledged write not on the backend after a flush");
   pthread_mutex_unlock (&h.dev_lock);
-  check (throttle_wbq_flush_end (h.q, &f, seen, &err, desc,
-                                 sizeof desc) == 0, 0, "a flush failed");
+  check (throttle_wbq_flush_end (h.q, &f, seen, &e) == 0, 0,
+         "a flush failed");
 }
 
 static void *
