@@ -92,7 +92,11 @@
  *                               when it is on the backend).
  *                   adapt-glue  throttle_adapt_start / throttle_adapt_done
  *                               around the plugin's call.
- *                   writeback   throttle_writeback_* in writeback mode.
+ *                   writeback   throttle_writeback_* in either mode, but
+ *                               throttle_writeback_pwrite only in
+ *                               writeback mode: each passes a request
+ *                               straight down when nothing is written
+ *                               behind.
  *                   quit        throttle_pace_error before returning -1.
  *
  * .finalize         writeback   throttle_writeback_finalize: a clean

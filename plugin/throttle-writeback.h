@@ -89,16 +89,15 @@ extern int throttle_writeback_flush (struct throttle_wb_conn *c,
                                      nbdkit_next *next, uint32_t flags,
                                      int *err);
 
-/* Drain every export, stop the writers and close their contexts. */
-extern void throttle_writeback_cleanup (void);
-/* Free an export's writeback state (after cleanup), from
- * throttle_export_free_all.
+/* Drain every export, stop the writers, close their contexts and free
+ * the exports' writeback state.
  */
-extern void throttle_writeback_free (struct throttle_wb *wb);
+extern void throttle_writeback_cleanup (void);
 
 /* JSON members for the control socket (throttle_control_extra_stats_fn):
- *   "writeback":{"pending_writes":N,"pending_bytes":N,"pool_used":N,
- *   "pool_size":N,"written":N,"failed":N,"error":"EIO"|null}
+ *   "writeback":{"pending_writes":N,"pending_bytes":N,
+ *   "peak_pending_bytes":N,"pool_used":N,"pool_size":N,"written":N,
+ *   "direct":N,"failed":N,"error":"EIO"|null}
  * Nothing for exp == NULL or an export in writethrough.
  */
 extern void throttle_writeback_stats_json (struct throttle_export *exp,

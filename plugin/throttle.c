@@ -456,58 +456,65 @@ reply (struct throttle_handle *h, int r)
   return r;
 }
 
-/* Serve one admitted part of a read or a write; credits 'charged'
- * (writeback: hands it over, to be credited when the write is on the
- * backend).
+/* The backend call of a read, zero or trim, or of a write in
+ * writethrough.  The throttle_writeback_* hooks pass a request straight
+ * down when nothing is written behind (writethrough, named exports),
+ * and otherwise order it among the pending writes.
  */
 static int
-read_part (struct throttle_handle *h, nbdkit_next *next, void *buf,
-           uint32_t count, uint64_t offset, uint32_t flags, uint64_t charged,
-           int *err)
+backend_call (struct throttle_handle *h, nbdkit_next *next,
+              enum throttle_op op, void *buf, uint32_t count,
+              uint64_t offset, uint32_t flags, int *err)
 {
-  uint64_t start = throttle_adapt_start (h->exp);
-  int r;
-
-  if (throttle_writeback_enabled ())
-    r = throttle_writeback_pread (&h->wb, next, buf, count, offset, flags, err);
-  else
-    r = next->pread (next, buf, count, offset, flags, err);
-  throttle_adapt_done (h->exp, start, THROTTLE_OP_READ, r);
-  done (h, charged);
-  return r;
+  switch (op) {
+  case THROTTLE_OP_READ:
+    return throttle_writeback_pread (&h->wb, next, buf, count, offset, flags,
+                                     err);
+  case THROTTLE_OP_WRITE:
+    return next->pwrite (next, buf, count, offset, flags, err);
+  case THROTTLE_OP_ZERO:
+    return throttle_writeback_zero (&h->wb, next, count, offset, flags, err);
+  case THROTTLE_OP_TRIM:
+    return throttle_writeback_trim (&h->wb, next, count, offset, flags, err);
+  default:
+    abort ();
+  }
 }
 
+/* Serve one admitted part of a request; credits 'charged' once the
+ * plugin has returned.  A write in writeback mode hands 'charged' over
+ * instead, to be credited when it is on the backend, and its latency
+ * is not sampled (its reply comes before the backend has it).
+ */
 static int
-write_part (struct throttle_handle *h, nbdkit_next *next, void *buf,
-            uint32_t count, uint64_t offset, uint32_t flags, uint64_t charged,
-            int *err)
+serve_part (struct throttle_handle *h, nbdkit_next *next,
+            enum throttle_op op, void *buf, uint32_t count, uint64_t offset,
+            uint32_t flags, uint64_t charged, int *err)
 {
   uint64_t start;
   int r;
 
-  if (throttle_writeback_enabled ())
+  if (op == THROTTLE_OP_WRITE && throttle_writeback_enabled ())
     return throttle_writeback_pwrite (&h->wb, h->exp, next, buf, count, offset,
                                       flags, charged, err);
   start = throttle_adapt_start (h->exp);
-  r = next->pwrite (next, buf, count, offset, flags, err);
-  throttle_adapt_done (h->exp, start, THROTTLE_OP_WRITE, r);
+  r = backend_call (h, next, op, buf, count, offset, flags, err);
+  throttle_adapt_done (h->exp, start, op, r);
   done (h, charged);
   return r;
 }
 
-typedef int part_fn (struct throttle_handle *h, nbdkit_next *next, void *buf,
-                     uint32_t count, uint64_t offset, uint32_t flags,
-                     uint64_t charged, int *err);
-
-/* A read or write, admitted and served part after part (usually in one
- * part).  Each part carries the request's flags, so a FUA write is on
- * stable storage whole when it returns; a failed part fails the
- * request, which the NBD protocol allows to have written some of it.
+/* A request admitted and served part after part (usually in one part;
+ * only reads and writes are split, see in_parts).  Each part carries
+ * the request's flags, so a FUA write is on stable storage whole when
+ * it returns; a failed part fails the request, which the NBD protocol
+ * allows to have written some of it.  Every data callback returns
+ * through reply.
  */
 static int
 serve (struct throttle_handle *h, nbdkit_next *next, enum throttle_op op,
        bool charge, void *buf, uint32_t count, uint64_t offset,
-       uint32_t flags, int *err, part_fn *fn)
+       uint32_t flags, int *err)
 {
   for (;;) {
     uint64_t charged = 0;
@@ -515,11 +522,12 @@ serve (struct throttle_handle *h, nbdkit_next *next, enum throttle_op op,
 
     if (charge &&
         admit (h, op, count, offset, flags, &charged, &len, err) == -1)
-      return -1;
-    if (fn (h, next, buf, len, offset, flags, charged, err) == -1)
-      return -1;
+      return reply (h, -1);
+    if (serve_part (h, next, op, buf, len, offset, flags, charged,
+                    err) == -1)
+      return reply (h, -1);
     if (len == count)
-      return 0;
+      return reply (h, 0);
     buf = (char *) buf + len;
     offset += len;
     count -= len;
@@ -535,9 +543,8 @@ throttle_pread (nbdkit_next *next, void *handle, void *buf,
   throttle_guards_thread_enter ();
   if (too_large ("read", count, offset, err) == -1)
     return reply (h, -1);
-  return reply (h, serve (h, next, THROTTLE_OP_READ,
-                          throttle_config.charge_reads, buf, count, offset,
-                          flags, err, read_part));
+  return serve (h, next, THROTTLE_OP_READ, throttle_config.charge_reads,
+                buf, count, offset, flags, err);
 }
 
 static int
@@ -549,55 +556,27 @@ throttle_pwrite (nbdkit_next *next, void *handle, const void *buf,
   throttle_guards_thread_enter ();
   if (too_large ("write", count, offset, err) == -1)
     return reply (h, -1);
-  /* The buffer is only read (write_part passes it on as const). */
-  return reply (h, serve (h, next, THROTTLE_OP_WRITE, true, (void *) buf,
-                          count, offset, flags, err, write_part));
+  /* The buffer is only read (serve_part passes it on as const). */
+  return serve (h, next, THROTTLE_OP_WRITE, true, (void *) buf, count, offset,
+                flags, err);
 }
 
 static int
 throttle_zero (nbdkit_next *next, void *handle,
                uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
-  struct throttle_handle *h = handle;
-  uint64_t charged, start;
-  uint32_t len;             /* never split: always count */
-  int r;
-
   throttle_guards_thread_enter ();
-  if (admit (h, THROTTLE_OP_ZERO, count, offset, flags, &charged, &len,
-             err) == -1)
-    return reply (h, -1);
-  start = throttle_adapt_start (h->exp);
-  if (throttle_writeback_enabled ())
-    r = throttle_writeback_zero (&h->wb, next, count, offset, flags, err);
-  else
-    r = next->zero (next, count, offset, flags, err);
-  throttle_adapt_done (h->exp, start, THROTTLE_OP_ZERO, r);
-  done (h, charged);
-  return reply (h, r);
+  return serve (handle, next, THROTTLE_OP_ZERO, true, NULL, count, offset,
+                flags, err);
 }
 
 static int
 throttle_trim (nbdkit_next *next, void *handle,
                uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
-  struct throttle_handle *h = handle;
-  uint64_t charged, start;
-  uint32_t len;             /* never split: always count */
-  int r;
-
   throttle_guards_thread_enter ();
-  if (admit (h, THROTTLE_OP_TRIM, count, offset, flags, &charged, &len,
-             err) == -1)
-    return reply (h, -1);
-  start = throttle_adapt_start (h->exp);
-  if (throttle_writeback_enabled ())
-    r = throttle_writeback_trim (&h->wb, next, count, offset, flags, err);
-  else
-    r = next->trim (next, count, offset, flags, err);
-  throttle_adapt_done (h->exp, start, THROTTLE_OP_TRIM, r);
-  done (h, charged);
-  return reply (h, r);
+  return serve (handle, next, THROTTLE_OP_TRIM, true, NULL, count, offset,
+                flags, err);
 }
 
 static int
@@ -606,9 +585,7 @@ throttle_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
   struct throttle_handle *h = handle;
 
   throttle_guards_thread_enter ();
-  if (throttle_writeback_enabled ())
-    return reply (h, throttle_writeback_flush (&h->wb, next, flags, err));
-  return reply (h, next->flush (next, flags, err));
+  return reply (h, throttle_writeback_flush (&h->wb, next, flags, err));
 }
 
 static int
@@ -619,10 +596,8 @@ throttle_extents (nbdkit_next *next, void *handle, uint32_t count,
   struct throttle_handle *h = handle;
 
   throttle_guards_thread_enter ();
-  if (throttle_writeback_enabled ())
-    return reply (h, throttle_writeback_extents (&h->wb, next, count, offset,
-                                                 flags, extents, err));
-  return reply (h, next->extents (next, count, offset, flags, extents, err));
+  return reply (h, throttle_writeback_extents (&h->wb, next, count, offset,
+                                               flags, extents, err));
 }
 
 static struct nbdkit_filter filter = {

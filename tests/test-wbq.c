@@ -1,0 +1,1025 @@
+/* Unit tests of lib/throttle-wbq.c, the write-behind queue.
+ *
+ * The test plays every part: it queues writes, reads and flushes as the
+ * filter's request threads do, and takes the writers' jobs itself (the
+ * single-threaded tests, which then decide exactly what has started)
+ * or from writer threads (the hammer).  The backend is an array.
+ */
+
+#include <config.h>
+
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "throttle-wbq.h"
+
+static void
+msleep (unsigned ms)
+{
+  struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+  nanosleep (&ts, NULL);
+}
+
+/* What the hooks saw. */
+static atomic_ulong nr_queued, nr_retired, units_retired;
+
+static void
+on_queued (void *opaque)
+{
+  atomic_fetch_add (&nr_queued, 1);
+}
+
+static void
+on_retired (void *opaque, uint64_t charged)
+{
+  atomic_fetch_add (&nr_retired, 1);
+  atomic_fetch_add (&units_retired, charged);
+}
+
+#define TEST_BOUNCE THROTTLE_WBQ_ELEM
+
+/* Writer w's pieces of a write job, in order, to fn (which gets the
+ * piece's absolute offset); each piece at most TEST_BOUNCE bytes
+ * unless the write has a single buffer.
+ */
+static void
+for_each_piece (struct throttle_wbq *q, size_t w,
+                const struct throttle_wbq_job *job,
+                void (*fn) (const void *buf, uint32_t n, uint64_t offset,
+                            void *opaque),
+                void *opaque)
+{
+  uint32_t done, n;
+  const void *buf;
+
+  for (done = 0; done < job->count; done += n) {
+    buf = throttle_wbq_piece (q, w, job, done, &n);
+    ck_assert_uint_gt (n, 0);
+    ck_assert (n <= TEST_BOUNCE || n == job->count);
+    fn (buf, n, job->offset + done, opaque);
+  }
+}
+
+static struct throttle_wbq *
+make_queue (size_t nr, size_t nr_writers)
+{
+  const struct throttle_wbq_hooks hooks = {
+    .queued = on_queued, .retired = on_retired,
+  };
+  enum throttle_wbq_failure failed;
+  struct throttle_wbq *q;
+
+  atomic_store (&nr_queued, 0);
+  atomic_store (&nr_retired, 0);
+  atomic_store (&units_retired, 0);
+  /* The smallest bounce buffer: every write spanning two buffers
+   * reaches the 'backend' in pieces (throttle_wbq_piece).
+   */
+  q = throttle_wbq_create (nr, nr_writers, TEST_BOUNCE, false, &hooks,
+                           &failed);
+  ck_assert_ptr_nonnull (q);
+  return q;
+}
+
+static struct throttle_wbq_stats
+stats_of (struct throttle_wbq *q)
+{
+  struct throttle_wbq_stats s;
+
+  throttle_wbq_get_stats (q, &s);
+  return s;
+}
+
+/* --- the single-threaded tests' backend ------------------------------ */
+
+#define DEV_SIZE (128 * 1024)
+static unsigned char dev[DEV_SIZE];
+
+/* Byte i of the payload of the write with 'tag'. */
+static unsigned char
+pattern (int tag, uint64_t i)
+{
+  return (unsigned char) (tag * 31 + i * 7 + i / 251);
+}
+
+static void
+queue_write (struct throttle_wbq *q, int tag, uint64_t offset, uint32_t count)
+{
+  unsigned char *buf = malloc (count);
+  uint32_t i;
+
+  for (i = 0; i < count; ++i)
+    buf[i] = pattern (tag, i);
+  ck_assert (throttle_wbq_fits (q, count));
+  ck_assert_int_eq (throttle_wbq_queue (q, buf, count, offset, count,
+                                        NULL, NULL), 0);
+  free (buf);
+}
+
+/* Bytes [offset, offset+count) of dev are the payload of the write
+ * with 'tag' at 'written_at', from its byte offset-written_at.
+ */
+static void
+assert_dev (uint64_t offset, uint32_t count, int tag, uint64_t written_at)
+{
+  uint32_t i;
+
+  for (i = 0; i < count; ++i)
+    ck_assert_msg (dev[offset + i] == pattern (tag, offset - written_at + i),
+                   "byte %llu: not from write %d",
+                   (unsigned long long) (offset + i), tag);
+}
+
+/* Take writer 'w''s next job, which must be a write at 'offset'. */
+static struct throttle_wbq_job
+take_write (struct throttle_wbq *q, size_t w, uint64_t offset)
+{
+  struct throttle_wbq_job job;
+
+  ck_assert_int_eq (throttle_wbq_next (q, w, &job), THROTTLE_WBQ_WRITE);
+  ck_assert_uint_eq (job.offset, offset);
+  return job;
+}
+
+static void
+to_dev (const void *buf, uint32_t n, uint64_t offset, void *opaque)
+{
+  memcpy (dev + offset, buf, n);
+}
+
+static void
+to_buf (const void *buf, uint32_t n, uint64_t offset, void *opaque)
+{
+  const struct throttle_wbq_job *job = ((void **) opaque)[0];
+  unsigned char *dst = ((void **) opaque)[1];
+
+  memcpy (dst + (offset - job->offset), buf, n);
+}
+
+/* Writer 0 finishes a write: its pieces land in dev unless it failed. */
+static void
+finish_write (struct throttle_wbq *q, const struct throttle_wbq_job *job,
+              int err)
+{
+  if (err == 0)
+    for_each_piece (q, 0, job, to_dev, NULL);
+  throttle_wbq_write_done (q, job, err);
+}
+
+/* Poll (bounded) until *flag is set. */
+static void
+wait_flag (atomic_int *flag)
+{
+  int i;
+
+  for (i = 0; i < 5000 && !atomic_load (flag); i++)
+    msleep (1);
+  ck_assert_msg (atomic_load (flag), "still waiting after 5 s");
+}
+
+/* Run fn (arg) in a thread that must wait: after 50 ms it has not set
+ * *flag.  (A bug that lets it through is seen, not a correct wait
+ * missed.)
+ */
+static pthread_t
+start_waiting (void *(*fn) (void *), void *arg, atomic_int *flag,
+               const char *what)
+{
+  pthread_t t;
+
+  pthread_create (&t, NULL, fn, arg);
+  msleep (50);
+  ck_assert_msg (!atomic_load (flag), "%s", what);
+  return t;
+}
+
+/* Overlapping writes reach the backend in the order they were queued;
+ * one that overlaps nothing does not wait for them.
+ */
+START_TEST (test_overlap_order)
+{
+  struct throttle_wbq *q = make_queue (16, 2);
+  struct throttle_wbq_job w1, w2, w3;
+
+  memset (dev, 0, sizeof dev);
+  queue_write (q, 1, 0, 8192);
+  queue_write (q, 2, 4096, 8192);
+  queue_write (q, 3, 65536, 4096);
+  ck_assert_uint_eq (stats_of (q).pending, 3);
+  ck_assert_uint_eq (stats_of (q).pending_bytes, 20480);
+
+  w1 = take_write (q, 0, 0);
+  /* The second write overlaps the first, which has not finished: the
+   * other writer gets the third.
+   */
+  w3 = take_write (q, 1, 65536);
+  finish_write (q, &w1, 0);
+  w2 = take_write (q, 0, 4096);
+  ck_assert_uint_lt (w1.seq, w2.seq);
+  finish_write (q, &w2, 0);
+  finish_write (q, &w3, 0);
+
+  assert_dev (0, 4096, 1, 0);
+  assert_dev (4096, 8192, 2, 4096);
+  assert_dev (65536, 4096, 3, 65536);
+  ck_assert_uint_eq (stats_of (q).pending, 0);
+  ck_assert_uint_eq (stats_of (q).written, 3);
+  ck_assert_uint_eq (stats_of (q).written_bytes, 20480);
+  ck_assert_uint_eq (stats_of (q).peak_pending_bytes, 20480);
+  ck_assert_uint_eq (stats_of (q).pool_used, 0);
+  ck_assert_uint_eq (atomic_load (&nr_queued), 3);
+  ck_assert_uint_eq (atomic_load (&nr_retired), 3);
+  ck_assert_uint_eq (atomic_load (&units_retired), 20480);
+  throttle_wbq_stop (q);
+  throttle_wbq_destroy (q);
+}
+END_TEST
+
+/* A write larger than a writer's buffer or the pool is not queued. */
+START_TEST (test_fits)
+{
+  struct throttle_wbq *q = make_queue (4, 1);
+
+  ck_assert (!throttle_wbq_fits (q, 0));
+  ck_assert (throttle_wbq_fits (q, 1));
+  ck_assert (throttle_wbq_fits (q, 4 * THROTTLE_WBQ_ELEM));
+  ck_assert (!throttle_wbq_fits (q, 4 * THROTTLE_WBQ_ELEM + 1));
+  ck_assert_uint_eq (throttle_wbq_max_write (4 * THROTTLE_WBQ_ELEM),
+                     4 * THROTTLE_WBQ_ELEM);
+  ck_assert_uint_eq (throttle_wbq_max_write (1ULL << 30),
+                     THROTTLE_WBQ_MAX_WRITE);
+  throttle_wbq_stop (q);
+  throttle_wbq_destroy (q);
+
+  q = make_queue (1024, 1);
+  ck_assert (throttle_wbq_fits (q, THROTTLE_WBQ_MAX_WRITE));
+  ck_assert (!throttle_wbq_fits (q, THROTTLE_WBQ_MAX_WRITE + 1));
+  throttle_wbq_stop (q);
+  throttle_wbq_destroy (q);
+}
+END_TEST
+
+struct barrier_arg {
+  struct throttle_wbq *q;
+  atomic_int passed;
+  unsigned char seen;           /* dev[0] once the barrier was passed */
+};
+
+static void *
+barrier_thread (void *vp)
+{
+  struct barrier_arg *a = vp;
+  struct throttle_wbq_barrier b;
+
+  throttle_wbq_barrier_begin (a->q, &b, 0, 4096);
+  a->seen = dev[0];
+  atomic_store (&a->passed, 1);
+  throttle_wbq_barrier_end (a->q, &b);
+  return NULL;
+}
+
+/* A request that goes to the backend directly comes after older
+ * overlapping writes and before newer ones.
+ */
+START_TEST (test_barrier_order)
+{
+  struct throttle_wbq *q = make_queue (16, 1);
+  struct barrier_arg a = { .q = q };
+  struct throttle_wbq_barrier b;
+  struct throttle_wbq_job j;
+  pthread_t t;
+
+  memset (dev, 0, sizeof dev);
+  queue_write (q, 1, 0, 4096);
+  t = start_waiting (barrier_thread, &a, &a.passed,
+                     "the barrier did not wait for an older write");
+  j = take_write (q, 0, 0);
+  finish_write (q, &j, 0);
+  pthread_join (t, NULL);
+  ck_assert_int_eq (a.seen, pattern (1, 0));
+
+  /* Newer overlapping writes wait for the barrier; others do not. */
+  throttle_wbq_barrier_begin (q, &b, 0, 4096);
+  queue_write (q, 2, 2048, 4096);
+  queue_write (q, 3, 8192, 4096);
+  j = take_write (q, 0, 8192);
+  finish_write (q, &j, 0);
+  throttle_wbq_barrier_end (q, &b);
+  j = take_write (q, 0, 2048);
+  finish_write (q, &j, 0);
+  assert_dev (2048, 4096, 2, 2048);
+  throttle_wbq_stop (q);
+  throttle_wbq_destroy (q);
+}
+END_TEST
+
+/* A read sees the newest data: the backend's, with every overlapping
+ * pending write laid over it, oldest first, whatever their alignment;
+ * and no overlapping write starts meanwhile.
+ */
+START_TEST (test_read_newest)
+{
+  struct throttle_wbq *q = make_queue (16, 1);
+  struct throttle_wbq_barrier b;
+  struct throttle_wbq_job j;
+  unsigned char *buf = malloc (16384);
+  uint32_t i;
+
+  memset (dev, 'm', sizeof dev);
+  queue_write (q, 1, 1000, 10000);      /* three buffers, unaligned */
+  queue_write (q, 2, 3000, 2000);
+  queue_write (q, 3, 65536, 4096);
+
+  /* Nothing pending there: the caller just reads the backend. */
+  ck_assert (!throttle_wbq_read_begin (q, &b, 20000, 4096));
+
+  ck_assert (throttle_wbq_read_begin (q, &b, 0, 16384));
+  /* Frozen: the writer gets the only write outside the read. */
+  j = take_write (q, 0, 65536);
+  finish_write (q, &j, 0);
+  memcpy (buf, dev, 16384);
+  throttle_wbq_read_end (q, &b, buf, true);
+  for (i = 0; i < 16384; ++i) {
+    unsigned char want =
+      i < 1000 ? 'm' :
+      i >= 3000 && i < 5000 ? pattern (2, i - 3000) :
+      i < 11000 ? pattern (1, i - 1000) : 'm';
+
+    ck_assert_msg (buf[i] == want, "byte %u of the read", i);
+  }
+
+  /* A failed backend read is passed on untouched. */
+  ck_assert (throttle_wbq_read_begin (q, &b, 0, 16384));
+  memset (buf, 'e', 16384);
+  throttle_wbq_read_end (q, &b, buf, false);
+  for (i = 0; i < 16384; ++i)
+    ck_assert_int_eq (buf[i], 'e');
+
+  /* The writer's copy of a write spread over buffers is whole, in
+   * pieces of its bounce buffer.
+   */
+  j = take_write (q, 0, 1000);
+  {
+    void *args[2] = { &j, buf };
+
+    memset (buf, 0, 10000);
+    for_each_piece (q, 0, &j, to_buf, args);
+  }
+  for (i = 0; i < 10000; ++i)
+    ck_assert_int_eq (buf[i], pattern (1, i));
+  finish_write (q, &j, 0);
+  j = take_write (q, 0, 3000);
+  finish_write (q, &j, 0);
+  assert_dev (1000, 2000, 1, 1000);
+  assert_dev (3000, 2000, 2, 3000);
+  assert_dev (5000, 6000, 1, 1000);
+  free (buf);
+  throttle_wbq_stop (q);
+  throttle_wbq_destroy (q);
+}
+END_TEST
+
+struct flush_arg {
+  struct throttle_wbq *q;
+  struct throttle_wbq_flush f;
+  bool writers_flush;
+  atomic_int done;
+};
+
+static void *
+flush_thread (void *vp)
+{
+  struct flush_arg *a = vp;
+
+  throttle_wbq_flush_wait (a->q, &a->f, a->writers_flush);
+  atomic_store (&a->done, 1);
+  return NULL;
+}
+
+/* A flush waits for the writes queued before it, and not for later
+ * ones; with writers_flush, also for each writer's flush.
+ */
+START_TEST (test_flush_exact)
+{
+  struct throttle_wbq *q = make_queue (16, 2);
+  struct flush_arg a = { .q = q };
+  struct throttle_wbq_job j, k;
+  pthread_t t;
+
+  queue_write (q, 1, 0, 4096);
+  throttle_wbq_flush_begin (q, &a.f);
+  queue_write (q, 2, 8192, 4096);
+  t = start_waiting (flush_thread, &a, &a.done,
+                     "the flush did not wait for the write before it");
+  j = take_write (q, 0, 0);
+  finish_write (q, &j, 0);
+  wait_flag (&a.done);
+  pthread_join (t, NULL);
+  ck_assert_uint_eq (stats_of (q).pending, 1);
+  j = take_write (q, 0, 8192);
+  finish_write (q, &j, 0);
+
+  /* With writers_flush, it waits for a flush of each writer too. */
+  a.writers_flush = true;
+  atomic_store (&a.done, 0);
+  throttle_wbq_flush_begin (q, &a.f);
+  pthread_create (&t, NULL, flush_thread, &a);
+  ck_assert_int_eq (throttle_wbq_next (q, 0, &j), THROTTLE_WBQ_FLUSH);
+  throttle_wbq_flush_done (q, 0, &j, 0);
+  msleep (50);
+  ck_assert_msg (!atomic_load (&a.done),
+                 "the flush did not wait for every writer's flush");
+  ck_assert_int_eq (throttle_wbq_next (q, 1, &k), THROTTLE_WBQ_FLUSH);
+  ck_assert_uint_eq (j.gen, k.gen);
+  throttle_wbq_flush_done (q, 1, &k, 0);
+  wait_flag (&a.done);
+  pthread_join (t, NULL);
+  throttle_wbq_stop (q);
+  throttle_wbq_destroy (q);
+}
+END_TEST
+
+/* A whole flush of a connection with *seen. */
+static uint64_t
+flush_conn (struct throttle_wbq *q, uint64_t *seen,
+            struct throttle_wbq_error *last)
+{
+  struct throttle_wbq_flush f;
+
+  throttle_wbq_flush_begin (q, &f);
+  throttle_wbq_flush_wait (q, &f, false);
+  return throttle_wbq_flush_end (q, &f, seen, last);
+}
+
+static void
+fail_write (struct throttle_wbq *q, uint64_t offset, int err)
+{
+  struct throttle_wbq_job j;
+
+  queue_write (q, 9, offset, 4096);
+  j = take_write (q, 0, offset);
+  finish_write (q, &j, err);
+}
+
+/* A failure reaches every flush that covers it (each connection's next
+ * flush, a flush waiting when it happened) and no flush that does not.
+ */
+START_TEST (test_errors)
+{
+  struct throttle_wbq *q = make_queue (16, 1);
+  struct flush_arg fa = { .q = q };
+  struct throttle_wbq_flush f, g;
+  struct throttle_wbq_job j;
+  uint64_t a, b, c;
+  pthread_t t;
+  struct throttle_wbq_error e;
+
+  a = throttle_wbq_seen_at_open (q);
+  b = throttle_wbq_seen_at_open (q);
+  ck_assert_uint_eq (flush_conn (q, &a, &e), 0);
+
+  fail_write (q, 8192, EIO);
+  ck_assert (stats_of (q).error_unreported);
+  ck_assert_uint_eq (stats_of (q).failed, 1);
+  ck_assert_uint_eq (stats_of (q).pending, 0);
+  ck_assert_uint_eq (atomic_load (&units_retired), 4096);
+  ck_assert_uint_eq (flush_conn (q, &a, &e), 1);
+  ck_assert_int_eq (e.errnum, EIO);
+  ck_assert_uint_eq (e.offset, 8192);
+  ck_assert_uint_eq (e.count, 4096);
+  ck_assert (!stats_of (q).error_unreported);
+  /* Told once per connection. */
+  ck_assert_uint_eq (flush_conn (q, &a, &e), 0);
+  ck_assert_uint_eq (flush_conn (q, &b, &e), 1);
+  /* A connection opened after the report was not there for it. */
+  c = throttle_wbq_seen_at_open (q);
+  ck_assert_uint_eq (flush_conn (q, &c, &e), 0);
+
+  /* A failure no flush has reported reaches a connection opened after
+   * it too.
+   */
+  fail_write (q, 0, ENOSPC);
+  c = throttle_wbq_seen_at_open (q);
+  ck_assert_uint_eq (flush_conn (q, &c, &e), 1);
+  ck_assert_int_eq (e.errnum, ENOSPC);
+  ck_assert_uint_eq (flush_conn (q, &a, &e), 1);
+  ck_assert_uint_eq (flush_conn (q, &b, &e), 1);
+
+  /* A flush over before a failure does not report it. */
+  ck_assert_uint_eq (flush_conn (q, &a, &e), 0);
+  queue_write (q, 4, 0, 4096);
+  throttle_wbq_flush_begin (q, &f);
+  j = take_write (q, 0, 0);
+  finish_write (q, &j, 0);
+  throttle_wbq_flush_wait (q, &f, false);
+  ck_assert_uint_eq (throttle_wbq_flush_end (q, &f, &a, &e), 0);
+  fail_write (q, 4096, EIO);
+
+  /* Two flushes of a connection waiting when it fails both report it,
+   * whichever answers first.
+   */
+  throttle_wbq_flush_begin (q, &f);
+  throttle_wbq_flush_begin (q, &g);
+  fail_write (q, 0, EROFS);
+  ck_assert_uint_eq (throttle_wbq_flush_end (q, &f, &a, &e), 2);
+  ck_assert_uint_eq (throttle_wbq_flush_end (q, &g, &a, &e), 1);
+  ck_assert_int_eq (e.errnum, EROFS);
+  ck_assert_uint_eq (flush_conn (q, &a, &e), 0);
+
+  /* A writer's failed flush is reported by the flush that waited. */
+  throttle_wbq_flush_begin (q, &fa.f);
+  fa.writers_flush = true;
+  pthread_create (&t, NULL, flush_thread, &fa);
+  ck_assert_int_eq (throttle_wbq_next (q, 0, &j), THROTTLE_WBQ_FLUSH);
+  throttle_wbq_flush_done (q, 0, &j, EIO);
+  pthread_join (t, NULL);
+  ck_assert_uint_eq (throttle_wbq_flush_end (q, &fa.f, &a, &e), 1);
+  ck_assert_int_eq (e.errnum, EIO);
+  ck_assert_uint_eq (e.count, 0);
+  throttle_wbq_stop (q);
+  throttle_wbq_destroy (q);
+}
+END_TEST
+
+static bool
+cancel_now (void *opaque)
+{
+  return true;
+}
+
+/* A write waiting for buffers of a full pool can be cancelled, and
+ * then holds nothing and is not queued.
+ */
+START_TEST (test_cancel)
+{
+  struct throttle_wbq *q = make_queue (2, 1);
+  unsigned char buf[8192] = { 0 };
+  struct throttle_wbq_job j;
+
+  ck_assert_int_eq (throttle_wbq_queue (q, buf, 4096, 0, 1, NULL, NULL), 0);
+  ck_assert_int_eq (throttle_wbq_queue (q, buf, 8192, 0, 2, cancel_now,
+                                        NULL), -1);
+  ck_assert_uint_eq (stats_of (q).pending, 1);
+  ck_assert_uint_eq (stats_of (q).pool_used, 4096);
+  ck_assert_uint_eq (atomic_load (&nr_queued), 1);
+  j = take_write (q, 0, 0);
+  finish_write (q, &j, 0);
+  ck_assert_uint_eq (stats_of (q).pool_used, 0);
+  ck_assert_int_eq (throttle_wbq_queue (q, buf, 8192, 0, 2, cancel_now,
+                                        NULL), 0);
+  j = take_write (q, 0, 0);
+  finish_write (q, &j, 0);
+  ck_assert_uint_eq (atomic_load (&units_retired), 3);
+  throttle_wbq_stop (q);
+  ck_assert_int_eq (throttle_wbq_next (q, 0, &j), THROTTLE_WBQ_STOP);
+  throttle_wbq_destroy (q);
+}
+END_TEST
+
+/* A stopped queue's writers still write what is pending first. */
+START_TEST (test_stop_drains)
+{
+  struct throttle_wbq *q = make_queue (4, 1);
+  struct throttle_wbq_job j;
+
+  queue_write (q, 1, 0, 4096);
+  throttle_wbq_stop (q);
+  j = take_write (q, 0, 0);
+  finish_write (q, &j, 0);
+  ck_assert_int_eq (throttle_wbq_next (q, 0, &j), THROTTLE_WBQ_STOP);
+  throttle_wbq_drain (q);
+  throttle_wbq_destroy (q);
+}
+END_TEST
+
+/* --- many threads ---------------------------------------------------- *
+ *
+ * Submitters queue writes, write directly (each in a region of its own:
+ * two direct writes that overlap are not ordered, in NBD either),
+ * read and flush; writer threads put queued writes on the backend.
+ * Every block of the backend holds a stamp: the version of the write
+ * that put it there, versions being given in the order the queue
+ * orders the requests (under 'order', around the call that takes the
+ * queue's sequence number).  Checked:
+ * - every block a write puts on the backend is newer than what it
+ *   replaces (overlapping writes in order);
+ * - no two of a queued write, a direct write and a frozen read's
+ *   backend read overlap at once;
+ * - a read returns, per block, a version at least the newest
+ *   acknowledged when it began (so the reader's own writes too) and at
+ *   most the newest issued when it ended, written to that block;
+ * - after a flush the backend holds at least what was acknowledged
+ *   when it began;
+ * - at the end the backend holds the newest version of every block,
+ *   and every unit queued was retired.
+ */
+
+#define H_BLOCK 512
+#define H_BLOCKS 64
+#define H_WORDS (H_BLOCK / 8)
+#define H_SUBMITTERS 8
+#define H_WRITERS 4
+#define H_OPS 1500
+#define H_REGION (H_BLOCKS / H_SUBMITTERS)
+
+static struct {
+  struct throttle_wbq *q;
+
+  pthread_mutex_t order;        /* the fields up to dev_lock */
+  uint64_t next_version;
+  uint64_t issued[H_BLOCKS];    /* newest version sent */
+  uint64_t acked[H_BLOCKS];     /* newest version acknowledged */
+  uint32_t *first, *end;        /* blocks each version wrote */
+  unsigned long queued_units, direct_writes;
+
+  pthread_mutex_t dev_lock;     /* the fields below */
+  uint64_t dev[H_BLOCKS][H_WORDS];
+  unsigned busy_queued[H_BLOCKS], busy_direct[H_BLOCKS];
+  unsigned busy_frozen[H_BLOCKS];
+} h;
+
+/* Not ck_assert: Check logs where every passing ck_assert is, with a
+ * write(2) each, which would slow the hammer down a hundredfold.
+ */
+static void
+check (bool ok, uint32_t block, const char *what)
+{
+  if (!ok)
+    ck_abort_msg ("block %u: %s", block, what);
+}
+
+static uint64_t
+stamp (uint64_t version, uint32_t block)
+{
+  return version << 8 | block;
+}
+
+static void
+fill (uint64_t *buf, uint64_t version, uint32_t b0, uint32_t n)
+{
+  uint32_t i, k;
+
+  for (i = 0; i < n; ++i)
+    for (k = 0; k < H_WORDS; ++k)
+      buf[i * H_WORDS + k] = stamp (version, b0 + i);
+}
+
+/* The version a block holds, asserting that it is whole and a version
+ * written to this block.  Called with h.order or h.dev_lock held, or
+ * on a private copy.
+ */
+static uint64_t
+version_of (const uint64_t *block, uint32_t b)
+{
+  uint64_t v = block[0] >> 8;
+  uint32_t k;
+
+  for (k = 0; k < H_WORDS; ++k)
+    check (block[k] == stamp (v, b), b, "torn or misplaced");
+  return v;
+}
+
+enum busy { QUEUED, DIRECT, FROZEN };
+
+/* Called with h.dev_lock held: what may not overlap a 'kind' access. */
+static void
+busy_mark (enum busy kind, uint32_t b0, uint32_t n, int delta)
+{
+  uint32_t b;
+
+  for (b = b0; b < b0 + n; ++b) {
+    if (delta > 0) {
+      check (kind == FROZEN ||
+             (h.busy_queued[b] == 0 && h.busy_direct[b] == 0), b,
+             "two writes at once");
+      check (kind != QUEUED || h.busy_frozen[b] == 0, b,
+             "written under a read");
+      check (kind != FROZEN || h.busy_queued[b] == 0, b,
+             "read while written");
+    }
+    switch (kind) {
+    case QUEUED: h.busy_queued[b] += delta; break;
+    case DIRECT: h.busy_direct[b] += delta; break;
+    case FROZEN: h.busy_frozen[b] += delta; break;
+    }
+  }
+}
+
+/* The backend: block by block, yielding once midway so that accesses
+ * interleave.
+ */
+static void
+dev_write (const uint64_t *buf, uint32_t b0, uint32_t n, enum busy kind)
+{
+  uint32_t i;
+
+  pthread_mutex_lock (&h.dev_lock);
+  busy_mark (kind, b0, n, 1);
+  pthread_mutex_unlock (&h.dev_lock);
+  for (i = 0; i < n; ++i) {
+    pthread_mutex_lock (&h.dev_lock);
+    check (version_of (h.dev[b0 + i], b0 + i) <
+           version_of (buf + i * H_WORDS, b0 + i), b0 + i,
+           "an older write after a newer one");
+    memcpy (h.dev[b0 + i], buf + i * H_WORDS, H_BLOCK);
+    pthread_mutex_unlock (&h.dev_lock);
+    if (i == n / 2)
+      sched_yield ();
+  }
+  pthread_mutex_lock (&h.dev_lock);
+  busy_mark (kind, b0, n, -1);
+  pthread_mutex_unlock (&h.dev_lock);
+}
+
+static void
+dev_read (uint64_t *buf, uint32_t b0, uint32_t n, bool frozen)
+{
+  uint32_t i;
+
+  if (frozen) {
+    pthread_mutex_lock (&h.dev_lock);
+    busy_mark (FROZEN, b0, n, 1);
+    pthread_mutex_unlock (&h.dev_lock);
+  }
+  for (i = 0; i < n; ++i) {
+    pthread_mutex_lock (&h.dev_lock);
+    memcpy (buf + i * H_WORDS, h.dev[b0 + i], H_BLOCK);
+    pthread_mutex_unlock (&h.dev_lock);
+    if (i == n / 2)
+      sched_yield ();
+  }
+  if (frozen) {
+    pthread_mutex_lock (&h.dev_lock);
+    busy_mark (FROZEN, b0, n, -1);
+    pthread_mutex_unlock (&h.dev_lock);
+  }
+}
+
+/* A piece of a queued write (bounce-sized, so whole blocks). */
+static void
+h_piece (const void *buf, uint32_t n, uint64_t offset, void *opaque)
+{
+  dev_write (buf, offset / H_BLOCK, n / H_BLOCK, QUEUED);
+}
+
+static void *
+h_writer (void *vp)
+{
+  size_t w = (uintptr_t) vp;
+  struct throttle_wbq_job job;
+
+  for (;;) {
+    switch (throttle_wbq_next (h.q, w, &job)) {
+    case THROTTLE_WBQ_WRITE:
+      for_each_piece (h.q, w, &job, h_piece, NULL);
+      throttle_wbq_write_done (h.q, &job, 0);
+      break;
+    case THROTTLE_WBQ_FLUSH:
+      throttle_wbq_flush_done (h.q, w, &job, 0);
+      break;
+    case THROTTLE_WBQ_STOP:
+      return NULL;
+    }
+  }
+}
+
+/* Called with h.order held: a new version for blocks [b0, b0+n). */
+static uint64_t
+new_version (uint32_t b0, uint32_t n)
+{
+  uint64_t v = h.next_version++;
+  uint32_t b;
+
+  h.first[v] = b0;
+  h.end[v] = b0 + n;
+  for (b = b0; b < b0 + n; ++b)
+    h.issued[b] = v;
+  return v;
+}
+
+/* Called with h.order held. */
+static void
+acked (uint64_t v, uint32_t b0, uint32_t n)
+{
+  uint32_t b;
+
+  for (b = b0; b < b0 + n; ++b)
+    if (h.acked[b] < v)
+      h.acked[b] = v;
+}
+
+static void
+h_queued_write (uint64_t *buf, unsigned *seed)
+{
+  uint32_t b0 = rand_r (seed) % H_BLOCKS;
+  uint32_t n = 1 + rand_r (seed) % (H_BLOCKS - b0 < 16 ? H_BLOCKS - b0 : 16);
+  uint64_t v;
+
+  pthread_mutex_lock (&h.order);
+  v = new_version (b0, n);
+  fill (buf, v, b0, n);
+  check (throttle_wbq_queue (h.q, buf, n * H_BLOCK, b0 * H_BLOCK, n,
+                             NULL, NULL) == 0, b0, "not queued");
+  h.queued_units += n;
+  acked (v, b0, n);
+  pthread_mutex_unlock (&h.order);
+}
+
+static void
+h_direct_write (uint64_t *buf, unsigned *seed, uint32_t region)
+{
+  uint32_t b0 = region + rand_r (seed) % H_REGION;
+  uint32_t n = 1 + rand_r (seed) % (region + H_REGION - b0);
+  struct throttle_wbq_barrier b;
+  uint64_t v;
+
+  pthread_mutex_lock (&h.order);
+  v = new_version (b0, n);
+  fill (buf, v, b0, n);
+  throttle_wbq_barrier_begin (h.q, &b, b0 * H_BLOCK, n * H_BLOCK);
+  h.direct_writes++;
+  pthread_mutex_unlock (&h.order);
+
+  throttle_wbq_count_direct (h.q);
+  dev_write (buf, b0, n, DIRECT);
+  throttle_wbq_barrier_end (h.q, &b);
+
+  pthread_mutex_lock (&h.order);
+  acked (v, b0, n);
+  pthread_mutex_unlock (&h.order);
+}
+
+static void
+h_read (uint64_t *buf, unsigned *seed)
+{
+  uint32_t b0 = rand_r (seed) % H_BLOCKS;
+  uint32_t n = 1 + rand_r (seed) % (H_BLOCKS - b0 < 16 ? H_BLOCKS - b0 : 16);
+  uint64_t lo[16], hi[16];
+  struct throttle_wbq_barrier b;
+  bool frozen;
+  uint32_t i;
+
+  pthread_mutex_lock (&h.order);
+  memcpy (lo, &h.acked[b0], n * sizeof lo[0]);
+  pthread_mutex_unlock (&h.order);
+
+  frozen = throttle_wbq_read_begin (h.q, &b, b0 * H_BLOCK, n * H_BLOCK);
+  dev_read (buf, b0, n, frozen);
+  if (frozen)
+    throttle_wbq_read_end (h.q, &b, buf, true);
+
+  pthread_mutex_lock (&h.order);
+  memcpy (hi, &h.issued[b0], n * sizeof hi[0]);
+  for (i = 0; i < n; ++i) {
+    uint64_t v = version_of (buf + i * H_WORDS, b0 + i);
+
+    check (v >= lo[i], b0 + i, "read older than what was acknowledged");
+    check (v <= hi[i], b0 + i, "read what was never written");
+    check (v == 0 || (h.first[v] <= b0 + i && b0 + i < h.end[v]), b0 + i,
+           "read what was written elsewhere");
+  }
+  pthread_mutex_unlock (&h.order);
+}
+
+static void
+h_flush (unsigned *seed, uint64_t *seen)
+{
+  struct throttle_wbq_flush f;
+  uint64_t lo[H_BLOCKS];
+  uint32_t b;
+  struct throttle_wbq_error e;
+
+  pthread_mutex_lock (&h.order);
+  memcpy (lo, h.acked, sizeof lo);
+  pthread_mutex_unlock (&h.order);
+
+  throttle_wbq_flush_begin (h.q, &f);
+  throttle_wbq_flush_wait (h.q, &f, rand_r (seed) % 2);
+  pthread_mutex_lock (&h.dev_lock);
+  for (b = 0; b < H_BLOCKS; ++b)
+    check (version_of (h.dev[b], b) >= lo[b], b,
+           "an acknowledged write not on the backend after a flush");
+  pthread_mutex_unlock (&h.dev_lock);
+  check (throttle_wbq_flush_end (h.q, &f, seen, &e) == 0, 0,
+         "a flush failed");
+}
+
+static void *
+h_submitter (void *vp)
+{
+  uint32_t id = (uintptr_t) vp;
+  unsigned seed = id + 1;
+  uint64_t buf[16 * H_WORDS];
+  uint64_t seen = throttle_wbq_seen_at_open (h.q);
+  int i;
+
+  for (i = 0; i < H_OPS; ++i) {
+    unsigned op = rand_r (&seed) % 100;
+
+    if (op < 50)
+      h_queued_write (buf, &seed);
+    else if (op < 60)
+      h_direct_write (buf, &seed, id * H_REGION);
+    else if (op < 95)
+      h_read (buf, &seed);
+    else
+      h_flush (&seed, &seen);
+  }
+  return NULL;
+}
+
+START_TEST (test_hammer)
+{
+  pthread_t sub[H_SUBMITTERS], wr[H_WRITERS];
+  size_t max_versions = H_SUBMITTERS * H_OPS + 1;
+  struct throttle_wbq_stats s;
+  uint32_t b;
+  int i;
+
+  memset (&h, 0, sizeof h);
+  pthread_mutex_init (&h.order, NULL);
+  pthread_mutex_init (&h.dev_lock, NULL);
+  h.first = calloc (max_versions, sizeof *h.first);
+  h.end = calloc (max_versions, sizeof *h.end);
+  h.first[0] = 0;
+  h.end[0] = H_BLOCKS;
+  h.next_version = 1;
+  for (b = 0; b < H_BLOCKS; ++b)
+    fill (h.dev[b], 0, b, 1);
+  /* A small pool: writers fall behind and writes wait for buffers. */
+  h.q = make_queue (6, H_WRITERS);
+
+  for (i = 0; i < H_WRITERS; ++i)
+    pthread_create (&wr[i], NULL, h_writer, (void *) (uintptr_t) i);
+  for (i = 0; i < H_SUBMITTERS; ++i)
+    pthread_create (&sub[i], NULL, h_submitter, (void *) (uintptr_t) i);
+  for (i = 0; i < H_SUBMITTERS; ++i)
+    pthread_join (sub[i], NULL);
+  throttle_wbq_drain (h.q);
+  throttle_wbq_stop (h.q);
+  for (i = 0; i < H_WRITERS; ++i)
+    pthread_join (wr[i], NULL);
+
+  for (b = 0; b < H_BLOCKS; ++b)
+    ck_assert_msg (version_of (h.dev[b], b) == h.issued[b],
+                   "block %u: holds %llu, not the newest %llu", b,
+                   (unsigned long long) version_of (h.dev[b], b),
+                   (unsigned long long) h.issued[b]);
+  s = stats_of (h.q);
+  ck_assert_uint_eq (s.pending, 0);
+  ck_assert_uint_eq (s.pending_bytes, 0);
+  ck_assert_uint_eq (s.pool_used, 0);
+  ck_assert_uint_eq (s.failed, 0);
+  ck_assert_uint_eq (s.direct, h.direct_writes);
+  ck_assert_uint_eq (s.written, atomic_load (&nr_queued));
+  ck_assert_uint_eq (atomic_load (&nr_retired), atomic_load (&nr_queued));
+  ck_assert_uint_eq (atomic_load (&units_retired), h.queued_units);
+  ck_assert_uint_gt (s.written, 0);
+  throttle_wbq_destroy (h.q);
+  free (h.first);
+  free (h.end);
+}
+END_TEST
+
+static Suite *
+wbq_suite (void)
+{
+  Suite *s = suite_create ("wbq");
+  TCase *tc = tcase_create ("core");
+
+  tcase_set_timeout (tc, 30);
+  tcase_add_test (tc, test_overlap_order);
+  tcase_add_test (tc, test_fits);
+  tcase_add_test (tc, test_barrier_order);
+  tcase_add_test (tc, test_read_newest);
+  tcase_add_test (tc, test_flush_exact);
+  tcase_add_test (tc, test_errors);
+  tcase_add_test (tc, test_cancel);
+  tcase_add_test (tc, test_stop_drains);
+  suite_add_tcase (s, tc);
+
+  /* CK_RUN_CASE=hammer runs it alone (for a loop under TSan). */
+  tc = tcase_create ("hammer");
+  tcase_set_timeout (tc, 120);
+  tcase_add_test (tc, test_hammer);
+  suite_add_tcase (s, tc);
+  return s;
+}
+
+int
+main (void)
+{
+  SRunner *sr = srunner_create (wbq_suite ());
+  int failed;
+
+  srunner_run_all (sr, CK_NORMAL);
+  failed = srunner_ntests_failed (sr);
+  srunner_free (sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
