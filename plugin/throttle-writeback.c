@@ -647,7 +647,8 @@ throttle_writeback_pwrite (struct throttle_wb_conn *c,
   int res;
 
   /* A FUA write must be on the backend before its reply anyway, and
-   * one larger than a writer's buffer cannot be queued.
+   * one larger than THROTTLE_WBQ_MAX_WRITE or the pool is not queued
+   * (throttle_wbq_fits).
    */
   if (wb == NULL || (flags & NBDKIT_FLAG_FUA) ||
       !throttle_wbq_fits (wb->q, count)) {
