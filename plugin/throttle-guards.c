@@ -311,10 +311,30 @@ set_io_flusher (int on)
   return prctl (PR_SET_IO_FLUSHER, on, 0, 0, 0) == 0 ? 0 : errno;
 }
 
+static const struct sched_param fifo_1 = { .sched_priority = 1 };
+
 static int
 set_policy (int policy, const struct sched_param *sp)
 {
   return sched_setscheduler (0, policy, sp) == 0 ? 0 : errno;
+}
+
+/* Whether this thread may become SCHED_FIFO: tried, and undone at once
+ * (rt=auto must not leave a thread real-time before it is needed).
+ * Returns 0 or the errno that refused it.
+ */
+static int
+rt_probe (void)
+{
+  int policy = sched_getscheduler (0), err;
+  struct sched_param old;
+
+  if (policy == -1 || sched_getparam (0, &old) == -1)
+    return errno;
+  err = set_policy (SCHED_FIFO, &fifo_1);
+  if (err == 0)
+    set_policy (policy, &old);
+  return err;
 }
 
 static int
@@ -331,7 +351,6 @@ set_oom_score_adj (const char *value)
   return err;
 }
 
-static const struct sched_param fifo_1 = { .sched_priority = 1 };
 
 /* -1 (RT throttling disabled), the runtime in us, or -2 if unknown. */
 static long
@@ -385,17 +404,9 @@ probe_guards (void)
                "(real-time throttling disabled): not using SCHED_FIFO");
     }
     else {
-      int policy = sched_getscheduler (0);
-      struct sched_param old;
-
-      if (policy == -1 || sched_getparam (0, &old) == -1)
-        err = errno;
-      else
-        err = set_policy (SCHED_FIFO, &fifo_1);
-      if (err == 0) {
-        set_policy (policy, &old);
+      err = rt_probe ();
+      if (err == 0)
         rt_active = true;
-      }
       else if (refused (rt_mode, "throttle-rt", RT_WHAT, err,
                         RT_CONSEQUENCE) == -1)
         return -1;
@@ -458,19 +469,9 @@ apply_guards (void)
     atomic_store (&rt_on, true);
   }
   else if (rt_active) {
-    /* Still permitted (-u may have dropped CAP_SYS_NICE)?  Tried and
-     * undone, as in the probe.
-     */
-    int policy = sched_getscheduler (0);
-    struct sched_param old;
-
-    if (policy == -1 || sched_getparam (0, &old) == -1)
-      err = errno;
-    else
-      err = set_policy (SCHED_FIFO, &fifo_1);
-    if (err == 0)
-      set_policy (policy, &old);
-    else {
+    /* Still permitted (-u may have dropped CAP_SYS_NICE)? */
+    err = rt_probe ();
+    if (err != 0) {
       rt_active = false;
       refused (rt_mode, "throttle-rt", RT_WHAT, err, RT_CONSEQUENCE);
     }
