@@ -29,7 +29,7 @@
 # waits.
 #
 # Environment: SWAP_TIMEOUT (default 300), SWAP_STALL (90), SWAP_STUCK (60),
-# SWAP_SMP (guest CPUs, 1), SWAP_MEM (guest MiB, 192), SWAP_DISK_MIB (512),
+# SWAP_SMP (guest CPUs, 1), SWAP_MEM (guest MiB, 320: common.sh), SWAP_DISK_MIB (512),
 # SWAP_EXTRA_APPEND (more kernel arguments, e.g. thr.hungsecs=30),
 # THROTTLE_FILTER, THROTTLE_DISK_PLUGIN (used when the initramfs has to be
 # built).
