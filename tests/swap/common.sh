@@ -38,8 +38,9 @@ SWAP_AVAIL_MIB=${SWAP_AVAIL_MIB:-50}
 SWAP_MEM=${SWAP_MEM:-320}
 
 # Prints one field of a configuration: swap_config NAME FIELD
-# (FIELD: must, boots or args; args start with the workload, which a
-# configuration's own words may override).  Fails for an unknown NAME.
+# (FIELD: must, boots or args; args start with the workload, whose
+# size a configuration must not change: run-guest.sh holds every boot
+# to it).  Fails for an unknown NAME.
 swap_config ()
 {
     swap_configs | awk -v n="$1" -v f="$2" \

@@ -161,33 +161,28 @@ pswpin=$(sed -n 's/^SWAPSTATS.*pswpin=\([0-9]*\).*/\1/p' "$c" | tail -n 1)
 swapout_mib=$(( ${pswpout:-0} * 4 / 1024 ))
 swapin_mib=$(( ${pswpin:-0} * 4 / 1024 ))
 # What each phase swapped (swaptest reads pswpout/pswpin around it)
-# against what the workload must swap: the pages that do not fit the
-# memory left available, target = size - avail.  The writeout phase
-# writes exactly those out; each swap-in pass must read them back in
-# (and write as many out to make room), so that phase moves at least
-# twice the target each way.  A boot off by more than SWAP_TOLERANCE
-# percent (20) did not run the same workload as the others: its times
-# would not compare.
+# against what the suite's workload must swap (common.sh, whatever the
+# guest was told): the pages that do not fit the memory left available,
+# target = SWAP_SIZE_MIB - SWAP_AVAIL_MIB.  The writeout phase writes
+# those out; each swap-in pass must read them back in (and write as
+# many out to make room), so that phase moves at least twice the target
+# each way.  A boot that swapped less than that, by more than
+# SWAP_TOLERANCE percent (20), did not run the suite's workload and
+# would look fast: it fails.  Swapping more is the server's own cost
+# (nbdkit's file plugin fills the page cache) and counts against it.
 mib () { sed -n "s/^$1.* $2=\([0-9]*\).*/\1/p" "$c" | tail -n 1; }
-size_mib=$(mib SWAPTEST-START size_mib)
-avail_mib=$(mib SWAPTEST-START avail_mib)
 wo_out=$(mib WRITEOUT-SWAPPED out_mib)
 si_out=$(mib SWAPIN-SWAPPED out_mib)
 si_in=$(mib SWAPIN-SWAPPED in_mib)
 tol=${SWAP_TOLERANCE:-20}
+target=$((SWAP_SIZE_MIB - SWAP_AVAIL_MIB))
 volume=ok
-if [ -z "$size_mib" ] || [ -z "$avail_mib" ] || [ -z "$wo_out" ] ||
-   [ -z "$si_out" ] || [ -z "$si_in" ]; then
+if [ -z "$wo_out" ] || [ -z "$si_out" ] || [ -z "$si_in" ]; then
     volume=unknown
-else
-    target=$((size_mib - avail_mib))
-    if [ "$target" -lt 16 ] ||
-       [ $((wo_out * 100)) -lt $((target * (100 - tol))) ] ||
-       [ $((wo_out * 100)) -gt $((target * (100 + tol))) ] ||
-       [ $((si_in * 100)) -lt $((2 * target * (100 - tol))) ] ||
-       [ $((si_out * 100)) -lt $((2 * target * (100 - tol))) ]; then
-        volume=off
-    fi
+elif [ $((wo_out * 100)) -lt $((target * (100 - tol))) ] ||
+     [ $((si_in * 100)) -lt $((2 * target * (100 - tol))) ] ||
+     [ $((si_out * 100)) -lt $((2 * target * (100 - tol))) ]; then
+    volume=short
 fi
 
 if has 'blocked for more than'; then
@@ -207,7 +202,7 @@ elif has SWAPTEST-SHORT; then
     # this configuration's server (common.sh).
     reason="short-memory:$(sed -n 's/^SWAPTEST-SHORT //p' "$c" | head -n 1 | tr ' ' _)"
 elif [ $swapin = 1 ] && [ $volume != ok ]; then
-    # A run that swapped less than the workload must proves nothing and
+    # A run that swapped less than the workload must proves less and
     # would look fast.
     reason=swap-volume-$volume
 elif [ $swapin = 1 ] && case " $args " in *" thr.units=1 "*) ! has UNIT-STOPPED ;; *) false ;; esac; then
@@ -273,5 +268,5 @@ status=fail
 if [ "$reason" = ok ] && { [ "$guards" = ok ] || [ "$guards" = n/a ]; }; then
     status=pass
 fi
-echo "RESULT cfg=$cfg boot=$boot status=$status writeout=$writeout swapin=$swapin hung=$hung reason=$reason wo=${wo:--} si=${si:--} total=${total:--} guards=$guards swapout_mib=$swapout_mib swapin_mib=$swapin_mib target_mib=${target:--} wo_out_mib=${wo_out:--} si_in_mib=${si_in:--} si_out_mib=${si_out:--} elapsed=$elapsed log=$log"
+echo "RESULT cfg=$cfg boot=$boot status=$status writeout=$writeout swapin=$swapin hung=$hung reason=$reason wo=${wo:--} si=${si:--} total=${total:--} guards=$guards swapout_mib=$swapout_mib swapin_mib=$swapin_mib target_mib=$target wo_out_mib=${wo_out:--} si_in_mib=${si_in:--} si_out_mib=${si_out:--} elapsed=$elapsed log=$log"
 [ $status = pass ]
