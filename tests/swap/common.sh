@@ -19,21 +19,36 @@ disk-wb-c1        1 3 thr.plugin=disk thr.filter=1 thr.mode=writeback thr.conns=
 disk-wb-c2        1 3 thr.plugin=disk thr.filter=1 thr.mode=writeback thr.conns=2 thr.minfree=16384 thr.guards=1
 units-wt-c2       1 3 thr.units=1 thr.plugin=disk thr.filter=1 thr.mode=writethrough thr.conns=2 thr.minfree=16384 thr.guards=1
 disk-wt-c1-nomin  0 1 thr.plugin=disk thr.filter=1 thr.mode=writethrough thr.conns=1 thr.minfree=0 thr.guards=1
-filter-file       0 3 thr.plugin=file thr.filter=1 thr.conns=1 thr.minfree=16384 thr.guards=1
-filter-memory     0 3 thr.plugin=memory thr.filter=1 thr.conns=1 thr.minfree=16384 thr.guards=1
-baseline-file     0 3 thr.plugin=file thr.filter=0 thr.conns=1 thr.minfree=16384 thr.guards=0
+filter-file       0 1 thr.plugin=file thr.filter=1 thr.conns=1 thr.minfree=16384 thr.guards=1
+filter-memory     0 1 thr.plugin=memory thr.memsize=128M thr.filter=1 thr.conns=1 thr.minfree=16384 thr.guards=1
+baseline-file     0 1 thr.plugin=file thr.filter=0 thr.conns=1 thr.minfree=16384 thr.guards=0
+raw-disk          0 3 thr.plugin=raw thr.filter=0 thr.minfree=16384 thr.guards=0
 EOF
 }
 
+# The workload, the same in every configuration so that their times
+# compare: swaptest writes SWAP_SIZE_MIB after locking away what
+# MemAvailable holds above SWAP_AVAIL_MIB (swaptest.c), so a server that
+# holds more memory (the writeback pool, the memory plugin's disk) does
+# not get a smaller workload, and raw-disk, with no server, no larger one.
+# The guest (SWAP_MEM MiB) must leave SWAP_AVAIL_MIB available in every
+# configuration; a boot that cannot fails (swaptest exits 3).
+SWAP_SIZE_MIB=${SWAP_SIZE_MIB:-100}
+SWAP_AVAIL_MIB=${SWAP_AVAIL_MIB:-50}
+SWAP_MEM=${SWAP_MEM:-320}
+
 # Prints one field of a configuration: swap_config NAME FIELD
-# (FIELD: must, boots or args).  Fails for an unknown NAME.
+# (FIELD: must, boots or args; args start with the workload, whose
+# size a configuration must not change: run-guest.sh holds every boot
+# to it).  Fails for an unknown NAME.
 swap_config ()
 {
-    swap_configs | awk -v n="$1" -v f="$2" '
+    swap_configs | awk -v n="$1" -v f="$2" \
+        -v w="thr.size=$SWAP_SIZE_MIB thr.avail=$SWAP_AVAIL_MIB" '
         $1 == n { found = 1
                   if (f == "must") print $2
                   else if (f == "boots") print $3
-                  else { s = ""; for (i = 4; i <= NF; i++) s = s (s ? " " : "") $i; print s } }
+                  else { s = w; for (i = 4; i <= NF; i++) s = s " " $i; print s } }
         END { exit !found }'
 }
 

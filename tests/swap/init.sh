@@ -28,7 +28,7 @@ fail ()
 # Defaults, then thr.KEY=VALUE from the command line.
 THR_cfg=unnamed THR_plugin=file THR_filter=0 THR_mode= THR_conns=1
 THR_minfree=0 THR_guards=0 THR_hungsecs=20 THR_size= THR_verbose=1
-THR_memsize=32M THR_args= THR_units=0 THR_forkcheck=0
+THR_memsize=32M THR_args= THR_units=0 THR_forkcheck=0 THR_avail=
 for word in $(cat /proc/cmdline); do
     case "$word" in
         thr.*=*)
@@ -184,6 +184,11 @@ if [ "$THR_units" = 1 ]; then
     [ -s "$pidfile" ] || fail "no PID file $pidfile after ExecStart"
     NBDKIT_PID=$(cat "$pidfile")
     unit_step ExecStartPost
+elif [ "$THR_plugin" = raw ]; then
+    # The control row: swap on the virtio disk itself, no NBD, no nbdkit.
+    NBDKIT_PID=
+    mkswap /dev/vda >/dev/null || fail "mkswap"
+    swapon /dev/vda || fail "swapon"
 else
     case "$THR_plugin" in
         file)   set -- file file=/dev/vda ;;
@@ -219,6 +224,10 @@ else
     swapon /dev/nbd0 || fail "swapon"
 fi
 echo "SWAP-ON $(tail -n 1 /proc/swaps)"
+# The request sizes the swap device allows: they decide how many
+# requests a MiB of swap costs on each path.
+swapdev=$(tail -n 1 /proc/swaps | awk '{ print $1 }'); swapdev=${swapdev#/dev/}
+echo "SWAP-QUEUE dev=$swapdev rotational=$(cat /sys/block/$swapdev/queue/rotational) max_sectors_kb=$(cat /sys/block/$swapdev/queue/max_sectors_kb) max_hw_sectors_kb=$(cat /sys/block/$swapdev/queue/max_hw_sectors_kb) nr_requests=$(cat /sys/block/$swapdev/queue/nr_requests) page_cluster=$(cat /proc/sys/vm/page-cluster)"
 
 # Thread flags (field 9 of stat; the comm field may hold spaces, so count
 # from its closing parenthesis), scheduling policy (field 41, 1 is
@@ -243,15 +252,27 @@ guards ()
     vmlck=$(awk '/^VmLck:/ { print $2 }' /proc/$NBDKIT_PID/status)
     echo "GUARDS $when threads=$n noio=$noio local_throttle=$lt vmlck_kb=$vmlck oom_score_adj=$(cat /proc/$NBDKIT_PID/oom_score_adj) rt=$rt pswpout=$pswpout"
 }
-guards pre
-# To map the RIP of a faulting nbdkit thread in a task dump to a library.
-sed "s/^/MAPS /" /proc/$NBDKIT_PID/maps
+if [ -n "$NBDKIT_PID" ]; then
+    guards pre
+    # To map the RIP of a faulting nbdkit thread in a task dump to a library.
+    sed "s/^/MAPS /" /proc/$NBDKIT_PID/maps
+fi
 
-swaptest $THR_size
+# Every configuration swaps the same: thr.size MiB in thr.avail MiB of
+# available memory (see common.sh and swaptest.c).
+swaptest $THR_size ${THR_size:+$THR_avail}
 echo "SWAPTEST-EXIT $?"
-guards post
+[ -n "$NBDKIT_PID" ] && guards post
 awk '/^(pswpin|pswpout) / { printf "%s=%d ", $1, $2 } END { print "" }' \
     /proc/vmstat | sed 's/^/SWAPSTATS /'
+# The requests the swap device served, their mean size and time
+# (/sys/block/DEV/stat): where a path loses against the raw disk.
+awk '{ printf "SWAP-DEVSTAT reads=%d read_kib=%d read_ms=%d writes=%d write_kib=%d write_ms=%d", $1, $3 / 2, $4, $5, $7 / 2, $8
+       if ($1) printf " read_avg_kib=%.1f read_avg_ms=%.2f", $3 / 2 / $1, $4 / $1
+       if ($5) printf " write_avg_kib=%.1f write_avg_ms=%.2f", $7 / 2 / $5, $8 / $5
+       print "" }' /sys/block/$swapdev/stat
+# The guest CPU the server cost (utime, stime in ticks of 1/100 s).
+[ -n "$NBDKIT_PID" ] && awk '{ sub(/.*\) /, ""); print "NBDKIT-CPU utime=" $12 " stime=" $13 }' /proc/$NBDKIT_PID/stat
 if [ "$THR_units" = 1 ]; then
     # The unit's stop: ExecStop (swapoff, then nbd-client -d), then
     # SIGTERM to the main process, which must exit.

@@ -15,17 +15,26 @@
  *             swaps in and out at the same time.
  *
  * Markers on stdout (the host parses them from the serial console):
+ *   SWAPTEST-PAD pad_mib=N avail_mib=N      (with AVAIL_MIB)
+ *   SWAPTEST-SHORT avail_mib=N wanted_mib=N (AVAIL_MIB cannot be met)
  *   SWAPTEST-START size_mib=N avail_mib=N swapfree_mib=N
  *   WRITEOUT-PROGRESS mib=N secs=S
  *   WRITEOUT-DONE S
+ *   WRITEOUT-SWAPPED out_mib=N in_mib=N     (pswpout, pswpin of the phase)
  *   SWAPIN-PROGRESS mib=N secs=S    (N counts both passes)
  *   SWAPIN-DONE S
+ *   SWAPIN-SWAPPED out_mib=N in_mib=N
+ *   WRITEOUT-CPU / SWAPIN-CPU user=P% sys=P% softirq=P% iowait=P% idle=P%
  *   VERIFY-FAILED page=N word=N got=X expected=X
  *
- * Usage: swaptest [SIZE_MIB]
+ * Usage: swaptest [SIZE_MIB [AVAIL_MIB]]
  * Without SIZE_MIB the size is twice MemAvailable, capped at MemAvailable
  * plus three quarters of SwapFree so that a small swap device does not
- * turn the test into an OOM test.
+ * turn the test into an OOM test.  With AVAIL_MIB, memory above AVAIL_MIB
+ * of MemAvailable is first locked away, so that a workload of SIZE_MIB
+ * swaps the same amount whatever the server beside it holds (a writeback
+ * pool, a memory plugin's disk, or no server at all); exit 3 when less
+ * than AVAIL_MIB is available.
  *
  * Built statically at test time (gcc -static -O2) so that the guest needs
  * no library for it.
@@ -41,6 +50,9 @@
 
 #define MIB (1024UL * 1024UL)
 #define PROGRESS_MIB 16
+
+struct swapped { long out, in; };
+struct cpu { long long user, nice, sys, idle, iowait, irq, softirq; };
 
 static long
 meminfo_kib (const char *key)
@@ -62,6 +74,112 @@ meminfo_kib (const char *key)
   }
   fclose (fp);
   return val;
+}
+
+/* Pages swapped out and in since boot (/proc/vmstat), or -1. */
+static struct swapped
+vmstat_swapped (void)
+{
+  struct swapped s = { -1, -1 };
+  FILE *fp = fopen ("/proc/vmstat", "r");
+  char key[64];
+  long val;
+
+  if (fp == NULL)
+    return s;
+  while (fscanf (fp, "%63s %ld", key, &val) == 2) {
+    if (strcmp (key, "pswpout") == 0)
+      s.out = val;
+    else if (strcmp (key, "pswpin") == 0)
+      s.in = val;
+  }
+  fclose (fp);
+  return s;
+}
+
+/* The guest's CPU time so far, in ticks (first line of /proc/stat). */
+static struct cpu
+cpu_ticks (void)
+{
+  struct cpu c = { -1, -1, -1, -1, -1, -1, -1 };
+  FILE *fp = fopen ("/proc/stat", "r");
+
+  if (fp != NULL) {
+    if (fscanf (fp, "cpu %lld %lld %lld %lld %lld %lld %lld", &c.user,
+                &c.nice, &c.sys, &c.idle, &c.iowait, &c.irq,
+                &c.softirq) != 7)
+      c.user = -1;
+    fclose (fp);
+  }
+  return c;
+}
+
+/* Prints what share of a phase the guest's CPU spent where: a path
+ * that costs more CPU per request than another shows in busy time, one
+ * that waits longer on its device in iowait.
+ */
+static void
+print_cpu (const char *phase, struct cpu a)
+{
+  struct cpu b = cpu_ticks ();
+  long long all;
+
+  if (a.user < 0 || b.user < 0)
+    return;
+  all = (b.user - a.user) + (b.nice - a.nice) + (b.sys - a.sys) +
+    (b.idle - a.idle) + (b.iowait - a.iowait) + (b.irq - a.irq) +
+    (b.softirq - a.softirq);
+  if (all <= 0)
+    return;
+  printf ("%s-CPU user=%lld%% sys=%lld%% softirq=%lld%% iowait=%lld%% "
+          "idle=%lld%%\n", phase,
+          100 * (b.user - a.user + b.nice - a.nice) / all,
+          100 * (b.sys - a.sys + b.irq - a.irq) / all,
+          100 * (b.softirq - a.softirq) / all,
+          100 * (b.iowait - a.iowait) / all, 100 * (b.idle - a.idle) / all);
+}
+
+/* Prints what a phase swapped, from its START counters. */
+static void
+print_swapped (const char *phase, struct swapped start, long page_size)
+{
+  struct swapped end = vmstat_swapped ();
+
+  if (start.out < 0 || end.out < 0)
+    printf ("%s-SWAPPED unknown\n", phase);
+  else
+    printf ("%s-SWAPPED out_mib=%ld in_mib=%ld\n", phase,
+            (end.out - start.out) * page_size / (long) MIB,
+            (end.in - start.in) * page_size / (long) MIB);
+}
+
+/* Locks away what MemAvailable holds above AVAIL_MIB, so that the
+ * workload meets the same free memory in every configuration.  Exits 3
+ * when less than AVAIL_MIB is available: that configuration would swap
+ * more than the others.
+ */
+static void
+pad_to (long avail_mib)
+{
+  long have = meminfo_kib ("MemAvailable") / 1024;
+  size_t pad;
+  void *p;
+
+  if (have < avail_mib) {
+    printf ("SWAPTEST-SHORT avail_mib=%ld wanted_mib=%ld\n", have, avail_mib);
+    exit (3);
+  }
+  pad = (size_t) (have - avail_mib) * MIB;
+  if (pad > 0) {
+    p = mmap (NULL, pad, PROT_READ | PROT_WRITE,
+              MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (p == MAP_FAILED || mlock (p, pad) == -1) {
+      perror ("swaptest: locking the pad");
+      exit (2);
+    }
+  }
+  printf ("SWAPTEST-PAD pad_mib=%zu avail_mib=%ld\n", pad / MIB,
+          meminfo_kib ("MemAvailable") / 1024);
 }
 
 static double
@@ -132,9 +250,16 @@ main (int argc, char *argv[])
   size_t size_mib, npages, words, p, w, i, stride;
   uint64_t *mem;
   double t0, t, wo_secs;
+  struct swapped sw;
+  struct cpu cpu;
 
   setvbuf (stdout, NULL, _IONBF, 0);
 
+  if (argc > 2) {
+    pad_to (strtol (argv[2], NULL, 10));
+    avail_kib = meminfo_kib ("MemAvailable");
+    swap_kib = meminfo_kib ("SwapFree");
+  }
   if (argc > 1)
     size_mib = strtoul (argv[1], NULL, 10);
   else {
@@ -160,6 +285,8 @@ main (int argc, char *argv[])
   printf ("SWAPTEST-START size_mib=%zu avail_mib=%ld swapfree_mib=%ld\n",
           size_mib, avail_kib / 1024, swap_kib / 1024);
 
+  sw = vmstat_swapped ();
+  cpu = cpu_ticks ();
   t0 = now ();
   for (p = 0; p < npages; p++) {
     uint64_t *pg = mem + p * words;
@@ -172,6 +299,8 @@ main (int argc, char *argv[])
   }
   wo_secs = now () - t0;
   printf ("WRITEOUT-DONE %.1f\n", wo_secs);
+  print_swapped ("WRITEOUT", sw, page_size);
+  print_cpu ("WRITEOUT", cpu);
 
   /* Self-test of the verifier (check-swap.sh runs it on the host): damage
    * one word so that the swap-in phase must report it.
@@ -182,6 +311,8 @@ main (int argc, char *argv[])
       mem[p * words + words / 2] ^= 1;
   }
 
+  sw = vmstat_swapped ();
+  cpu = cpu_ticks ();
   t0 = now ();
   stride = npages > 1 ? scatter_stride (npages) : 1;
   for (i = 0; i < 2 * npages; i++) {
@@ -198,5 +329,7 @@ main (int argc, char *argv[])
   }
   t = now () - t0;
   printf ("SWAPIN-DONE %.1f\n", t);
+  print_swapped ("SWAPIN", sw, page_size);
+  print_cpu ("SWAPIN", cpu);
   return 0;
 }
