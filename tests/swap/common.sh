@@ -6,8 +6,10 @@
 # guard check passes.  MUST=0: recorded in the table, never fails the suite.
 # thr.minfree=16384 is the vm.min_free_kbytes the man page recommends.
 # The MUST configurations are the deployment the reserve issue recommends
-# for swap-in: the filter's defaults (real-time request threads where
-# permitted, as in the guest) plus that vm.min_free_kbytes.
+# for swap-in: the filter's defaults (throttle-rt=auto: real-time request
+# threads from the moment nbd-client, a kernel client on the same
+# machine, connects; init.sh checks that this comes before the first
+# swap-out) plus that vm.min_free_kbytes.
 # thr.units=1: the same deployment started and stopped by the command
 # lines of nbdkit-throttle-swap@.service, in its order (see init.sh).
 swap_configs ()
