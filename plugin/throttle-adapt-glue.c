@@ -35,6 +35,12 @@
 #include "throttle-parse.h"
 #include "throttle-writeback.h"
 
+/* Lock order: an export's ae->lock is taken after the export
+ * registry's lock (throttle-export.c) and before its budget's lock:
+ * the controller reads the budget's stats and sets its capacity with
+ * ae->lock held, and the budget calls nothing back.
+ */
+
 /* As blk-wbt's default window. */
 #define WINDOW_NS (100 * 1000000ULL)
 

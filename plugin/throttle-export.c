@@ -28,6 +28,13 @@
  * said_full.  An export's fields other than its budget and wb never
  * change after it is made, and it is freed only at unload, so a
  * pointer to it may be used without the lock.
+ *
+ * Lock order: 'lock' is taken first of the filter's locks:
+ * throttle_export_foreach_range calls its function with it held (the
+ * control socket's stats), which takes an export's adapt lock
+ * (throttle-adapt-glue.c), its write-behind queue's lock
+ * (lib/throttle-wbq.c) and its budget's lock (lib/throttle-budget.c),
+ * in that order; none of those calls back in here.
  */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct throttle_export *registry, **tail = &registry;
