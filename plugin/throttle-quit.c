@@ -47,6 +47,32 @@ throttle_quitting (void)
   return __atomic_load_n (&quitting, __ATOMIC_ACQUIRE);
 }
 
+/* The race this closes: at a signal, a backend request sleeping with
+ * nbdkit_nanosleep fails at once and credits its units, the waiter
+ * granted them asks whether to abandon its wait, and the answer must
+ * not depend on whether the watcher thread has been scheduled yet (on
+ * a busy machine every waiter of the chain was granted and run before
+ * it was: test-shutdown.sh).  This thread's own nbdkit_nanosleep
+ * already knows that something is closing; the watcher says what.
+ */
+bool
+throttle_quit_confirm (void)
+{
+  const struct timespec ms = { .tv_sec = 0, .tv_nsec = 1000000 };
+  int i;
+
+  if (throttle_quitting ())
+    return true;
+  if (nbdkit_nanosleep (0, 1) == 0)
+    return false;
+  for (i = 0; i < THROTTLE_QUIT_CONFIRM_MS; ++i) {
+    nanosleep (&ms, NULL);
+    if (throttle_quitting ())
+      return true;
+  }
+  return false;                 /* the client is done: serve its requests */
+}
+
 static void *
 watch (void *arg)
 {

@@ -21,6 +21,16 @@ extern void throttle_quit_stop (void);
  */
 extern bool throttle_quitting (void);
 
+/* For a request thread deciding whether to abandon a wait: true if
+ * nbdkit is shutting down.  Unlike throttle_quitting it does not trust
+ * the watcher to have run yet: when this thread's own nbdkit_nanosleep
+ * fails (a shutdown, or its client is done), it gives the watcher up to
+ * THROTTLE_QUIT_CONFIRM_MS to say which.  Costs a system call, and that
+ * sleep only while the connection or the server is closing.
+ */
+extern bool throttle_quit_confirm (void);
+#define THROTTLE_QUIT_CONFIRM_MS 20
+
 /* Per connection: when its last paced error reply went out. */
 struct throttle_pace {
   pthread_mutex_t lock;       /* held while spacing: one at a time */

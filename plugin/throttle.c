@@ -205,12 +205,13 @@ throttle_unload (void)
 
 /* Only a server shutdown ends a wait: a client that sent NBD_CMD_DISC
  * or shut down its write side still reads the replies of what it sent
- * (see throttle-quit.c).
+ * (see throttle-quit.c).  Asked by waiters every poll period and once
+ * more after a grant.
  */
 bool
 throttle_cancelled (void *opaque)
 {
-  return throttle_quitting ();
+  return throttle_quit_confirm ();
 }
 
 struct throttle_handle {
