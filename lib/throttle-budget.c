@@ -245,7 +245,8 @@ throttle_budget_credit (struct throttle_budget *b, uint64_t units)
   if (units > b->in_flight)
     abort ();
   b->in_flight -= units;
-  throttle_wait_grant (&b->queue, acquire, b);
+  if (b->queue.head != NULL)
+    throttle_wait_grant (&b->queue, acquire, b);
   pthread_mutex_unlock (&b->lock);
 }
 
@@ -257,7 +258,7 @@ throttle_budget_set_capacity (struct throttle_budget *b, uint64_t capacity)
     return -1;
   }
   pthread_mutex_lock (&b->lock);
-  b->capacity = capacity;
+  __atomic_store_n (&b->capacity, capacity, __ATOMIC_RELAXED);
   throttle_wait_grant (&b->queue, acquire, b);
   pthread_mutex_unlock (&b->lock);
   return 0;
@@ -272,15 +273,14 @@ throttle_budget_shutdown (struct throttle_budget *b)
   pthread_mutex_unlock (&b->lock);
 }
 
+/* Without the lock: the filter asks on every request, and a value
+ * that a concurrent set_capacity replaces a moment later is as good
+ * as one read just before it.
+ */
 uint64_t
 throttle_budget_get_capacity (struct throttle_budget *b)
 {
-  uint64_t c;
-
-  pthread_mutex_lock (&b->lock);
-  c = b->capacity;
-  pthread_mutex_unlock (&b->lock);
-  return c;
+  return __atomic_load_n (&b->capacity, __ATOMIC_RELAXED);
 }
 
 void

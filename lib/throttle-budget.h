@@ -33,7 +33,8 @@ struct throttle_stats {
 
 struct throttle_budget {
   pthread_mutex_t lock;         /* everything below, and the waiters */
-  uint64_t capacity;
+  uint64_t capacity;            /* written under lock with an atomic store:
+                                   get_capacity reads it without the lock */
   uint64_t in_flight;
   struct throttle_wait_queue queue;
   bool shutdown;
