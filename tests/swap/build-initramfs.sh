@@ -53,6 +53,12 @@ nbdkit=$(command -v nbdkit)
 plugindir=$(nbdkit --dump-config | sed -n 's/^plugindir=//p')
 add_elf "$nbdkit" /usr/bin/nbdkit
 add_elf "$(command -v nbd-client || echo /usr/sbin/nbd-client)" /usr/sbin/nbd-client
+# SWAP_PERF=1: perf, for the profile of thr.perf=1 (init.sh).  Only
+# then: it takes guest memory.
+if [ "${SWAP_PERF:-0}" = 1 ]; then
+    perf=$(command -v perf) || { echo "build-initramfs: SWAP_PERF=1 needs perf (apt-get install linux-perf)" >&2; exit 1; }
+    add_elf "$perf" /usr/bin/perf
+fi
 for p in file memory; do
     add_elf "$plugindir/nbdkit-$p-plugin.so" "$plugindir/nbdkit-$p-plugin.so"
 done

@@ -28,7 +28,7 @@ fail ()
 # Defaults, then thr.KEY=VALUE from the command line.
 THR_cfg=unnamed THR_plugin=file THR_filter=0 THR_mode= THR_conns=1
 THR_minfree=0 THR_guards=0 THR_hungsecs=20 THR_size= THR_verbose=1
-THR_memsize=32M THR_args= THR_units=0 THR_forkcheck=0 THR_avail=
+THR_memsize=32M THR_args= THR_units=0 THR_forkcheck=0 THR_avail= THR_perf=0
 for word in $(cat /proc/cmdline); do
     case "$word" in
         thr.*=*)
@@ -260,8 +260,32 @@ fi
 
 # Every configuration swaps the same: thr.size MiB in thr.avail MiB of
 # available memory (see common.sh and swaptest.c).
+# thr.perf=1 (SWAP_PERF=1 on the host): where the guest's one CPU goes
+# during the workload, by task and by function (cpu-clock samples of
+# every task, kernel included), as PERF-* lines after the workload.
+perf_pid=
+if [ "$THR_perf" = 1 ]; then
+    if command -v perf >/dev/null; then
+        perf record -a -g -F 199 -o /run/perf.data >/dev/null 2>&1 &
+        perf_pid=$!
+        sleep 1
+    else
+        echo "PERF-NONE perf is not in the initramfs (build it with SWAP_PERF=1)"
+    fi
+fi
 swaptest $THR_size ${THR_size:+$THR_avail}
 echo "SWAPTEST-EXIT $?"
+if [ -n "$perf_pid" ]; then
+    kill -INT "$perf_pid"; wait "$perf_pid"
+    for view in "TASK --no-children --sort comm" \
+                "SELF --no-children --sort comm,sym --percent-limit 0.5" \
+                "CHILDREN --children --sort sym --percent-limit 2"; do
+        # shellcheck disable=SC2086
+        perf report -i /run/perf.data --stdio -g none ${view#* } 2>&1 |
+            grep -v -e '^#' -e '^$' | head -n 60 | sed "s/^/PERF-${view%% *} /"
+    done
+    rm -f /run/perf.data
+fi
 [ -n "$NBDKIT_PID" ] && guards post
 awk '/^(pswpin|pswpout) / { printf "%s=%d ", $1, $2 } END { print "" }' \
     /proc/vmstat | sed 's/^/SWAPSTATS /'

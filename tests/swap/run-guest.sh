@@ -31,6 +31,8 @@
 # Environment: SWAP_TIMEOUT (default 300), SWAP_STALL (90), SWAP_STUCK (60),
 # SWAP_SMP (guest CPUs, 1), SWAP_MEM (guest MiB, 320: common.sh), SWAP_DISK_MIB (512),
 # SWAP_EXTRA_APPEND (more kernel arguments, e.g. thr.hungsecs=30),
+# SWAP_PERF=1 (a profile of each boot's workload: perf in the initramfs
+# and thr.perf=1, see init.sh),
 # THROTTLE_FILTER, THROTTLE_DISK_PLUGIN (used when the initramfs has to be
 # built).
 
@@ -86,7 +88,9 @@ catpid=$!
 # rootfstype=ramfs: the initramfs stays in unswappable ramfs, as binaries
 # on a real root file system are never written to swap.  On tmpfs the
 # kernel would swap nbdkit's own text out to the device nbdkit serves.
-append="console=ttyS0 panic=-1 rootfstype=ramfs zswap.enabled=0 mitigations=off thr.cfg=$cfg $args ${SWAP_EXTRA_APPEND:-}"
+perf=
+[ "${SWAP_PERF:-0}" = 1 ] && perf=thr.perf=1
+append="console=ttyS0 panic=-1 rootfstype=ramfs zswap.enabled=0 mitigations=off thr.cfg=$cfg $args $perf ${SWAP_EXTRA_APPEND:-}"
 
 start=$(date +%s)
 # Append: the host adds its own lines to the log while qemu writes.
