@@ -25,7 +25,7 @@ PACKAGES=(
   qemu-system-x86 linux-image-amd64 busybox-static nbd-client
   cpio xz-utils zstd kmod strace libcap2-bin
   systemd
-  gnuplot-nox
+  gnuplot-nox valgrind
   debhelper dpkg-dev fakeroot lintian man-db
 )
 
