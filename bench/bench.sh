@@ -644,7 +644,7 @@ machine () {
   if [ $have_fio = yes ]; then echo "- fio: $(fio --version)"; fi
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "- cases run: $CASES$([ "$SMOKE" = 1 ] && echo " (**smoke run**: checks the plumbing, its numbers mean nothing)")"
-  echo "- rounds: $ROUNDS1 for case 1, $ROUNDS for the others; $T s per timed run, $T2M s in case 2m, $T5 s in case 5"
+  echo "- rounds: $ROUNDS1 for case 1, $ROUNDS for the others; $T s per timed run, $T1P s in case 1's pinned 4K runs, $T2M s in case 2m, $T5 s in case 5"
   echo "- runs retried after a failure: $retried"
   echo "- idle check before the run (BENCH_IDLE=$IDLE_MODE; wanted: load average <= $MAX_LOAD (BENCH_MAX_LOAD), CPU idle >= ${MIN_IDLE}% (BENCH_MIN_IDLE), up to $IDLE_RETRIES more samples $IDLE_WAIT s apart (BENCH_IDLE_RETRIES, BENCH_IDLE_WAIT)): $idle_report"
   echo "- idle sample after the run: $idle_after"
