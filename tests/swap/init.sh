@@ -258,8 +258,6 @@ if [ -n "$NBDKIT_PID" ]; then
     sed "s/^/MAPS /" /proc/$NBDKIT_PID/maps
 fi
 
-# Every configuration swaps the same: thr.size MiB in thr.avail MiB of
-# available memory (see common.sh and swaptest.c).
 # thr.perf=1 (SWAP_PERF=1 on the host): where the guest's one CPU goes
 # during the workload, by task and by function (cpu-clock samples of
 # every task, kernel included), as PERF-* lines after the workload.
@@ -273,6 +271,8 @@ if [ "$THR_perf" = 1 ]; then
         echo "PERF-NONE perf is not in the initramfs (build it with SWAP_PERF=1)"
     fi
 fi
+# Every configuration swaps the same: thr.size MiB in thr.avail MiB of
+# available memory (see common.sh and swaptest.c).
 swaptest $THR_size ${THR_size:+$THR_avail}
 echo "SWAPTEST-EXIT $?"
 if [ -n "$perf_pid" ]; then
