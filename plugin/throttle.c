@@ -218,6 +218,7 @@ struct throttle_handle {
   struct throttle_export *exp;
   struct throttle_wb_conn wb;
   struct throttle_pace pace;
+  uint32_t split_max;         /* largest request in_parts may split */
 };
 
 static void *
@@ -245,6 +246,7 @@ throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     return NULL;
   }
   throttle_pace_init (&h->pace);
+  h->split_max = 0;             /* until throttle_prepare */
   return h;
 }
 
@@ -304,13 +306,16 @@ part_min (uint64_t capacity)
  * left idle, and one larger than the capacity is never in flight
  * beyond it.  Large: more than a quarter of the capacity (so a part is
  * at least an eighth); it must be page-aligned, under a metric
- * proportional to its length.
+ * proportional to its length, and no larger than the layers below
+ * accept (split_max, see throttle_prepare), so that what they would
+ * refuse reaches them whole, to be refused their way.
  */
 static bool
-in_parts (uint64_t capacity, enum throttle_op op, uint32_t count,
-          uint64_t offset, uint64_t need)
+in_parts (struct throttle_handle *h, uint64_t capacity, enum throttle_op op,
+          uint32_t count, uint64_t offset, uint64_t need)
 {
   return throttle_config.split && throttle_config.metric.page_units != 0 &&
+    count <= h->split_max &&
     (op == THROTTLE_OP_READ || op == THROTTLE_OP_WRITE) &&
     offset % THROTTLE_PAGE_SIZE == 0 && count % THROTTLE_PAGE_SIZE == 0 &&
     need > 2 * part_min (capacity);
@@ -346,7 +351,7 @@ admit (struct throttle_handle *h, enum throttle_op op,
    */
   if (throttle_config.metric.page_units != 0)
     capacity = throttle_budget_get_capacity (b);
-  parts = in_parts (capacity, op, count, offset, need);
+  parts = in_parts (h, capacity, op, count, offset, need);
 
   /* (Larger than the capacity, a whole request would be clamped.) */
   if ((!parts || need <= capacity) &&
@@ -389,7 +394,8 @@ admit (struct throttle_handle *h, enum throttle_op op,
 /* Advertise throttle-max-request as the maximum block size, so that
  * clients which honour it (libnbd, qemu, nbdcopy) split larger I/O;
  * the kernel's nbd client ignores it, and the default is above what
- * it sends.  The plugin's own constraints are kept where tighter.
+ * it sends.  The plugin's own constraints are kept where tighter, and
+ * with throttle-max-request=plugin they are all there is.
  */
 static int
 throttle_block_size (nbdkit_next *next, void *handle,
@@ -400,6 +406,8 @@ throttle_block_size (nbdkit_next *next, void *handle,
 
   if (next->block_size (next, minimum, preferred, maximum) == -1)
     return -1;
+  if (max == 0)
+    return 0;
   if (*minimum == 0) {          /* the plugin sets no constraints */
     *minimum = 1;
     *preferred = 4096;
@@ -417,19 +425,44 @@ throttle_block_size (nbdkit_next *next, void *handle,
   return 0;
 }
 
+/* What the layers below accept decides which requests may be split
+ * (in_parts): none larger than their maximum block size, and none at
+ * all if their minimum is above a page, since a part's boundaries are
+ * only page-aligned.
+ */
+static int
+throttle_prepare (nbdkit_next *next, void *handle, int readonly)
+{
+  struct throttle_handle *h = handle;
+  uint32_t minimum, preferred, maximum;
+
+  if (next->block_size (next, &minimum, &preferred, &maximum) == -1)
+    return -1;
+  if (minimum == 0)             /* no constraints */
+    h->split_max = UINT32_MAX;
+  else if (minimum > THROTTLE_PAGE_SIZE)
+    h->split_max = 0;
+  else
+    h->split_max = maximum;
+  return 0;
+}
+
 /* nbdkit 1.32 does not hold clients to the advertised maximum: it
  * receives a write's payload before any filter sees the request.  A
- * larger read or write is refused before it reaches the plugin.
+ * larger read or write is refused before it reaches the plugin, unless
+ * throttle-max-request=plugin leaves that to the layers below.
  */
 static int
 too_large (const char *op, uint32_t count, uint64_t offset, int *err)
 {
-  if (count <= throttle_guards_max_request ())
+  uint32_t max = throttle_guards_max_request ();
+
+  if (max == 0 || count <= max)
     return 0;
   nbdkit_error ("throttle: %s of %" PRIu32 " bytes at %" PRIu64 " refused: "
                 "larger than throttle-max-request (%" PRIu32 " bytes), the "
                 "maximum block size advertised to clients",
-                op, count, offset, throttle_guards_max_request ());
+                op, count, offset, max);
   *err = EINVAL;
   return -1;
 }
@@ -614,6 +647,7 @@ static struct nbdkit_filter filter = {
   .cleanup           = throttle_cleanup,
   .list_exports      = throttle_export_list_exports,
   .open              = throttle_open,
+  .prepare           = throttle_prepare,
   .finalize          = throttle_finalize,
   .close             = throttle_close,
   .pread             = throttle_pread,
