@@ -23,8 +23,7 @@
 # Logs go under $NBDKIT_SUITE_OUT (default ./nbdkit-suite): plain/ and
 # filter/, one TEST.log each, and summary.txt.  Each test has
 # $NBDKIT_SUITE_TIMEOUT seconds (default 300); a timeout is a failure.
-# Exit status: 0, 1 (a difference or a broken setup), 77 (nothing to
-# test against: no NBDKIT_BUILDDIR given).
+# Exit status: 0, 1 (a difference, or a broken setup), 2 (usage).
 
 set -u
 set -o pipefail
@@ -98,8 +97,8 @@ EOF
 
 nbdkit_builddir=${1:-}
 if [ -z "$nbdkit_builddir" ]; then
-  echo "$0: SKIP: no nbdkit build tree given (NBDKIT_SRCDIR=...)"
-  exit 77
+  echo "usage: $0 NBDKIT_BUILDDIR [TEST...] (make check-nbdkit-suite NBDKIT_SRCDIR=DIR)" >&2
+  exit 2
 fi
 shift
 nbdkit_builddir=$(cd "$nbdkit_builddir" && pwd) || exit 1
@@ -184,8 +183,9 @@ for pass in plain filter; do
   for t in $tests; do
     t=${t%.sh}
     [ -f "$nbdkit_builddir/tests/$t.sh" ] || die "no test $t.sh in $nbdkit_builddir/tests"
+    t0=$(date +%s)
     result[$pass.$t]=$(run_one $pass "$t")
-    echo "$pass $t ${result[$pass.$t]}"
+    echo "$pass $t ${result[$pass.$t]} ($(( $(date +%s) - t0 )) s)"
   done
 done
 
