@@ -89,3 +89,24 @@ PYEOF
     fail "throttle-max-request=$max: a request was split past the inner maximum"
   echo "throttle-max-request=$max: $(cat "$tmp/inner-$max.out")"
 done
+
+# ... and with throttle-max-request=plugin a plugin's constraints (or
+# their absence) are advertised unchanged.
+constraints ()
+{
+  "$NBDKIT" -U - "$@" --run "$PY -c '
+import nbd, sys
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+print([h.get_block_size(c) for c in
+       (nbd.SIZE_MINIMUM, nbd.SIZE_PREFERRED, nbd.SIZE_MAXIMUM)])
+' \"\$uri\"" 2>"$tmp/constraints.err" ||
+    { cat "$tmp/constraints.err"; fail "constraints: $*"; }
+}
+for inner in "memory 16M" "--filter=blocksize-policy memory 16M blocksize-maximum=32M"; do
+  plain=$(constraints $inner)
+  through=$(constraints --filter="$THROTTLE_FILTER" $inner throttle-max-request=plugin)
+  [ "$plain" = "$through" ] ||
+    fail "throttle-max-request=plugin over $inner: advertised $through, not $plain"
+  echo "throttle-max-request=plugin over $inner: advertised $through, as without the filter"
+done
