@@ -92,6 +92,7 @@ test-blocksize-default result $why
 test-blocksize-policy result $why
 test-nbd-block-size result $why
 test-blocksize-write-disconnect result $why; a write larger than throttle-max-request is refused with EINVAL by the filter, before an inner blocksize-policy filter could refuse it its way
+test-blocksize-write-disconnect log the filter's error line for the write it refuses as larger than throttle-max-request
 EOF
       ;;
   esac
