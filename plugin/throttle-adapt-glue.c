@@ -48,6 +48,7 @@ NBDKIT_DLL_PUBLIC int throttle_debug_adapt = 0;
 
 static uint64_t config_target_ns;       /* 0 = off */
 static uint64_t config_floor;           /* 0 = the default */
+static const char *config_floor_text;   /* as given, for its errors */
 static bool said_reads_charged;
 
 struct throttle_adapt_export {
@@ -121,6 +122,7 @@ throttle_adapt_config (const char *key, const char *value)
                              "let the capacity reach nothing", &size) == -1)
       return -1;
     config_floor = size;
+    config_floor_text = value;
     return 1;
   }
   return 0;
@@ -130,14 +132,27 @@ int
 throttle_adapt_config_complete (void)
 {
   uint64_t ceiling = throttle_config.capacity;
+  uint64_t min = throttle_capacity_min (&throttle_config.metric);
 
   if (config_floor == 0) {
     /* A sixteenth: with the default 16M, four of the kernel's usual
      * 256K writeout requests in flight, so writeout still streams.
+     * Never below what the metric's smallest request needs (the
+     * capacity itself is at least that).
      */
     config_floor = ceiling / 16;
-    if (config_floor == 0)
-      config_floor = 1;
+    if (config_floor < min)
+      config_floor = min;
+  }
+  else if (config_floor < min) {
+    char what[256], err[512];
+
+    snprintf (what, sizeof what, "throttle-min-capacity=%s",
+              config_floor_text);
+    throttle_capacity_check (&throttle_config.metric, config_floor, what,
+                             err, sizeof err);
+    nbdkit_error ("%s", err);
+    return -1;
   }
   else if (config_floor > ceiling) {
     nbdkit_error ("throttle-min-capacity=%" PRIu64 " is above "

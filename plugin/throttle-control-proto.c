@@ -252,7 +252,7 @@ cmd_set_capacity (FILE *out, const char *name, const char *value)
 {
   struct throttle_export *exp = throttle_export_find (name);
   uint64_t previous;
-  char err[256];
+  char err[512];
   int64_t r;
 
   if (exp == NULL) {
@@ -268,6 +268,16 @@ cmd_set_capacity (FILE *out, const char *name, const char *value)
     throttle_control_reply_error (out, "bad number \"%s\": the capacity "
                                   "must be greater than 0", value);
     return;
+  }
+  {
+    char what[256];
+
+    snprintf (what, sizeof what, "capacity \"%s\"", value);
+    if (throttle_capacity_check (&throttle_config.metric, r, what,
+                                 err, sizeof err) == -1) {
+      throttle_control_reply_error (out, "%s", err);
+      return;
+    }
   }
   /* Through the latency target's glue: with a target, this is its
    * ceiling, and the two must not race.

@@ -38,6 +38,7 @@ NBDKIT_DLL_PUBLIC int throttle_debug_verbose = 0;
 
 struct throttle_config throttle_config = { .split = true };
 static const char *metric_spec = "bytes";
+static const char *capacity_text;       /* as given, for its errors */
 
 /* The filter's own keys: 1 if key is one and its value is good, 0 if
  * it is not one, -1 after the error line (throttle-parse.h).
@@ -53,6 +54,7 @@ own_config (const char *key, const char *value)
                              "would admit nothing", &size) == -1)
       return -1;
     throttle_config.capacity = size;
+    capacity_text = value;
     return 1;
   }
   if (strcmp (key, "throttle-metric") == 0) {
@@ -94,6 +96,23 @@ throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
   return next (nxdata, key, value);
 }
 
+/* A capacity given as key=text (value parsed) that the metric, now
+ * known, cannot take: its one error line.
+ */
+static int
+check_capacity (const char *key, const char *text, uint64_t value)
+{
+  char what[256], err[512];
+
+  snprintf (what, sizeof what, "%s=%s", key, text);
+  if (throttle_capacity_check (&throttle_config.metric, value, what,
+                               err, sizeof err) == -1) {
+    nbdkit_error ("%s", err);
+    return -1;
+  }
+  return 0;
+}
+
 static int
 throttle_config_complete (nbdkit_next_config_complete *next,
                           nbdkit_backend *nxdata)
@@ -107,6 +126,9 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   }
   if (throttle_config.capacity == 0)
     throttle_config.capacity = throttle_config.metric.default_capacity;
+  else if (check_capacity ("throttle-capacity", capacity_text,
+                           throttle_config.capacity) == -1)
+    return -1;
   /* Before any budget is made: each starts its latency target with
    * the floor known.
    */

@@ -21,7 +21,7 @@
 #include "throttle-export.h"
 
 struct throttle_config throttle_config = {
-  .capacity = 262144, .metric = { .name = "bytes" },
+  .capacity = 262144, .metric = { .name = "bytes", .page_units = 4096 },
 };
 
 /* "" and a name that needs every kind of escape in JSON: a quote, a
@@ -290,6 +290,10 @@ START_TEST (test_set_capacity)
   ck_assert_int_eq (errors_logged, 1);
   expect_error ("set capacity nosuch 1M", "unknown export \\\"nosuch\\\"");
   expect_error ("set capacity \"\"", "usage: set capacity EXPORT N");
+  /* Less than a page could never be granted under bytes. */
+  expect_error ("set capacity \"\" 100", "capacity \\\"100\\\": below 4096, "
+                "the smallest capacity under throttle-metric=bytes");
+  expect_error ("set capacity \"\" 4095", "capacity \\\"4095\\\": below 4096");
   ck_assert_uint_eq (throttle_budget_get_capacity (&exports[0].budget),
                      1048576);
 }

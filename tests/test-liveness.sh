@@ -92,7 +92,7 @@ bad "throttle-capacity=1000: below 4096" throttle-capacity=1000
 bad "throttle-capacity=4095: below 4096" throttle-capacity=4095
 bad "throttle-min-capacity=1000: below 4096" \
     throttle-capacity=1M throttle-min-capacity=1000
-bad "throttle-min-capacity=2048: below 4096" \
+bad "throttle-min-capacity=2K: below 4096" \
     throttle-capacity=64K throttle-min-capacity=2K throttle-latency-target=5ms
 good throttle-capacity=4096
 good throttle-capacity=4K throttle-min-capacity=4K throttle-latency-target=5ms
@@ -149,7 +149,7 @@ for i in range(4):
     h.pwrite(b"z" * 65536, i * 65536)
 h.shutdown()
 EOF
-expect_ctl '"capacity":1,.*"charged":8,.*"clamped":4' 'stats ""'
+expect_ctl '"capacity":1,.*"charged":4,.*"clamped":4' 'stats ""'
 stop_nbdkit $pid
 
 # The swap helper refuses a capacity below a page under the bytes
