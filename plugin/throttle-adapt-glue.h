@@ -25,6 +25,12 @@ extern int throttle_debug_adapt;
  */
 extern int throttle_adapt_config (const char *key, const char *value);
 extern int throttle_adapt_config_complete (void);
+/* Starts the clock that ends the controllers' windows on time, when a
+ * target is configured (a target first set live starts it then).
+ */
+extern int throttle_adapt_after_fork (void);
+/* Stops the clock. */
+extern void throttle_adapt_cleanup (void);
 
 #define throttle_adapt_config_help \
   "throttle-latency-target=DURATION|off\n" \

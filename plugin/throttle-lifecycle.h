@@ -62,6 +62,10 @@
  *                   quit        throttle_quit_start: the shutdown watcher.
  *                   control     throttle_control_after_fork: the control
  *                               thread.
+ *                   adapt-glue  throttle_adapt_after_fork: with a target
+ *                               configured, the clock thread that ends the
+ *                               controllers' windows on time (a target first
+ *                               set live starts it from the control thread).
  *
  * .list_exports     export      throttle_export_list_exports: each name the
  *                               plugin lists gets a budget and its
@@ -107,6 +111,8 @@
  *
  * .cleanup          control     throttle_control_cleanup, FIRST: its thread
  *                               reads the writeback state freed next.
+ *                   adapt-glue  throttle_adapt_cleanup: stops the clock,
+ *                               after the control thread, which can start it.
  *                   writeback   throttle_writeback_cleanup: drains, stops the
  *                               writers and closes their plugin contexts
  *                               while the plugin is still loaded.

@@ -185,7 +185,8 @@ static int
 throttle_after_fork (nbdkit_backend *backend)
 {
   if (throttle_guards_after_fork () == -1 ||
-      throttle_quit_start () == -1)
+      throttle_quit_start () == -1 ||
+      throttle_adapt_after_fork () == -1)
     return -1;
   return throttle_control_after_fork ();
 }
@@ -211,6 +212,7 @@ static void
 throttle_cleanup (nbdkit_backend *backend)
 {
   throttle_control_cleanup ();
+  throttle_adapt_cleanup ();
   throttle_writeback_cleanup ();
   throttle_quit_stop ();
 }
