@@ -542,6 +542,18 @@ throttle_adapt_export_set_ceiling (struct throttle_export *exp,
   return 0;
 }
 
+uint64_t
+throttle_adapt_export_ceiling (struct throttle_export *exp)
+{
+  struct throttle_adapt_export *ae = exp->adapt;
+  uint64_t ceiling;
+
+  pthread_mutex_lock (&ae->lock);
+  ceiling = ae->ceiling;
+  pthread_mutex_unlock (&ae->lock);
+  return ceiling;
+}
+
 void
 throttle_adapt_stats_json (struct throttle_export *exp, char *buf, size_t len)
 {

@@ -77,6 +77,11 @@ extern int throttle_adapt_export_set_ceiling (struct throttle_export *exp,
                                               uint64_t *previous,
                                               char *err, size_t errlen);
 
+/* The capacity "set capacity" last set (or throttle-capacity): with a
+ * target, the ceiling; the most the export can have in flight.
+ */
+extern uint64_t throttle_adapt_export_ceiling (struct throttle_export *exp);
+
 /* JSON members for the control socket (throttle_control_extra_stats_fn). */
 extern void throttle_adapt_stats_json (struct throttle_export *exp,
                                        char *buf, size_t len);
