@@ -304,16 +304,25 @@ cmd_set_capacity (FILE *out, const char *name, const char *value)
   }
   /* Every export's capacity stays within the server's, so that the
    * server-wide budget bounds the sum and never clamps an export's
-   * grant.  (Only this thread sets either.)
+   * grant: above it, refused if throttle-server-capacity was given,
+   * else the server's follows, first.  (Only this thread sets either.)
    */
   if (throttle_config.server &&
       (uint64_t) r > throttle_budget_get_capacity (throttle_config.server)) {
-    throttle_control_reply_error (out, "capacity \"%s\": above the "
-                                  "server-wide capacity %" PRIu64 ": raise "
-                                  "it first with set server-capacity N",
-                                  value, throttle_budget_get_capacity
-                                  (throttle_config.server));
-    return;
+    if (throttle_config.server_capacity_set) {
+      throttle_control_reply_error (out, "capacity \"%s\": above the "
+                                    "server-wide capacity %" PRIu64 ": "
+                                    "raise it first with set "
+                                    "server-capacity N", value,
+                                    throttle_budget_get_capacity
+                                    (throttle_config.server));
+      return;
+    }
+    nbdkit_debug ("throttle: control: server-wide capacity %" PRIu64
+                  " -> %" PRId64 ", following export \"%s\" (no "
+                  "throttle-server-capacity)", throttle_budget_get_capacity
+                  (throttle_config.server), r, name);
+    throttle_budget_set_capacity (throttle_config.server, r);
   }
   /* Through the latency target's glue: with a target, this is its
    * ceiling, and the two must not race.
@@ -395,6 +404,8 @@ cmd_set_server_capacity (FILE *out, const char *value)
   }
   previous = throttle_budget_get_capacity (throttle_config.server);
   throttle_budget_set_capacity (throttle_config.server, r);
+  /* Set now: it no longer follows the exports' capacities. */
+  throttle_config.server_capacity_set = true;
   nbdkit_debug ("throttle: control: server capacity %" PRIu64 " -> %" PRId64,
                 previous, r);
   fprintf (out, "{\"ok\":true,\"server_capacity\":%" PRId64

@@ -142,21 +142,25 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   else if (check_capacity ("throttle-capacity", capacity_text,
                            throttle_config.capacity) == -1)
     return -1;
-  /* The server's bound: as one export's by default, so that a server
-   * with one export behaves as if there were none.  Every export
-   * starts at throttle-capacity, so the server's is never below it.
+  /* The server's bound: as one export's by default, following any
+   * capacity set higher (throttle.h), so that a server with one export
+   * behaves as if there were none.  Every export starts at
+   * throttle-capacity, so the server's is never below it.
    */
   if (server_capacity == 0)
     server_capacity = throttle_config.capacity;
-  else if (check_capacity ("throttle-server-capacity", server_capacity_text,
-                           server_capacity) == -1)
-    return -1;
-  else if (server_capacity < throttle_config.capacity) {
-    nbdkit_error ("throttle-server-capacity=%s: below throttle-capacity=%"
-                  PRIu64 ": the server-wide bound cannot be below one "
-                  "export's", server_capacity_text,
-                  throttle_config.capacity);
-    return -1;
+  else {
+    if (check_capacity ("throttle-server-capacity", server_capacity_text,
+                        server_capacity) == -1)
+      return -1;
+    if (server_capacity < throttle_config.capacity) {
+      nbdkit_error ("throttle-server-capacity=%s: below throttle-capacity=%"
+                    PRIu64 ": the server-wide bound cannot be below one "
+                    "export's", server_capacity_text,
+                    throttle_config.capacity);
+      return -1;
+    }
+    throttle_config.server_capacity_set = true;
   }
   if (throttle_budget_init (&server_budget, server_capacity) != 0) {
     nbdkit_error ("throttle: cannot create the server-wide budget: %s",

@@ -24,6 +24,13 @@ struct throttle_config {
    * below any export's (the control socket keeps it so).
    */
   struct throttle_budget *server;
+  /* throttle-server-capacity was given, or set server-capacity used:
+   * set capacity is refused above it.  Otherwise the server's bound
+   * follows the largest capacity an export is set to, so that one
+   * export behaves as if there were no server-wide bound.  After
+   * config_complete, read and written by the control thread only.
+   */
+  bool server_capacity_set;
   struct throttle_metric metric;
   bool charge_reads;
   bool split;                 /* serve large reads and writes in parts */

@@ -210,6 +210,7 @@ teardown (void)
     throttle_budget_destroy (&exports[i].budget);
   throttle_budget_destroy (&server);
   throttle_config.server = NULL;
+  throttle_config.server_capacity_set = false;
 }
 
 /* --- tests ------------------------------------------------------------ */
@@ -324,16 +325,22 @@ END_TEST
 
 START_TEST (test_set_server_capacity)
 {
-  /* No export above the server's bound ... */
-  expect_error ("set capacity \"\" 4M", "capacity \\\"4M\\\": above the "
-                "server-wide capacity 2097152: raise it first with set "
-                "server-capacity N");
-  expect ("set server-capacity 4M",
-          "{\"ok\":true,\"server_capacity\":4194304,\"previous\":2097152}\n");
-  ck_assert_uint_eq (throttle_budget_get_capacity (&server), 4194304);
+  /* Not given at start: the server's bound follows an export raised
+   * above it, first.
+   */
   expect ("set capacity \"\" 4M",
           "{\"ok\":true,\"export\":\"\",\"capacity\":4194304,"
           "\"previous\":262144}\n");
+  ck_assert_uint_eq (throttle_budget_get_capacity (&server), 4194304);
+  expect ("set server-capacity 8M",
+          "{\"ok\":true,\"server_capacity\":8388608,\"previous\":4194304}\n");
+  ck_assert_uint_eq (throttle_budget_get_capacity (&server), 8388608);
+  /* Set: no export above it ... */
+  expect_error ("set capacity \"\" 16M", "capacity \\\"16M\\\": above the "
+                "server-wide capacity 8388608: raise it first with set "
+                "server-capacity N");
+  ck_assert_uint_eq (throttle_budget_get_capacity (&exports[0].budget),
+                     4194304);
   /* ... and the server's never below an export's, nor below a page. */
   expect_error ("set server-capacity 1M", "server-capacity \\\"1M\\\": below "
                 "the capacity 4194304 of export \\\"\\\": lower it first");
@@ -343,14 +350,14 @@ START_TEST (test_set_server_capacity)
   expect_error ("set server-capacity", "usage: set capacity EXPORT N, or "
                 "set latency-target EXPORT DURATION|off, or set "
                 "server-capacity N (the default export is \\\"\\\")");
-  ck_assert_uint_eq (throttle_budget_get_capacity (&server), 4194304);
+  ck_assert_uint_eq (throttle_budget_get_capacity (&server), 8388608);
   expect ("set capacity \"\" 256K",
           "{\"ok\":true,\"export\":\"\",\"capacity\":262144,"
           "\"previous\":4194304}\n");
   /* Not below throttle-capacity, at which new exports start. */
   expect_error ("set server-capacity 128K", "below the capacity 262144");
   expect ("set server-capacity 256K",
-          "{\"ok\":true,\"server_capacity\":262144,\"previous\":4194304}\n");
+          "{\"ok\":true,\"server_capacity\":262144,\"previous\":8388608}\n");
 }
 END_TEST
 

@@ -154,4 +154,22 @@ r=0; "$THROTTLE_CTL" "$ctl" set server-capacity 1M >"$tmp/out" 2>&1 || r=$?
 [ $r = 1 ] && grep -q 'below the capacity 2097152 of export' "$tmp/out" ||
   { cat "$tmp/out"; fail "throttle-ctl set server-capacity 1M: exit $r"; }
 stop_nbdkit $pid
+
+# Without throttle-server-capacity the server's bound follows an export
+# raised above it (one export behaves as if there were no server-wide
+# bound), until set server-capacity fixes it.
+rm -f "$ctl"
+start_nbdkit follow --filter="$THROTTLE_FILTER" memory 16M \
+  throttle-capacity=1M throttle-rt=off throttle-control="$ctl"
+for i in $(seq 100); do [ -S "$ctl" ] && break; sleep 0.1; done
+expect_ctl '"server":{"capacity":1048576,' stats
+expect_ctl '"ok":true,"export":"","capacity":67108864,"previous":1048576' \
+  'set capacity "" 64M'
+expect_ctl '"server":{"capacity":67108864,' stats
+expect_ctl '"ok":true,"export":"","capacity":1048576' 'set capacity "" 1M'
+expect_ctl '"server":{"capacity":67108864,' stats
+expect_ctl '"ok":true,"server_capacity":2097152' 'set server-capacity 2M'
+expect_ctl 'error.*capacity \\"4M\\": above the server-wide capacity 2097152' \
+  'set capacity "" 4M'
+stop_nbdkit $pid
 echo "test-server-capacity: PASS"
