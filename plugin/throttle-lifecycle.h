@@ -27,7 +27,9 @@
  *
  * .config_complete  throttle.c  throttle_metric_load (lib/), the default
  *                               capacity: FIRST, every hook below needs
- *                               the metric and the capacity.
+ *                               the metric and the capacity; then the
+ *                               server-wide budget, which admission and
+ *                               the writeback pool's size need.
  *                   adapt-glue  throttle_adapt_config_complete: the floor
  *                               is known before any budget exists.
  *                   export      throttle_export_init: the default export's
@@ -127,9 +129,12 @@
  *                               pressure watcher.
  *                   abort       throttle_abort_uninstall: the handler's code
  *                               goes with the filter.
- *                   throttle.c  the summary line of each export.
+ *                   throttle.c  the summary line of the server-wide budget,
+ *                               then of each export.
  *                   export      throttle_export_free_all: fails every wait,
  *                               frees the budgets and their adapt-glue state.
+ *                   throttle.c  the server-wide budget, after the exports'
+ *                               (no wait is left on it).
  *                   throttle.c  throttle_metric_unload (lib/).
  */
 
