@@ -10,6 +10,12 @@ whoever sets it, strands a request.  Run by tests/test-liveness.sh.
       'set capacity "" 2M' must make both the ceiling and the budget's
       capacity 2M at once, and the writes keep flowing.
 
+  liveness.py window NBD_SOCKET CTL_SOCKET GATE
+      a latency target on: one write completes (a sample opens a
+      window), then a write is held in flight by the test plugin until
+      GATE is removed: the window must be judged on time, with no other
+      completion to end it.
+
   liveness.py lower NBD_SOCKET CTL_SOCKET GATE
       capacity 1M, a 1M write held in flight by the test plugin (until
       GATE is removed), a second 1M write waiting: 'set capacity "" 64K',
@@ -149,6 +155,32 @@ def target(nbd_sock, ctl_sock, set_capacity):
     print("ok: %d writes of 1M completed" % sum(w.completed), flush=True)
 
 
+def window(nbd_sock, ctl_sock, gate):
+    ctl = Control(ctl_sock)
+    s = ctl.stats()
+    if s["adapt"]["latency_target_ns"] is None or "window" in s["adapt"] \
+       and s["adapt"]["window"] is not None:
+        die("expected a target and no window judged yet: %s" % s)
+    h = nbd.NBD()
+    h.connect_unix(nbd_sock)
+    h.pwrite(b"w" * 4096, 0)            # the window's one sample
+    open(gate, "w").close()
+    held = h.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(4096)), 4096)
+    wait_for(ctl, "the second write is held in flight",
+             lambda s: s["in_flight"] == 4096)
+    s = wait_for(ctl, "the window was judged with a write still held",
+                 lambda s: s["adapt"].get("window") is not None)
+    w = s["adapt"]["window"]
+    if w["samples"] != 1 or s["in_flight"] != 4096:
+        die("the window judged %d samples, in flight %d: %s"
+            % (w["samples"], s["in_flight"], s))
+    print("ok: window judged on time: %s" % w, flush=True)
+    os.unlink(gate)
+    while not h.aio_command_completed(held):
+        h.poll(-1)
+    h.shutdown()
+
+
 def lower(nbd_sock, ctl_sock, gate):
     ctl = Control(ctl_sock)
     done = {}
@@ -197,6 +229,8 @@ def main():
     a = sys.argv[1:]
     if len(a) in (3, 4) and a[0] == "target":
         target(a[1], a[2], len(a) == 4 and a[3] == "set-capacity")
+    elif len(a) == 4 and a[0] == "window":
+        window(a[1], a[2], a[3])
     elif len(a) == 4 and a[0] == "lower":
         lower(a[1], a[2], a[3])
     else:

@@ -4,7 +4,8 @@
 # 1. a latency target far below the backend's latency steps the
 #    capacity down to its floor, and the writes of 1M queued before
 #    keep being admitted (default floor, and a 4K floor); set capacity
-#    with a target moves the ceiling and the capacity at once;
+#    with a target moves the ceiling and the capacity at once; a
+#    window ends on time, with a write still held and none completing;
 # 2. lowering the capacity below a queued write's part: it and a later
 #    write complete once the write in flight does;
 # 3. a capacity or floor that cannot admit one page (bytes metric) is
@@ -54,6 +55,17 @@ for floor in "" throttle-min-capacity=4K; do
   stop_nbdkit $pid 30
   echo "ok: latency target${floor:+ with $floor}: writes kept flowing"
 done
+
+# A window ends on time: judged while a write is still held in flight,
+# with no completion to end it.
+rm -f "$ctl" "$tmp/gate"
+start_nbdkit window --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" delay-ms=0 \
+  gate="$tmp/gate" throttle-capacity=1M throttle-latency-target=1s \
+  throttle-rt=off throttle-control="$ctl" -D throttle.adapt=1
+wait_ctl
+run_client window "$tmp/window.sock" "$ctl" "$tmp/gate"
+stop_nbdkit $pid 30
+echo "ok: a window ended on time"
 
 # --- 2. lowering the capacity under a queued write -----------------------
 rm -f "$ctl"
