@@ -720,6 +720,7 @@ setup (struct sim *s, uint64_t seed, unsigned ops, bool no_server,
   s->metric = metrics[m];
   s->policy.page_units = page_units[m];
   s->policy.split = pick (s, 8) != 0;
+  s->policy.split_max = pick (s, 4) ? UINT32_MAX : 4096 << pick (s, 10);
   s->nexp = 1 + pick (s, MAX_EXPORTS);
   s->enforce = pick (s, 4) != 0;
   s->now = 1000 * MS;
