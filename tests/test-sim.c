@@ -54,7 +54,7 @@
  * below its minimum (controllers and capacities below a page off,
  * THROTTLE_SIM_OPS=0x3f): seed 3, step 121; (c) a capacity below a
  * page stranding a part (with only that half of the fix reverted):
- * seed 1, in its drain; (d) without a server-wide budget
+ * seed 3, step 51, capacity 4095; (d) without a server-wide budget
  * (THROTTLE_SIM_NO_SERVER=1, this lib): seed 9, in its drain, 17 pages
  * running under a bound of 14.  (b), the part stranded by the
  * controller alone (THROTTLE_SIM_OPS=0xaf), was found by the first
