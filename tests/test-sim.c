@@ -40,7 +40,7 @@
  *   windows of ticks step the capacity up (or it is at the ceiling);
  * - the drain ends: every request completes.
  *
- * THROTTLE_SIM_SCHEDULES=N runs N schedules (default 3000),
+ * THROTTLE_SIM_SCHEDULES=N runs N schedules (default 2000),
  * THROTTLE_SIM_SEED=S runs the schedule of seed S alone and prints its
  * steps.  A failure prints the seed and the steps so that it replays.
  * THROTTLE_SIM_OPS=MASK limits the kinds of step (OP_* below),
@@ -875,7 +875,7 @@ env_u64 (const char *name, uint64_t def)
 
 START_TEST (test_schedules)
 {
-  uint64_t n = env_u64 ("THROTTLE_SIM_SCHEDULES", 3000);
+  uint64_t n = env_u64 ("THROTTLE_SIM_SCHEDULES", 2000);
   uint64_t seed = env_u64 ("THROTTLE_SIM_SEED", 0);
   unsigned ops = env_u64 ("THROTTLE_SIM_OPS", OP_ALL);
   bool no_server = env_u64 ("THROTTLE_SIM_NO_SERVER", 0) != 0;
@@ -906,7 +906,7 @@ START_TEST (test_schedules)
            cover.below_page, cover.lone, cover.ctl_down, cover.ctl_up,
            cover.tick_up);
   /* Every case is reached in the default run. */
-  if (n >= 3000) {
+  if (n >= 2000) {
     ck_assert_uint_gt (cover.parts_granted, 0);
     ck_assert_uint_gt (cover.at_server, 0);
     ck_assert_uint_gt (cover.cancelled_granted, 0);
