@@ -40,7 +40,8 @@
  *   windows of ticks step the capacity up (or it is at the ceiling);
  * - the drain ends: every request completes.
  *
- * THROTTLE_SIM_SCHEDULES=N runs N schedules (default 2000),
+ * THROTTLE_SIM_SCHEDULES=N runs N schedules (default 2000) of seeds
+ * from THROTTLE_SIM_FIRST (default 1: shards of a long run start apart),
  * THROTTLE_SIM_SEED=S runs the schedule of seed S alone and prints its
  * steps.  A failure prints the seed and the steps so that it replays.
  * THROTTLE_SIM_OPS=MASK limits the kinds of step (OP_* below),
@@ -877,6 +878,7 @@ START_TEST (test_schedules)
 {
   uint64_t n = env_u64 ("THROTTLE_SIM_SCHEDULES", 2000);
   uint64_t seed = env_u64 ("THROTTLE_SIM_SEED", 0);
+  uint64_t first = env_u64 ("THROTTLE_SIM_FIRST", 1);
   unsigned ops = env_u64 ("THROTTLE_SIM_OPS", OP_ALL);
   bool no_server = env_u64 ("THROTTLE_SIM_NO_SERVER", 0) != 0;
 
@@ -890,7 +892,7 @@ START_TEST (test_schedules)
     return;
   }
   for (i = 1; i <= n; i++) {
-    run_schedule (i, ops, no_server, false);
+    run_schedule (first + i - 1, ops, no_server, false);
     if (i % 100000 == 0)
       fprintf (stderr, "test-sim: %" PRIu64 " schedules passed\n", i);
   }
