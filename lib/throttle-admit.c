@@ -24,7 +24,7 @@ throttle_admit_in_parts (const struct throttle_admit_policy *p,
   /* Large: more than twice the part minimum, so that a part is worth
    * a backend call of its own.  Page-aligned, so that every part is.
    */
-  return p->split && p->page_units != 0 &&
+  return p->split && p->page_units != 0 && count <= p->split_max &&
     (op == THROTTLE_OP_READ || op == THROTTLE_OP_WRITE) &&
     offset % THROTTLE_PAGE_SIZE == 0 && count % THROTTLE_PAGE_SIZE == 0 &&
     need > 2 * throttle_budget_part_min (capacity, p->page_units);

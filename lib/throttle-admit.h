@@ -43,6 +43,11 @@ struct throttle_admit_policy {
    */
   uint64_t page_units;
   bool split;                   /* throttle-split */
+  /* The largest request that may be split (what the layers below
+   * accept whole: a part must be a request they take); UINT32_MAX for
+   * any.
+   */
+  uint32_t split_max;
 };
 
 enum throttle_admit_stage {
@@ -78,8 +83,9 @@ struct throttle_admit {
 };
 
 /* Whether a request of 'need' units is served in parts under an
- * export capacity of 'capacity': a read or write, page-aligned, under
- * a metric proportional to its length, and larger than twice the part
+ * export capacity of 'capacity': a read or write, page-aligned, of at
+ * most p->split_max bytes, under a metric proportional to its length,
+ * and larger than twice the part
  * minimum (throttle_budget_part_min).  A request that is not is
  * charged whole (clamped to the capacity if larger: it then runs
  * alone).

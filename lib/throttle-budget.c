@@ -183,19 +183,6 @@ charge_now (struct throttle_budget *b, enum throttle_budget_kind kind,
 }
 
 int
-throttle_budget_try_charge (struct throttle_budget *b, uint64_t need,
-                            uint64_t *charged)
-{
-  int r = -1;
-
-  pthread_mutex_lock (&b->lock);
-  if (!b->shutdown)
-    r = charge_now (b, THROTTLE_BUDGET_WHOLE, need, 1, charged);
-  pthread_mutex_unlock (&b->lock);
-  return r;
-}
-
-int
 throttle_budget_enqueue (struct throttle_budget *b,
                          struct throttle_budget_waiter *bw,
                          enum throttle_budget_kind kind, uint64_t need,

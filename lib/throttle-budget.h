@@ -165,12 +165,6 @@ extern int throttle_budget_charge_part (struct throttle_budget *b,
                                         void *opaque, unsigned poll_ms,
                                         uint64_t *charged);
 
-/* Take 'need' units (WHOLE) only if that is possible at once without
- * overtaking a waiter.  Returns 0 and sets *charged, or -1.
- */
-extern int throttle_budget_try_charge (struct throttle_budget *b, uint64_t need,
-                                       uint64_t *charged);
-
 /* Give back units taken by one charge.  Crediting more than is in
  * flight aborts: it would silently raise the capacity.
  */

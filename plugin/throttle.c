@@ -398,6 +398,7 @@ admit (struct throttle_handle *h, enum throttle_op op,
   const struct throttle_admit_policy policy = {
     .page_units = throttle_config.metric.page_units,
     .split = throttle_config.split,
+    .split_max = UINT32_MAX,
   };
   struct throttle_admit a;
   uint64_t need;

@@ -30,6 +30,23 @@ stats_of (struct throttle_budget *b)
   return s;
 }
 
+/* Take units only if that is possible at once: the stepped charge,
+ * given up if it would wait.
+ */
+static int
+try_charge (struct throttle_budget *b, uint64_t need, uint64_t *charged)
+{
+  struct throttle_budget_waiter bw;
+  int r = throttle_budget_enqueue (b, &bw, THROTTLE_BUDGET_WHOLE, need, 0,
+                                   charged);
+
+  if (r == 1) {
+    throttle_budget_abandon (b, &bw);
+    return -1;
+  }
+  return r;
+}
+
 /* Wait (bounded) until the budget has 'n' waiters queued. */
 static void
 wait_for_waiters (struct throttle_budget *b, uint64_t n)
@@ -48,8 +65,8 @@ START_TEST (test_basic)
   ck_assert_int_eq (throttle_budget_init (&b, 100), 0);
   ck_assert_int_eq (throttle_budget_charge (&b, 60, NULL, NULL, 0, &c1), 0);
   ck_assert_uint_eq (c1, 60);
-  ck_assert_int_eq (throttle_budget_try_charge (&b, 50, &c2), -1);
-  ck_assert_int_eq (throttle_budget_try_charge (&b, 40, &c2), 0);
+  ck_assert_int_eq (try_charge (&b, 50, &c2), -1);
+  ck_assert_int_eq (try_charge (&b, 40, &c2), 0);
   ck_assert_uint_eq (stats_of (&b).in_flight, 100);
   throttle_budget_credit (&b, c1);
   throttle_budget_credit (&b, c2);
@@ -96,9 +113,9 @@ START_TEST (test_clamp)
   ck_assert_int_eq (throttle_budget_charge (&b, 1000, NULL, NULL, 0, &c), 0);
   ck_assert_uint_eq (c, 100);
   ck_assert_uint_eq (stats_of (&b).clamped, 1);
-  ck_assert_int_eq (throttle_budget_try_charge (&b, 1, &c2), -1);
+  ck_assert_int_eq (try_charge (&b, 1, &c2), -1);
   /* A failed try does not count: the wait that follows will. */
-  ck_assert_int_eq (throttle_budget_try_charge (&b, 1000, &c2), -1);
+  ck_assert_int_eq (try_charge (&b, 1000, &c2), -1);
   ck_assert_uint_eq (stats_of (&b).clamped, 1);
   throttle_budget_credit (&b, c);
   ck_assert_uint_eq (stats_of (&b).in_flight, 0);
@@ -186,7 +203,7 @@ END_TEST
 /* A later request that would fit must not barge past a queued waiter
  * through the non-blocking path either.
  */
-START_TEST (test_try_charge_no_barging)
+START_TEST (test_enqueue_no_barging)
 {
   struct throttle_budget b;
   pthread_t t;
@@ -201,7 +218,7 @@ START_TEST (test_try_charge_no_barging)
   a = (struct order_arg) { &b, 10, 1, &slot, order, &hold };
   pthread_create (&t, NULL, order_thread, &a);
   wait_for_waiters (&b, 1);
-  ck_assert_int_eq (throttle_budget_try_charge (&b, 1, &c), -1);
+  ck_assert_int_eq (try_charge (&b, 1, &c), -1);
   throttle_budget_credit (&b, held);
   pthread_join (t, NULL);
   ck_assert_uint_eq (stats_of (&b).in_flight, 0);
@@ -672,7 +689,7 @@ START_TEST (test_hammer)
   /* The whole capacity is available again. */
   {
     uint64_t c;
-    ck_assert_int_eq (throttle_budget_try_charge (&hammer_b, CAPACITY, &c), 0);
+    ck_assert_int_eq (try_charge (&hammer_b, CAPACITY, &c), 0);
     throttle_budget_credit (&hammer_b, c);
   }
   throttle_budget_destroy (&hammer_b);
@@ -708,7 +725,7 @@ reader_thread (void *vp)
     uint64_t c;
 
     ck_assert (cap == CAPACITY || cap == CAPACITY / 2);
-    if (throttle_budget_try_charge (&hammer_b, need, &c) == -1)
+    if (try_charge (&hammer_b, need, &c) == -1)
       ck_assert_int_eq (throttle_budget_charge (&hammer_b, need, NULL, NULL,
                                                 1, &c), 0);
     ck_assert_uint_eq (c, need);
@@ -754,7 +771,7 @@ budget_suite (void)
   tcase_add_test (tc, test_zero_need_is_free);
   tcase_add_test (tc, test_clamp);
   tcase_add_test (tc, test_fifo_no_starvation);
-  tcase_add_test (tc, test_try_charge_no_barging);
+  tcase_add_test (tc, test_enqueue_no_barging);
   tcase_add_test (tc, test_cancel_leaks_nothing);
   tcase_add_test (tc, test_shutdown_wakes_waiters);
   tcase_add_test (tc, test_set_capacity);
