@@ -342,25 +342,28 @@ cmd_set_capacity (FILE *out, const char *name, const char *value)
 
 struct ceiling_ctx {
   uint64_t max;
-  const char *name;             /* the export with the largest */
+  bool found;                   /* an export has the largest */
+  char name[256];               /* its name, cut: copied under the lock */
 };
 
+/* Called with the registry locked. */
 static void
 max_ceiling (struct throttle_export *exp, void *opaque)
 {
   struct ceiling_ctx *ctx = opaque;
   uint64_t c = throttle_adapt_export_ceiling (exp);
 
-  if (c > ctx->max || (c == ctx->max && ctx->name == NULL)) {
+  if (c > ctx->max || (c == ctx->max && !ctx->found)) {
     ctx->max = c;
-    ctx->name = exp->name;    /* an export is never freed before unload */
+    ctx->found = true;
+    snprintf (ctx->name, sizeof ctx->name, "%s", exp->name);
   }
 }
 
 static void
 cmd_set_server_capacity (FILE *out, const char *value)
 {
-  struct ceiling_ctx ctx = { .max = throttle_config.capacity, .name = NULL };
+  struct ceiling_ctx ctx = { .max = throttle_config.capacity };
   uint64_t previous;
   char err[512], what[256];
   int64_t r;
@@ -390,7 +393,7 @@ cmd_set_server_capacity (FILE *out, const char *value)
    */
   throttle_export_foreach (max_ceiling, &ctx);
   if ((uint64_t) r < ctx.max) {
-    if (ctx.name)
+    if (ctx.found)
       throttle_control_reply_error (out, "server-capacity \"%s\": below "
                                     "the capacity %" PRIu64 " of export "
                                     "\"%s\": lower it first with set "
