@@ -24,6 +24,7 @@
 #include "throttle.h"
 #include "throttle-abort.h"
 #include "throttle-adapt-glue.h"
+#include "throttle-admit.h"
 #include "throttle-control.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
@@ -287,40 +288,11 @@ map_flags (uint32_t flags)
     (flags & NBDKIT_FLAG_REQ_ONE ? THROTTLE_FLAG_REQ_ONE : 0);
 }
 
-/* The smallest part worth a backend call of its own: an eighth of the
- * capacity, in whole pages.
- */
-static uint64_t
-part_min (uint64_t capacity)
-{
-  uint64_t q = throttle_config.metric.page_units;
-  uint64_t min = capacity / 8 / q * q;
-
-  return min > q ? min : q;
-}
-
-/* A large read or write can be served in parts, each charged on its
- * own: while it waits for room for all of it, what comes free is not
- * left idle, and one larger than the capacity is never in flight
- * beyond it.  Large: more than a quarter of the capacity (so a part is
- * at least an eighth); it must be page-aligned, under a metric
- * proportional to its length.
- */
-static bool
-in_parts (uint64_t capacity, enum throttle_op op, uint32_t count,
-          uint64_t offset, uint64_t need)
-{
-  return throttle_config.split && throttle_config.metric.page_units != 0 &&
-    (op == THROTTLE_OP_READ || op == THROTTLE_OP_WRITE) &&
-    offset % THROTTLE_PAGE_SIZE == 0 && count % THROTTLE_PAGE_SIZE == 0 &&
-    need > 2 * part_min (capacity);
-}
-
 /* Charge a request, or its first part, waiting for credit.  On success
  * *charged holds the units to credit back, exactly once, when the
- * plugin has returned, and *len the bytes they pay for: all of count,
- * or a page-aligned first part of it (see in_parts); the caller serves
- * that part and admits the rest again.
+ * plugin has returned (done), and *len the bytes they pay for: all of
+ * count, or a page-aligned first part of it (throttle_admit_in_parts);
+ * the caller serves that part and admits the rest again.
  */
 static int
 admit (struct throttle_handle *h, enum throttle_op op,
@@ -331,9 +303,13 @@ admit (struct throttle_handle *h, enum throttle_op op,
     .op = op, .count = count, .offset = offset, .flags = map_flags (flags),
     .exportname = h->exp->name,
   };
-  struct throttle_budget *b = &h->exp->budget;
-  uint64_t need, capacity = 0;
-  bool parts;
+  const struct throttle_admit_policy policy = {
+    .page_units = throttle_config.metric.page_units,
+    .split = throttle_config.split,
+    .split_max = UINT32_MAX,
+  };
+  struct throttle_admit a;
+  uint64_t need;
   int r;
 
   *charged = 0;
@@ -341,33 +317,16 @@ admit (struct throttle_handle *h, enum throttle_op op,
   need = throttle_config.metric.fn (&req);
   if (need == 0)
     return 0;
-  /* (The capacity can change at any time from the control socket;
-   * a part's size follows the capacity read here.)
-   */
-  if (throttle_config.metric.page_units != 0)
-    capacity = throttle_budget_get_capacity (b);
-  parts = in_parts (capacity, op, count, offset, need);
 
-  /* (Larger than the capacity, a whole request would be clamped.) */
-  if ((!parts || need <= capacity) &&
-      throttle_budget_try_charge (b, need, charged) == 0) {
+  r = throttle_admit_start (&a, &policy, &h->exp->budget, NULL, op, count,
+                            offset, need);
+  if (r == 1) {
     if (throttle_debug_verbose)
-      nbdkit_debug ("throttle: admit %s count=%" PRIu32 " offset=%" PRIu64
-                    " units=%" PRIu64, op_name (op), count, offset, *charged);
-    return 0;
+      nbdkit_debug ("throttle: wait %s count=%" PRIu32 " offset=%" PRIu64
+                    " units=%" PRIu64, op_name (op), count, offset, need);
+    r = throttle_admit_wait (&a, throttle_cancelled, NULL,
+                             THROTTLE_WAIT_POLL_MS);
   }
-
-  if (throttle_debug_verbose)
-    nbdkit_debug ("throttle: wait %s count=%" PRIu32 " offset=%" PRIu64
-                  " units=%" PRIu64, op_name (op), count, offset, need);
-  if (parts)
-    r = throttle_budget_charge_part (b, need, part_min (capacity),
-                                     throttle_config.metric.page_units,
-                                     throttle_cancelled, NULL,
-                                     THROTTLE_WAIT_POLL_MS, charged);
-  else
-    r = throttle_budget_charge (b, need, throttle_cancelled, NULL,
-                                THROTTLE_WAIT_POLL_MS, charged);
   if (r == -1) {
     nbdkit_error ("throttle: %s of %" PRIu32 " bytes at %" PRIu64
                   " abandoned while waiting for credit: "
@@ -376,12 +335,13 @@ admit (struct throttle_handle *h, enum throttle_op op,
     *err = ESHUTDOWN;
     return -1;
   }
-  if (parts && *charged < need)
-    *len = *charged / throttle_config.metric.page_units * THROTTLE_PAGE_SIZE;
+  *charged = a.charged;
+  *len = a.len;
   if (throttle_debug_verbose)
     nbdkit_debug ("throttle: admit %s count=%" PRIu32 " offset=%" PRIu64
-                  " units=%" PRIu64 " after waiting%s",
+                  " units=%" PRIu64 "%s%s",
                   op_name (op), *len, offset, *charged,
+                  a.waited ? " after waiting" : "",
                   *len < count ? " (a part)" : "");
   return 0;
 }
@@ -442,7 +402,7 @@ too_large (const char *op, uint32_t count, uint64_t offset, int *err)
 static void
 done (struct throttle_handle *h, uint64_t charged)
 {
-  throttle_budget_credit (&h->exp->budget, charged);
+  throttle_admit_credit (&h->exp->budget, NULL, charged);
 }
 
 /* Every data callback returns through here: an error of a closing
