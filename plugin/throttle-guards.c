@@ -1111,7 +1111,8 @@ rt_watch (void *arg)
     { .fd = psi_fd, .events = POLLPRI },
   };
   nfds_t nfds = psi_fd >= 0 ? 2 : 1;
-  char why[96], c;
+  const char *event;
+  char why[320], c;
   uint64_t deadline;
 
   atomic_store (&psi_tid, gettid ());
@@ -1131,10 +1132,15 @@ rt_watch (void *arg)
         break;
     }
     pthread_mutex_lock (&rt_lock);
-    if (nfds == 2 && (fds[1].revents & POLLPRI) &&
-        throttle_rt_pressure (&rt_state, throttle_now_ns ()) &&
-        throttle_debug_verbose)
-      nbdkit_debug ("throttle: guards: %s counted", why);
+    event = NULL;
+    if (nfds == 2 && (fds[1].revents & POLLPRI)) {
+      if (throttle_rt_pressure (&rt_state, throttle_now_ns ()))
+        event = why;
+      if (throttle_debug_verbose)
+        nbdkit_debug ("throttle: guards: %s %s", why,
+                      event ? "counted" : "ignored: no client of root or "
+                      "the server's uid is connected");
+    }
     if (nfds == 2 && (fds[1].revents & (POLLERR | POLLHUP | POLLNVAL))) {
       /* The trigger is gone (its cgroup was removed): nothing will
        * warn of memory pressure any more.
@@ -1145,7 +1151,7 @@ rt_watch (void *arg)
                     "clients of root or the server's uid count as kernel "
                     "clients from now on");
     }
-    deadline = rt_apply_locked (throttle_now_ns (), why);
+    deadline = rt_apply_locked (throttle_now_ns (), event);
     pthread_mutex_unlock (&rt_lock);
   }
   return NULL;

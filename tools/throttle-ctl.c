@@ -288,7 +288,7 @@ main (int argc, char *argv[])
       return cmd_set_latency_target (path, argv[1], argv[2], json, timeout);
     if (n == 2 && strcmp (argv[0], "rt") == 0)
       return cmd_set_rt (path, argv[1], json, timeout);
-    return usage_error ("usage: set capacity EXPORT SIZE, set "
+    return usage_error ("usage: set capacity EXPORT SIZE, or set "
                         "latency-target EXPORT DURATION|off (the default "
                         "export is \"\"), or set rt on|off|auto");
   }
