@@ -16,9 +16,8 @@
 # Memory pressure is read from this test's own cgroup
 # (throttle-rt-pressure=its memory.pressure), where only the test's
 # memory hog runs: no stall elsewhere on the machine can change what is
-# asserted here.  The hog's stalls also count machine-wide: the test
-# holds an exclusive lock that test-guards.sh and test-guards-fork.sh
-# share.
+# asserted here (nor can the hog's stalls, which count machine-wide
+# too, change another test's: test-guards.sh reads an idle cgroup's).
 
 . "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 
@@ -33,9 +32,6 @@ requires setpriv --version
     fail "no /proc/pressure/memory (a kernel without PSI, or psi=0): boot with PSI"
 : "${THROTTLE_CTL:?}"
 requires_file "$THROTTLE_CTL"
-
-exec 9> /tmp/nbdkit-throttle-tests-psi.lock
-flock 9
 
 HOLD=2
 NOBODY=65534
