@@ -213,6 +213,13 @@ elif [ $swapin = 1 ] && case " $args " in *" thr.units=1 "*) ! has UNIT-STOPPED 
     # The unit's stop (swapoff, nbd-client -d, nbdkit's exit) is part
     # of what the units configuration checks.
     reason=unit-stop-missing
+elif [ $swapin = 1 ] && case " $args " in *" thr.units=1 "*) ! has 'UNIT-STOP-RACE raced=1' ;; *) false ;; esac; then
+    # The stop must have met a swapoff already running (systemd's own
+    # at shutdown), not only run its own.
+    reason=unit-stop-race-missed
+elif [ $swapin = 1 ] && case " $args " in *" thr.units=1 "*) ! has HOLD-VERIFIED ;; *) false ;; esac; then
+    # Every page kept on swap across the stop came back as written.
+    reason=unit-stop-pages-unverified
 elif [ $swapin = 1 ]; then
     reason=ok
 else
