@@ -8,9 +8,9 @@
 #   a socket it may write to, changes nothing, over Unix or loopback
 #   TCP; a server running as nobody takes its own uid's nbd-client;
 # - a client of root that is not nbd-client (python3, or any loopback
-#   TCP peer of root) turns real-time only under memory pressure;
-#   memory pressure with only nobody's client connected changes
-#   nothing;
+#   TCP peer of root) turns real-time only under memory pressure, and
+#   stays so for the hold after it left; memory pressure with only
+#   nobody's client connected changes nothing;
 # - set rt on|off|auto (control socket and throttle-ctl) and stats;
 # - throttle-rt=off never, throttle-rt=on always.
 # Memory pressure is read from this test's own cgroup
@@ -139,7 +139,13 @@ expect ()
     [ "$p" = "$want" ] || bad=$((bad + 1))
   done
   [ $n -ge $min ] || fail "only $n nbdkit threads: $*"
-  [ $bad = 0 ] || { cat "$log"; fail "$what: $bad of $n threads not policy $want: $*"; }
+  [ $bad = 0 ] || {
+    cat "$log"
+    for p in /proc/$pid/task/*; do
+      echo "thread ${p##*/} $(cat "$p/comm" 2>/dev/null) policy $(sed 's/.*) //' "$p/stat" 2>/dev/null | cut -d' ' -f39)"
+    done
+    fail "$what: $bad of $n threads not policy $want: $*"
+  }
 }
 
 # start NAME [--as-nobody] ARGS...: nbdkit on $pub/NAME.sock (mode 0666:
@@ -375,7 +381,10 @@ stop_nbdkit $pid
 echo "on: all threads SCHED_FIFO from the start"
 
 # --- auto: memory pressure ---------------------------------------------------
-start pressure
+# A hold far longer than the test: once on, nothing turns it off while
+# the threads are read (the end of a hold is checked above, and on a
+# simulated clock in test-rtpolicy.c).
+start pressure throttle-rt-hold=3600
 what="pressure: nobody's client only"
 connect nobody "$pub/nbd-client" hold
 expect 0 $pols
@@ -390,9 +399,10 @@ MIN=2 expect 0 $(policies_now)
 release_client
 echo "$what: the trigger fired (after $i hog runs), not real-time"
 
+# A stall of the hog runs above may still fire the trigger once this
+# client is connected: that counts too, and the log says so either way.
 what="pressure: root's python3 connected"
 connect root "$PY" hold
-expect 0 $pols
 for i in $(seq 10); do
   hog
   wait_log 'guards: real-time on: memory pressure' 3 && break
@@ -402,8 +412,9 @@ grep -q 'real-time on: memory pressure (PSI trigger' "$log" ||
 MIN=2 expect 1 $(policies_now)
 echo "$what: $(grep -o 'real-time on: .*' "$log") (after $i hog runs)"
 release_client
-wait_log 'guards: real-time off:' $((HOLD + 30)) ||
-  { cat "$log"; fail "$what: still real-time $((HOLD + 30)) s after the pressure and the client"; }
-MIN=2 expect 0 $(policies_now)
-echo "$what: off again after the hold"
+off_in=$(rt_field off_in_s)
+awk -v t="$off_in" 'BEGIN { exit !(t > 0 && t <= 3600) }' ||
+  fail "$what: after the client left, stats say off_in_s=$off_in, not a running hold"
+MIN=2 expect 1 $(policies_now)
+echo "$what: still real-time after the client left, off in $off_in s (the hold)"
 stop_nbdkit $pid
