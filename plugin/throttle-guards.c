@@ -216,9 +216,9 @@ throttle_guards_config (const char *key, const char *value)
                                    "86400", &rt_hold_param);
   if (strcmp (key, "throttle-rt-pressure") == 0) {
     if (value[0] != '/') {
-      nbdkit_error ("throttle-rt-pressure: \"%s\": expected the absolute "
-                    "path of a PSI file (/proc/pressure/memory, or a "
-                    "cgroup's memory.pressure)", value);
+      nbdkit_error ("%s=%s: expected the absolute path of a PSI file "
+                    "(/proc/pressure/memory, or a cgroup's memory.pressure)",
+                    key, value);
       return -1;
     }
     psi_path = value;
@@ -1112,7 +1112,7 @@ rt_watch (void *arg)
   };
   nfds_t nfds = psi_fd >= 0 ? 2 : 1;
   const char *event;
-  char why[320], c;
+  char why[320], buf[64];
   uint64_t deadline;
 
   atomic_store (&psi_tid, gettid ());
@@ -1128,7 +1128,12 @@ rt_watch (void *arg)
       break;
     }
     if (fds[0].revents) {
-      if (read (psi_stop[0], &c, 1) == 1 && c == 'x')
+      /* Every wake-up queued so far at once (the pipe is non-blocking):
+       * the stop's "x" must find room.
+       */
+      ssize_t r = read (psi_stop[0], buf, sizeof buf);
+
+      if (r > 0 && memchr (buf, 'x', r) != NULL)
         break;
     }
     pthread_mutex_lock (&rt_lock);
@@ -1225,8 +1230,8 @@ static void
 rt_stop (void)
 {
   if (psi_thread_started) {
-    /* The pipe is non-blocking but empty enough: the watcher drains
-     * it at every wake-up.
+    /* The pipe is non-blocking, but the watcher drains it at every
+     * wake-up: there is room.
      */
     if (write (psi_stop[1], "x", 1) != 1)
       nbdkit_debug ("throttle: guards: cannot stop the real-time watcher");

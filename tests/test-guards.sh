@@ -180,9 +180,13 @@ refuse() {
 # words, which name the value: see plugin/throttle-parse.h)
 for kv in throttle-io-flusher=maybe throttle-rt=yes throttle-oom=1 \
           throttle-mlock=all throttle-threads=0 \
-          throttle-max-request=32K throttle-max-request=64M; do
+          throttle-max-request=32K throttle-max-request=64M \
+          throttle-rt-hold=-1 throttle-rt-hold=86401 throttle-rt-hold=1m \
+          throttle-rt-pressure=memory.pressure; do
     refuse "$kv" "$kv"
 done
+"$NBDKIT" --filter="$THROTTLE_FILTER" null --help 2>&1 |
+    grep -q 'throttle-rt-hold=SECS' || fail "--help does not list throttle-rt-hold"
 refuse throttle-reserve=lots "could not parse size string (lots)"
 refuse throttle-reserve=-1 "size cannot be negative (-1)"
 refuse throttle-threads=4x 'throttle-threads: could not parse number: "4x"'
