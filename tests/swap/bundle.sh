@@ -10,7 +10,7 @@
 # kernel it was built for, swaptest for the host's self-test, this
 # directory's scripts and bundle.conf (what went in).  With
 # SWAP_BUNDLE_QEMU=1 also qemu-system-x86_64 with its shared libraries,
-# loader and firmware (DIR/qemu), for a host without qemu; else the
+# loader, accelerator modules and firmware (DIR/qemu), for a host without qemu; else the
 # host's qemu is used.  DIR/run takes check-swap.sh's variables
 # (SWAP_CONFIGS, SWAP_BOOTS, SWAP_ACCEL, ...); its work directory is
 # DIR/swap-work.  Environment: as check-swap.sh (THROTTLE_FILTER,
@@ -63,11 +63,22 @@ if [ "${SWAP_BUNDLE_QEMU:-0}" = 1 ]; then
     done
     [ -f "$dir/qemu/share/bios-256k.bin" ] ||
         { echo "bundle: no bios-256k.bin (Debian: seabios)" >&2; exit 1; }
+    # Debian builds the TCG accelerator as a module: qemu's module
+    # directory goes too (QEMU_MODULE_DIR), with what its modules need.
+    mkdir -p "$dir/qemu/modules"
+    for m in /usr/lib/*/qemu/accel-*.so; do
+        [ -f "$m" ] || continue
+        cp -L "$m" "$dir/qemu/modules/"
+        ldd "$m" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' |
+            while read -r l; do cp -nL "$l" "$dir/qemu/lib/"; done
+    done
     loader=$(basename "$(ldd "$q" | awk '$1 ~ /^\/.*ld-linux/ { print $1 }')")
     cat > "$dir/qemu/bin/qemu-system-x86_64" <<WRAP
 #!/bin/sh
 # The bundled qemu, through the bundled loader and libraries.
 d=\$(cd "\$(dirname "\$0")/.." && pwd)
+QEMU_MODULE_DIR=\$d/modules
+export QEMU_MODULE_DIR
 exec "\$d/lib/$loader" --library-path "\$d/lib" "\$d/bin/qemu-system-x86_64.real" -L "\$d/share" "\$@"
 WRAP
     chmod +x "$dir/qemu/bin/qemu-system-x86_64"
