@@ -273,7 +273,7 @@ if [ "$THR_perf" = 1 ]; then
 fi
 # Every configuration swaps the same: thr.size MiB in thr.avail MiB of
 # available memory (see common.sh and swaptest.c).  The units
-# configuration keeps swaptest's pages after the workload, part of them
+# configuration keeps 32 MiB of swaptest's pages after the workload, most of them
 # on swap, while it stops the unit (below), and has them verified after.
 if [ "$THR_units" = 1 ]; then
     mkfifo /run/hold || fail "mkfifo"
