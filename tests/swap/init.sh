@@ -273,8 +273,9 @@ if [ "$THR_perf" = 1 ]; then
 fi
 # Every configuration swaps the same: thr.size MiB in thr.avail MiB of
 # available memory (see common.sh and swaptest.c).  The units
-# configuration keeps 32 MiB of swaptest's pages after the workload, most of them
-# on swap, while it stops the unit (below), and has them verified after.
+# configuration keeps 32 MiB of swaptest's pages after the workload,
+# most of them on swap, while it stops the unit (below), and has them
+# verified after.
 if [ "$THR_units" = 1 ]; then
     mkfifo /run/hold || fail "mkfifo"
     SWAPTEST_HOLD=/run/hold swaptest $THR_size ${THR_size:+$THR_avail} &
