@@ -14,7 +14,7 @@
 # filter or the disk plugin is not built, without failing),
 # SWAP_CONFIGS (names to run, default all), SWAP_BOOTS (boots per config,
 # overrides the table), SWAP_JOBS (guests at a time, 2),
-# SWAP_BUDGET (seconds after which no boot starts, 840),
+# SWAP_BUDGET (seconds after which no boot starts, 1080),
 # SWAP_BUNDLE (a directory made by bundle.sh: its initramfs, kernel and
 # swaptest, none of the host's; DIR/run sets it),
 # and the SWAP_* variables of run-guest.sh.
@@ -137,10 +137,10 @@ unrunnable=$(echo $unrunnable | tr ' ' '\n' | sort -u | tr '\n' ' ')
 results=$work/results
 : > "$results"
 start=$(date +%s)
-# No boot starts after the budget, so that the suite ends within 20
+# No boot starts after the budget, so that the suite ends within 24
 # minutes even when boots run to run-guest.sh's 300 s timeout.  A MUST
 # boot that could not start fails its configuration.
-budget=${SWAP_BUDGET:-840}
+budget=${SWAP_BUDGET:-1080}
 njobs=${SWAP_JOBS:-2}
 running=0
 # Each boot in its own process group (set -m), so that an interrupted
