@@ -71,6 +71,11 @@
  */
 #define MIN_MAX_REQUEST (64 * 1024)
 #define MAX_MAX_REQUEST (32 * 1024 * 1024)
+/* The largest read or write nbdkit itself receives (its
+ * MAX_REQUEST_SIZE, 1.32 to 1.44): with throttle-max-request=plugin
+ * the memory a request can pin.
+ */
+#define NBDKIT_MAX_REQUEST (64 * 1024 * 1024)
 /* nbdkit's --threads default (DEFAULT_PARALLEL_REQUESTS). */
 #define DEFAULT_THREADS 16
 /* throttle-rt-hold: how long real-time outlasts its last reason. */
@@ -86,6 +91,7 @@ static enum lock_mode mlock_mode = LOCK_AUTO;
 static int64_t reserve_param = -1;      /* -1 = computed */
 static unsigned threads_param = DEFAULT_THREADS;
 static uint32_t max_request = DEFAULT_MAX_REQUEST;
+static bool max_request_plugin;         /* throttle-max-request=plugin */
 static double rt_hold_param = DEFAULT_RT_HOLD;
 static const char *psi_path = "/proc/pressure/memory";
 
@@ -243,11 +249,17 @@ throttle_guards_config (const char *key, const char *value)
                                     " (nbdkit's --threads value)",
                                     &threads_param);
   if (strcmp (key, "throttle-max-request") == 0) {
+    if (strcmp (value, "plugin") == 0) {
+      max_request_plugin = true;
+      max_request = NBDKIT_MAX_REQUEST;
+      return 1;
+    }
     if (throttle_parse_size (key, value, MIN_MAX_REQUEST, MAX_MAX_REQUEST,
                              "expected a size from 64K to 32M (the largest "
-                             "read or write a client may send)",
+                             "read or write a client may send), or plugin",
                              &size) == -1)
       return -1;
+    max_request_plugin = false;
     max_request = size;
     return 1;
   }
@@ -257,7 +269,7 @@ throttle_guards_config (const char *key, const char *value)
 uint32_t
 throttle_guards_max_request (void)
 {
-  return max_request;
+  return max_request_plugin ? 0 : max_request;
 }
 
 bool

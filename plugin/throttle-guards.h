@@ -76,8 +76,10 @@ extern void throttle_guards_thread_enter (void);
 extern void throttle_guards_unload (void);
 
 /* throttle-max-request: the largest read or write the filter passes
- * on, and advertises as the maximum block size.  Valid from .config
- * on.
+ * on, and advertises as the maximum block size; 0 with
+ * throttle-max-request=plugin: the plugin's maximum is advertised, and
+ * what is larger refused by whoever below would refuse it.  Valid from
+ * .config on.
  */
 extern uint32_t throttle_guards_max_request (void);
 
@@ -112,6 +114,7 @@ extern bool throttle_guards_lock_pools (void);
   "                            (default threads x 1280K).\n" \
   "throttle-threads=N          nbdkit's --threads, to size the reserve\n" \
   "                            (default 16).\n" \
-  "throttle-max-request=SIZE   Largest read or write accepted (default 4M)."
+  "throttle-max-request=SIZE|plugin  Largest read or write accepted\n" \
+  "                            (default 4M; plugin: what the plugin allows)."
 
 #endif /* THROTTLE_GUARDS_H */

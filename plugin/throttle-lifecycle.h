@@ -62,7 +62,7 @@
  *                               mlockall, the heap reserve; where
  *                               real-time is permitted the watcher thread
  *                               (memory pressure, the end of a hold).
- *                   quit        throttle_quit_start: the shutdown watcher.
+ *                   quit        throttle_quit_start: the shutdown prober.
  *                   control     throttle_control_after_fork: the control
  *                               thread.
  *                   adapt-glue  throttle_adapt_after_fork: with a target
@@ -90,9 +90,11 @@
  *                               each of which starts with
  *                               throttle_guards_thread_enter and
  *                               throttle_abort_writer_thread.
- *                   quit        throttle_pace_init.
+ *                   quit        throttle_pace_init (nbdkit < 1.33.10).
  *
- * .prepare          -           none.
+ * .prepare          throttle.c  throttle_prepare: the layers' block size
+ *                               constraints decide which requests may be
+ *                               served in parts.
  *
  * data callbacks    guards      throttle_guards_thread_enter, FIRST: before
  *                               the thread can fault or allocate.
@@ -107,7 +109,8 @@
  *                               writeback mode: each passes a request
  *                               straight down when nothing is written
  *                               behind.
- *                   quit        throttle_pace_error before returning -1.
+ *                   quit        throttle_pace_error before returning -1
+ *                               (nbdkit < 1.33.10).
  *
  * .finalize         writeback   throttle_writeback_finalize: a clean
  *                               disconnect waits for the export's pending
@@ -125,8 +128,7 @@
  *                               writers and closes their plugin contexts
  *                               while the plugin is still loaded.
  *                   quit        throttle_quit_stop: wakes and joins the
- *                               watcher, asking for a shutdown in single
- *                               connection modes.
+ *                               prober.
  *
  * .unload           control     throttle_control_unload, FIRST (nothing left
  *                               to do after .cleanup): its thread reads the

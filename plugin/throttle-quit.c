@@ -1,5 +1,6 @@
 /* nbdkit-throttle filter: server shutdown, told apart from a client
- * that is done, and a closing connection's error replies kept apart.
+ * that is done, and (nbdkit < 1.33.10) a closing connection's error
+ * replies kept apart.
  *
  * In a request thread nbdkit_nanosleep fails when the server is
  * shutting down, but equally when the client has sent NBD_CMD_DISC,
@@ -11,17 +12,11 @@
  * wait, and a thread with no connection sees that alone: for it
  * nbdkit_nanosleep fails only when nbdkit quits.
  *
- * nbdkit before 1.33.10 (fixed upstream by commit 9d82aa4f) aborts
- * when one thread of a connection fails to send a reply and closes the
- * socket while another thread of the same connection has already
- * decided to send its own: raw_send_socket asserts.  Error replies of a
- * closing connection tend to come together (a shutdown ends all of a
- * connection's waits at once; a backend that sleeps with
- * nbdkit_nanosleep fails every request of a vanished client at once,
- * and each failure credits the units the next waiter is granted).  So
- * such errors leave the filter one at a time, THROTTLE_PACE_MS apart:
- * by the time the next one reaches nbdkit, a failed send before it has
- * marked the connection dead, and nbdkit then sends nothing more.
+ * Every nbdkit_nanosleep that fails also logs an error line ("aborting
+ * sleep because of server shut down").  So no thread of the filter
+ * sleeps in it across an ordinary shutdown: the prober, the thread
+ * with no connection, only makes a zero-length call when a request
+ * thread asks, and a request thread asks only while it waits.
  */
 
 #include <config.h>
@@ -38,82 +33,154 @@
 #include "throttle-quit.h"
 
 static bool quitting;           /* atomic: set once, never cleared */
-static pthread_t watcher;
-static bool watcher_started;    /* only touched by after_fork, cleanup */
 
-bool
+/* Lock rule: lock guards asked, answered and stop; cond is broadcast
+ * whenever one of them changes.
+ */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static uint64_t asked, answered;
+static bool stop;
+static pthread_t prober;
+static bool prober_started;     /* only touched by after_fork, cleanup */
+
+/* Set in a request thread once the prober has said that the server is
+ * not quitting while the thread's own nbdkit_nanosleep failed: its
+ * connection is closing, for good (nbdkit's worker threads belong to
+ * one connection), and its own probe would only log an error line
+ * each time.  initial-exec: see thread_state in throttle-guards.c.
+ */
+static __thread bool conn_closing __attribute__ ((tls_model ("initial-exec")));
+
+/* True once a request thread has learnt that nbdkit is shutting down
+ * (a signal, or the end of --run); false before any asked.  Never true
+ * because of what a client did.
+ */
+static bool
 throttle_quitting (void)
 {
   return __atomic_load_n (&quitting, __ATOMIC_ACQUIRE);
 }
 
-/* The race this closes: at a signal, a backend request sleeping with
- * nbdkit_nanosleep fails at once and credits its units, the waiter
- * granted them asks whether to abandon its wait, and the answer must
- * not depend on whether the watcher thread has been scheduled yet (on
- * a busy machine every waiter of the chain was granted and run before
- * it was: test-shutdown.sh).  This thread's own nbdkit_nanosleep
- * already knows that something is closing; the watcher says what.
+/* Whether this thread's connection or the server is closing: one
+ * system call, and an error line from nbdkit if so, unless this thread
+ * already knows its connection is.
  */
+static bool
+closing (void)
+{
+  return conn_closing || nbdkit_nanosleep (0, 1) == -1;
+}
+
+/* The prober's answer to a question asked after this call began: the
+ * signal handler (or nbdkit_shutdown) has written nbdkit's quit pipe
+ * before the caller's own probe could fail because of it, so the
+ * answer is exact, whoever is scheduled first.
+ */
+static bool
+ask_prober (void)
+{
+  uint64_t mine;
+
+  pthread_mutex_lock (&lock);
+  if (!prober_started) {
+    /* Not yet after_fork, or after cleanup: no request runs then. */
+    pthread_mutex_unlock (&lock);
+    return true;
+  }
+  mine = ++asked;
+  pthread_cond_broadcast (&cond);
+  while (answered < mine && !stop)
+    pthread_cond_wait (&cond, &lock);
+  pthread_mutex_unlock (&lock);
+  return throttle_quitting ();
+}
+
 bool
 throttle_quit_confirm (void)
 {
-  const struct timespec ms = { .tv_sec = 0, .tv_nsec = 1000000 };
-  int i;
-
   if (throttle_quitting ())
     return true;
-  if (nbdkit_nanosleep (0, 1) == 0)
+  if (!closing ())
     return false;
-  for (i = 0; i < THROTTLE_QUIT_CONFIRM_MS; ++i) {
-    nanosleep (&ms, NULL);
-    if (throttle_quitting ())
-      return true;
-  }
-  return false;                 /* the client is done: serve its requests */
+  if (ask_prober ())
+    return true;
+  conn_closing = true;          /* the client is done: serve its requests */
+  return false;
 }
 
 static void *
-watch (void *arg)
+probe (void *arg)
 {
-  /* No connection belongs to this thread, so only nbdkit's quit pipe
-   * ends the sleep early.
-   */
-  while (nbdkit_nanosleep (3600, 0) == 0)
-    ;
-  __atomic_store_n (&quitting, true, __ATOMIC_RELEASE);
+  uint64_t question;
+
+  pthread_mutex_lock (&lock);
+  for (;;) {
+    while (!stop && answered == asked)
+      pthread_cond_wait (&cond, &lock);
+    if (stop)
+      break;
+    question = asked;
+    pthread_mutex_unlock (&lock);
+    /* No connection belongs to this thread: only nbdkit's quit pipe
+     * makes this fail.
+     */
+    if (nbdkit_nanosleep (0, 1) == -1)
+      __atomic_store_n (&quitting, true, __ATOMIC_RELEASE);
+    pthread_mutex_lock (&lock);
+    answered = question;
+    pthread_cond_broadcast (&cond);
+  }
+  pthread_mutex_unlock (&lock);
   return NULL;
 }
 
 int
 throttle_quit_start (void)
 {
-  int err = pthread_create (&watcher, NULL, watch, NULL);
+  int err = pthread_create (&prober, NULL, probe, NULL);
 
   if (err != 0) {
-    nbdkit_error ("throttle: cannot start the shutdown watcher: "
+    nbdkit_error ("throttle: cannot start the shutdown prober: "
                   "pthread_create: %s", throttle_errtext (err));
     return -1;
   }
-  watcher_started = true;
+  pthread_mutex_lock (&lock);
+  prober_started = true;
+  pthread_mutex_unlock (&lock);
   return 0;
 }
 
 void
 throttle_quit_stop (void)
 {
-  if (!watcher_started)
+  pthread_mutex_lock (&lock);
+  if (!prober_started) {
+    pthread_mutex_unlock (&lock);
     return;
-  /* nbdkit calls .cleanup once it has stopped serving; in single
-   * connection modes (-s, --vsock with one client) that happens without
-   * a quit, so ask for one: nothing is left for it to stop, and the
-   * watcher must not outlive the filter's code.
-   */
-  if (!throttle_quitting ())
-    nbdkit_shutdown ();
-  pthread_join (watcher, NULL);
-  watcher_started = false;
+  }
+  stop = true;
+  pthread_cond_broadcast (&cond);
+  pthread_mutex_unlock (&lock);
+  pthread_join (prober, NULL);
+  pthread_mutex_lock (&lock);
+  prober_started = false;
+  pthread_mutex_unlock (&lock);
 }
+
+#if THROTTLE_PACE_ERRORS
+/* nbdkit before 1.33.10 (fixed upstream by commit 9d82aa4f) aborts
+ * when one thread of a connection fails to send a reply and closes the
+ * socket while another thread of the same connection has already
+ * decided to send its own: raw_send_socket asserts.  Error replies of a
+ * closing connection tend to come together (a shutdown ends all of a
+ * connection's waits at once; a backend that sleeps with
+ * nbdkit_nanosleep fails every request of a vanished client at once,
+ * and each failure credits the units the next waiter is granted).  So
+ * such errors leave the filter one at a time, THROTTLE_PACE_MS apart:
+ * by the time the next one reaches nbdkit, a failed send before it has
+ * marked the connection dead, and nbdkit then sends nothing more.
+ */
 
 void
 throttle_pace_init (struct throttle_pace *p)
@@ -138,7 +205,7 @@ throttle_pace_error (struct throttle_pace *p)
    * closing risks the abort.  (The probe costs a system call, paid on
    * errors only.)
    */
-  if (!throttle_quitting () && nbdkit_nanosleep (0, 1) == 0)
+  if (!throttle_quitting () && !closing ())
     return;
 
   /* The first error waits too: the client's going is seen by the
@@ -163,3 +230,4 @@ throttle_pace_error (struct throttle_pace *p)
   p->last_ns = now;
   pthread_mutex_unlock (&p->lock);
 }
+#endif /* THROTTLE_PACE_ERRORS */

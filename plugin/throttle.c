@@ -312,6 +312,7 @@ struct throttle_handle {
   struct throttle_export *exp;
   struct throttle_wb_conn wb;
   struct throttle_pace pace;
+  uint32_t split_max;         /* the admission policy's split_max */
 };
 
 static void *
@@ -345,6 +346,7 @@ throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     return NULL;
   }
   throttle_pace_init (&h->pace);
+  h->split_max = 0;             /* until throttle_prepare */
   return h;
 }
 
@@ -406,7 +408,7 @@ admit (struct throttle_handle *h, enum throttle_op op,
   const struct throttle_admit_policy policy = {
     .page_units = throttle_config.metric.page_units,
     .split = throttle_config.split,
-    .split_max = UINT32_MAX,
+    .split_max = h->split_max,
   };
   struct throttle_admit a;
   uint64_t need;
@@ -450,7 +452,8 @@ admit (struct throttle_handle *h, enum throttle_op op,
 /* Advertise throttle-max-request as the maximum block size, so that
  * clients which honour it (libnbd, qemu, nbdcopy) split larger I/O;
  * the kernel's nbd client ignores it, and the default is above what
- * it sends.  The plugin's own constraints are kept where tighter.
+ * it sends.  The plugin's own constraints are kept where tighter, and
+ * with throttle-max-request=plugin they are all there is.
  */
 static int
 throttle_block_size (nbdkit_next *next, void *handle,
@@ -461,6 +464,8 @@ throttle_block_size (nbdkit_next *next, void *handle,
 
   if (next->block_size (next, minimum, preferred, maximum) == -1)
     return -1;
+  if (max == 0)
+    return 0;
   if (*minimum == 0) {          /* the plugin sets no constraints */
     *minimum = 1;
     *preferred = 4096;
@@ -478,19 +483,44 @@ throttle_block_size (nbdkit_next *next, void *handle,
   return 0;
 }
 
+/* What the layers below accept decides which requests may be split
+ * (throttle_admit_in_parts): none larger than their maximum block
+ * size, and none at all if their minimum is above a page, since a
+ * part's boundaries are only page-aligned.
+ */
+static int
+throttle_prepare (nbdkit_next *next, void *handle, int readonly)
+{
+  struct throttle_handle *h = handle;
+  uint32_t minimum, preferred, maximum;
+
+  if (next->block_size (next, &minimum, &preferred, &maximum) == -1)
+    return -1;
+  if (minimum == 0)             /* no constraints */
+    h->split_max = UINT32_MAX;
+  else if (minimum > THROTTLE_PAGE_SIZE)
+    h->split_max = 0;
+  else
+    h->split_max = maximum;
+  return 0;
+}
+
 /* nbdkit 1.32 does not hold clients to the advertised maximum: it
  * receives a write's payload before any filter sees the request.  A
- * larger read or write is refused before it reaches the plugin.
+ * larger read or write is refused before it reaches the plugin, unless
+ * throttle-max-request=plugin leaves that to the layers below.
  */
 static int
 too_large (const char *op, uint32_t count, uint64_t offset, int *err)
 {
-  if (count <= throttle_guards_max_request ())
+  uint32_t max = throttle_guards_max_request ();
+
+  if (max == 0 || count <= max)
     return 0;
   nbdkit_error ("throttle: %s of %" PRIu32 " bytes at %" PRIu64 " refused: "
                 "larger than throttle-max-request (%" PRIu32 " bytes), the "
                 "maximum block size advertised to clients",
-                op, count, offset, throttle_guards_max_request ());
+                op, count, offset, max);
   *err = EINVAL;
   return -1;
 }
@@ -573,11 +603,11 @@ serve_part (struct throttle_handle *h, nbdkit_next *next,
 }
 
 /* A request admitted and served part after part (usually in one part;
- * only reads and writes are split, see in_parts).  Each part carries
- * the request's flags, so a FUA write is on stable storage whole when
- * it returns; a failed part fails the request, which the NBD protocol
- * allows to have written some of it.  Every data callback returns
- * through reply.
+ * only reads and writes are split, see throttle_admit_in_parts).  Each
+ * part carries the request's flags, so a FUA write is on stable
+ * storage whole when it returns; a failed part fails the request,
+ * which the NBD protocol allows to have written some of it.  Every
+ * data callback returns through reply.
  */
 static int
 serve (struct throttle_handle *h, nbdkit_next *next, enum throttle_op op,
@@ -681,6 +711,7 @@ static struct nbdkit_filter filter = {
   .cleanup           = throttle_cleanup,
   .list_exports      = throttle_export_list_exports,
   .open              = throttle_open,
+  .prepare           = throttle_prepare,
   .finalize          = throttle_finalize,
   .close             = throttle_close,
   .pread             = throttle_pread,

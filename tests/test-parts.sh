@@ -55,3 +55,58 @@ for mode in writethrough writeback; do
     fail "$mode: units left in flight"
   echo "$mode: verified, $parts parts"
 done
+
+# 3. A request larger than the layers below accept is not split past
+# them: a client ignoring the advertised maximum (libnbd strict mode
+# off) sends a 2M write over an inner blocksize-policy filter that
+# allows 1M and refuses larger with EINVAL.  2M is twice the capacity,
+# so it would be served in 1M parts that the policy lets through.
+for max in 4M plugin; do
+  start_nbdkit parts-inner-$max --filter="$THROTTLE_FILTER" \
+    --filter=blocksize-policy memory 16M blocksize-maximum=1M \
+    blocksize-error-policy=error throttle-capacity=1M \
+    throttle-max-request=$max -D throttle.verbose=1
+  $PY - "$uri" >"$tmp/inner-$max.out" 2>&1 <<'PYEOF' ||
+import errno, sys, nbd
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+assert h.get_block_size(nbd.SIZE_MAXIMUM) == 1024 * 1024, \
+    "advertised maximum %d, not the inner 1M" % h.get_block_size(nbd.SIZE_MAXIMUM)
+h.set_strict_mode(0)
+h.pwrite(b"a" * (1024 * 1024), 0)
+try:
+    h.pwrite(b"b" * (2 * 1024 * 1024), 0)
+    raise SystemExit("the 2M write succeeded: it was split past the policy")
+except nbd.Error as e:
+    assert e.errnum == errno.EINVAL, "2M write: %s, not EINVAL" % e
+assert h.pread(1024 * 1024, 0) == b"a" * (1024 * 1024), "the 2M write wrote"
+h.shutdown()
+print("2M write refused with EINVAL by the inner policy, nothing written")
+PYEOF
+    { cat "$tmp/inner-$max.out"; fail "throttle-max-request=$max: over an inner 1M maximum"; }
+  stop_nbdkit $pid
+  grep -q "(a part)" "$tmp/parts-inner-$max.log" &&
+    fail "throttle-max-request=$max: a request was split past the inner maximum"
+  echo "throttle-max-request=$max: $(cat "$tmp/inner-$max.out")"
+done
+
+# ... and with throttle-max-request=plugin a plugin's constraints (or
+# their absence) are advertised unchanged.
+constraints ()
+{
+  "$NBDKIT" -U - "$@" --run "$PY -c '
+import nbd, sys
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+print([h.get_block_size(c) for c in
+       (nbd.SIZE_MINIMUM, nbd.SIZE_PREFERRED, nbd.SIZE_MAXIMUM)])
+' \"\$uri\"" 2>"$tmp/constraints.err" ||
+    { cat "$tmp/constraints.err"; fail "constraints: $*"; }
+}
+for inner in "memory 16M" "--filter=blocksize-policy memory 16M blocksize-maximum=32M"; do
+  plain=$(constraints $inner)
+  through=$(constraints --filter="$THROTTLE_FILTER" $inner throttle-max-request=plugin)
+  [ "$plain" = "$through" ] ||
+    fail "throttle-max-request=plugin over $inner: advertised $through, not $plain"
+  echo "throttle-max-request=plugin over $inner: advertised $through, as without the filter"
+done

@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# nbdkit's own tests with the throttle filter in front of every server.
+#
+# Usage: nbdkit-suite.sh NBDKIT_BUILDDIR [TEST...]
+#
+# NBDKIT_BUILDDIR is a built nbdkit source tree (./configure && make;
+# its tests need not have been run).  THROTTLE_FILTER must be a filter
+# built against that same nbdkit.  Each test (default: the subset in
+# SUBSET below) runs twice from the tree's tests/ directory, as nbdkit's
+# "make check" runs it: once as it is, and once with every nbdkit the
+# test starts given --filter=$THROTTLE_FILTER first and
+# $THROTTLE_SUITE_ARGS last (default throttle-max-request=plugin).  The
+# tree is not modified: the second pass puts a wrapper named nbdkit
+# before the tree's own wrapper on PATH.
+#
+# A difference between the passes (a test's result, or error lines that
+# only the filter's run logs: "aborting sleep" from nbdkit_nanosleep, or
+# the filter's own "error: throttle") fails this script unless EXPECTED
+# lists it with its reason; an expected difference that does not happen
+# fails it too, so that the list stays true.  nbdkit-throttle-filter(1)
+# "NBDKIT'S OWN TESTS" documents the same list.
+#
+# Logs go under $NBDKIT_SUITE_OUT (default ./nbdkit-suite): plain/ and
+# filter/, one TEST.log each, and summary.txt.  Each test has
+# $NBDKIT_SUITE_TIMEOUT seconds (default 1200) to turn a hang into a
+# failure: not a speed check (test-multi-conn.sh alone took 210 s, and
+# once over 300 s, on a busy 2-core machine).
+# Exit status: 0, 1 (a difference, or a broken setup), 2 (usage).
+
+set -u
+set -o pipefail
+
+# The subset: nbdkit's tests of the plugins and filters the throttle is
+# most often put in front of (memory, data, file, nbd, eval), and of
+# what a filter in the chain can change: block size constraints,
+# parallel requests, flush and FUA, zero, cache, multi-conn, eflags,
+# export names, extents, shutdown and disconnects.  TLS, vsock and
+# language plugins are left out (nbdkit's configure line here builds
+# none of them).
+SUBSET="
+test-block-size-constraints test-blocksize-default
+test-blocksize-error-policy test-blocksize-extents
+test-blocksize-extents-overflow test-blocksize-policy
+test-blocksize-policy-extents test-blocksize-sharding
+test-blocksize-write-disconnect test-blocksize test-nbd-block-size
+test-cache-block-size test-cache-max-size test-cache-on-read-caches
+test-cache-on-read test-cache-unaligned test-cache test-cacheextents
+test-cow-block-size test-cow-extents-large test-cow-extents1
+test-cow-extents2 test-cow-on-read-caches
+test-data-64b test-data-7E test-data-bad test-data-base64
+test-data-extents test-data-file test-data-format test-data-optimum
+test-data-partition test-data-random-slice test-data-random-slice2
+test-data-raw-copy test-data-raw test-data-reloffset test-data-sectors
+test-data-size
+test-delay-shutdown test-disconnect test-eval-disconnect test-shutdown
+test-eflags test-nozero test-zero test-flush test-fua
+test-fua-flush-on-close
+test-eval-cache test-eval-exports test-eval-extents test-eval-file
+test-export-info test-export-name test-exportname
+test-multi-conn-name test-multi-conn
+test-extentlist test-crippled-extents test-null-extents
+test-offset-extents test-retry-extents test-retry-zero-flags
+test-sh-extents test-split-extents test-swab-extents
+test-truncate-extents test-file-extents
+test-file-cache-none-read-consistent test-file-cache-none-read-effective
+test-file-cache-none-write-consistent test-file-cache-none-write-effective
+test-file-dir test-file-dirfd test-file-fd test-file-readonly
+test-file-size test-file
+test-memory-allocator-malloc test-memory-allocator-malloc-mlock
+test-memory-largest-for-qemu test-memory-largest
+test-nbd-client test-nbd-dynamic-content test-nbd-dynamic-list
+test-nbd-extents test-parallel-file test-parallel-nbd test-parallel-sh
+"
+
+# Differences from the plain run that are the filter's documented
+# behaviour, one per line: TEST KIND REASON, KIND "result" (the test's
+# result differs) or "log" (error lines only the filter's run has).
+# With throttle-max-request=plugin there are none.  Without it the
+# filter advertises its own maximum block size (4M by default, whatever
+# the plugin allows) and refuses larger reads and writes with EINVAL
+# itself, so the tests that check what the plugin or an inner filter
+# advertises or does with a larger request see the filter's instead.
+expected ()
+{
+  case " $THROTTLE_SUITE_ARGS " in
+    *" throttle-max-request=plugin "*) ;;
+    *)
+      local why="the maximum block size advertised is throttle-max-request (4M by default), not the plugin's"
+      cat <<EOF
+test-block-size-constraints result $why
+test-blocksize-default result $why
+test-blocksize-policy result $why
+test-nbd-block-size result $why
+test-blocksize-write-disconnect result $why; a write larger than throttle-max-request is refused with EINVAL by the filter, before an inner blocksize-policy filter could refuse it its way
+test-blocksize-write-disconnect log the filter's error line for the write it refuses as larger than throttle-max-request
+EOF
+      ;;
+  esac
+}
+
+nbdkit_builddir=${1:-}
+if [ -z "$nbdkit_builddir" ]; then
+  echo "usage: $0 NBDKIT_BUILDDIR [TEST...] (make check-nbdkit-suite NBDKIT_SRCDIR=DIR)" >&2
+  exit 2
+fi
+shift
+nbdkit_builddir=$(cd "$nbdkit_builddir" && pwd) || exit 1
+: "${THROTTLE_SUITE_ARGS=throttle-max-request=plugin}"
+: "${NBDKIT_SUITE_OUT:=$PWD/nbdkit-suite}"
+: "${NBDKIT_SUITE_TIMEOUT:=1200}"
+tests=${*:-$SUBSET}
+
+die ()
+{
+  echo "$0: $*" >&2
+  exit 1
+}
+
+[ -x "$nbdkit_builddir/nbdkit" ] && [ -f "$nbdkit_builddir/tests/functions.sh" ] ||
+  die "$nbdkit_builddir is not a built nbdkit source tree (no ./nbdkit wrapper or tests/functions.sh)"
+[ -n "${THROTTLE_FILTER:-}" ] && [ -f "$THROTTLE_FILTER" ] ||
+  die "THROTTLE_FILTER (${THROTTLE_FILTER:-unset}) is not a built filter"
+# A filter loads only into the nbdkit whose headers built it: say so
+# once here rather than in every test's log.
+if ! out=$("$nbdkit_builddir/nbdkit" --filter="$THROTTLE_FILTER" null \
+             $THROTTLE_SUITE_ARGS --run true 2>&1); then
+  die "$THROTTLE_FILTER does not load into $nbdkit_builddir/nbdkit (build the filter against that nbdkit: ../configure NBDKIT=... PKG_CONFIG_PATH=...): $out"
+fi
+
+rm -rf "$NBDKIT_SUITE_OUT"
+mkdir -p "$NBDKIT_SUITE_OUT/plain" "$NBDKIT_SUITE_OUT/filter" \
+  "$NBDKIT_SUITE_OUT/wrap" || exit 1
+# Word splitting of THROTTLE_SUITE_ARGS is wanted: one parameter each.
+cat >"$NBDKIT_SUITE_OUT/wrap/nbdkit" <<EOF
+#!/bin/sh
+# The key=value parameters go last: nbdkit's wrapper hands them to the
+# server after the plugin's, and a plugin's magic first parameter stays
+# first.
+exec "$nbdkit_builddir/nbdkit" --filter="$THROTTLE_FILTER" "\$@" $THROTTLE_SUITE_ARGS
+EOF
+chmod +x "$NBDKIT_SUITE_OUT/wrap/nbdkit"
+# nbdsh runs the python3 first on PATH, which must have libnbd's
+# module: Debian's has it, a python3 installed by hand may not.
+mkdir -p "$NBDKIT_SUITE_OUT/python" || exit 1
+if ! python3 -c 'import nbd' 2>/dev/null &&
+   /usr/bin/python3 -c 'import nbd' 2>/dev/null; then
+  ln -s /usr/bin/python3 "$NBDKIT_SUITE_OUT/python/python3"
+fi
+
+# What nbdkit's tests/Makefile gives each test (TESTS_ENVIRONMENT,
+# automake's srcdir), with glibc's malloc checking as there but one
+# perturbation byte for both passes instead of a random one.
+malloc_check=()
+if [ -e /usr/lib/x86_64-linux-gnu/libc_malloc_debug.so.0 ] ||
+   ldconfig -p 2>/dev/null | grep -q libc_malloc_debug.so.0; then
+  malloc_check=(LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD:}libc_malloc_debug.so.0"
+                GLIBC_TUNABLES=glibc.malloc.check=1:glibc.malloc.perturb=165)
+fi
+
+run_one ()
+{
+  local pass=$1 t=$2 path=$nbdkit_builddir:$NBDKIT_SUITE_OUT/python:$PATH
+  [ "$pass" = filter ] && path=$NBDKIT_SUITE_OUT/wrap:$path
+  (cd "$nbdkit_builddir/tests" &&
+     exec env LIBNBD_DEBUG=1 "${malloc_check[@]}" srcdir=. PATH="$path" \
+       timeout -k 10 "$NBDKIT_SUITE_TIMEOUT" "./$t.sh" \
+       </dev/null >"$NBDKIT_SUITE_OUT/$pass/$t.log" 2>&1)
+  case $? in
+    0) echo PASS ;;
+    77) echo SKIP ;;
+    124|137) echo TIMEOUT ;;
+    *) echo FAIL ;;
+  esac
+}
+
+# Error lines of a log that the filter can add: nbdkit_nanosleep's
+# "aborting sleep" and the filter's own.
+errors ()
+{
+  grep -E 'error: (aborting sleep|throttle)' "$1" 2>/dev/null | wc -l
+}
+
+start=$(date +%s)
+declare -A result
+for pass in plain filter; do
+  for t in $tests; do
+    t=${t%.sh}
+    [ -f "$nbdkit_builddir/tests/$t.sh" ] || die "no test $t.sh in $nbdkit_builddir/tests"
+    t0=$(date +%s)
+    result[$pass.$t]=$(run_one $pass "$t")
+    echo "$pass $t ${result[$pass.$t]} ($(( $(date +%s) - t0 )) s)"
+  done
+done
+
+summary=$NBDKIT_SUITE_OUT/summary.txt
+diffs=$NBDKIT_SUITE_OUT/differences.txt
+: >"$diffs"
+for t in $tests; do
+  t=${t%.sh}
+  p=${result[plain.$t]} f=${result[filter.$t]}
+  [ "$p" = "$f" ] || echo "$t result plain $p, filter $f" >>"$diffs"
+  pe=$(errors "$NBDKIT_SUITE_OUT/plain/$t.log")
+  fe=$(errors "$NBDKIT_SUITE_OUT/filter/$t.log")
+  [ "$fe" -le "$pe" ] ||
+    echo "$t log $fe error lines from nanosleep or the filter, $pe without it" >>"$diffs"
+done
+
+count ()
+{
+  local pass=$1 what=$2 t n=0
+  for t in $tests; do
+    [ "${result[$pass.${t%.sh}]}" = "$what" ] && n=$((n + 1))
+  done
+  echo $n
+}
+
+{
+  echo "nbdkit: $("$nbdkit_builddir/nbdkit" --version)"
+  echo "filter: $THROTTLE_FILTER $THROTTLE_SUITE_ARGS"
+  for pass in plain filter; do
+    echo "$pass: $(count $pass PASS) pass, $(count $pass FAIL) fail," \
+         "$(count $pass TIMEOUT) timeout, $(count $pass SKIP) skip" \
+         "of $(echo $tests | wc -w)"
+  done
+  echo "time: $(( $(date +%s) - start )) s"
+} >"$summary"
+
+rc=0
+expected >"$NBDKIT_SUITE_OUT/expected.txt"
+while read -r t kind rest; do
+  if grep -q "^$t $kind " "$NBDKIT_SUITE_OUT/expected.txt"; then
+    echo "expected difference: $t $kind $rest ($(grep "^$t $kind " "$NBDKIT_SUITE_OUT/expected.txt" | cut -d' ' -f3-))"
+  else
+    echo "UNEXPECTED difference: $t $kind $rest (logs: $NBDKIT_SUITE_OUT/{plain,filter}/$t.log)"
+    rc=1
+  fi
+done <"$diffs" >>"$summary"
+while read -r t kind why; do
+  case " $tests " in *" $t "*|*" $t.sh "*) ;; *) continue ;; esac
+  if ! grep -q "^$t $kind " "$diffs"; then
+    echo "EXPECTED difference did not happen: $t $kind ($why): correct the list"
+    rc=1
+  fi
+done <"$NBDKIT_SUITE_OUT/expected.txt" >>"$summary"
+cat "$summary"
+exit $rc
