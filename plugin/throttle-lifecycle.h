@@ -63,17 +63,15 @@
  *                   control     throttle_control_after_fork: the control
  *                               thread.
  *
- * .list_exports     export      throttle_export_list_exports: each name the
- *                               plugin lists gets a budget and its
- *                               adapt-glue state (throttle_adapt_export_new).
- *
  * .open             guards      throttle_guards_open, FIRST: a kernel nbd
  *                               client as peer makes nbdkit real-time
  *                               before the plugin's open forks anything
  *                               and before nbdkit starts the connection's
  *                               workers (they inherit the policy).
  *                   throttle.c  the plugin's open (next), then the
- *                               export (throttle_export_for_name).
+ *                               export's budget (throttle_export_open,
+ *                               made by a name's first connection with
+ *                               its adapt-glue state).
  *                   writeback   throttle_writeback_open: the first writable
  *                               open of an export makes its pool (mmap, not
  *                               the heap reserve) and its writer threads,
@@ -104,6 +102,8 @@
  *                               writes.
  *
  * .close            quit        throttle_pace_destroy.
+ *                   export      throttle_export_close: the last
+ *                               connection to a name frees its budget.
  *
  * .cleanup          control     throttle_control_cleanup, FIRST: its thread
  *                               reads the writeback state freed next.

@@ -235,12 +235,15 @@ throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     nbdkit_error ("malloc: %s", throttle_errtext (errno));
     return NULL;
   }
-  /* Its own budget only if the plugin listed the name: a client must
-   * not multiply the bound by inventing names.
-   */
-  h->exp = throttle_export_for_name (exportname);
+  /* The budget of the name, whatever other clients did before. */
+  h->exp = throttle_export_open (exportname);
+  if (h->exp == NULL) {
+    free (h);
+    return NULL;
+  }
   if (throttle_writeback_open (h->exp, nxdata, readonly, exportname,
                                &h->wb) == -1) {
+    throttle_export_close (h->exp);
     free (h);
     return NULL;
   }
@@ -263,6 +266,7 @@ throttle_close (void *handle)
   struct throttle_handle *h = handle;
 
   throttle_pace_destroy (&h->pace);
+  throttle_export_close (h->exp);
   free (h);
 }
 
@@ -612,7 +616,6 @@ static struct nbdkit_filter filter = {
   .after_fork        = throttle_after_fork,
   .block_size        = throttle_block_size,
   .cleanup           = throttle_cleanup,
-  .list_exports      = throttle_export_list_exports,
   .open              = throttle_open,
   .finalize          = throttle_finalize,
   .close             = throttle_close,
