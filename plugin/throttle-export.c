@@ -153,6 +153,7 @@ struct throttle_export *
 throttle_export_open (const char *name)
 {
   struct throttle_export *exp, *made = NULL;
+  bool made_here = false;
 
   for (;;) {
     pthread_mutex_lock (&lock);
@@ -161,6 +162,7 @@ throttle_export_open (const char *name)
       link_locked (made);
       exp = made;
       made = NULL;
+      made_here = true;
     }
     if (exp) {
       exp->refs++;
@@ -180,6 +182,9 @@ throttle_export_open (const char *name)
   /* Another connection made it meanwhile. */
   if (made)
     unmake (made);
+  else if (made_here)
+    nbdkit_debug ("throttle: export \"%s\": budget made by its first "
+                  "connection", name);
   return exp;
 }
 
