@@ -121,8 +121,12 @@ EOF
   if [ $sig = ABRT ]; then
     grep -q "every acknowledged write is on the backend" "$tmp/$name.log" ||
       fail "$name: the abort did not wait for the writers"
-  else
-    grep -q "Assertion\|Aborted" "$tmp/$name.log" && fail "$name: nbdkit aborted"
+  elif grep -q "Assertion\|Aborted" "$tmp/$name.log"; then
+    # Say whose abort it was: the drain's messages push the assertion
+    # out of the log's last lines shown at exit.
+    fail "$name: nbdkit aborted: $(grep -m1 Assertion "$tmp/$name.log" ||
+      echo 'no assertion message')$(grep -q raw_send_socket "$tmp/$name.log" &&
+      echo ' (nbdkit 1.32 raw_send_socket, see BUGS in the man page)')"
   fi
   grep -q 'no flush reported it\|background write .* failed' "$tmp/$name.log" &&
     fail "$name: a background write failed"
