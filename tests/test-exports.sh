@@ -10,7 +10,9 @@
 #    has more than its capacity in flight (on a filter that charged
 #    the first to "" until a listing, 2 x the capacity was);
 #  - invented names e0..e3: a budget each while connected (stats show
-#    them with their connections), gone once they close;
+#    them with their connections), gone once they close, and the
+#    server-wide budget (throttle-capacity by default) bounds them
+#    together at the backend;
 #  - hundreds of connections with distinct 4000-byte names: the
 #    budgets go with their connections, the server's memory does not
 #    grow with them;
@@ -283,6 +285,11 @@ EOF
 stop_nbdkit $names
 writes=$(statefield "$tmp/names.state" writes)
 [ "$writes" -eq 64 ] || fail "expected 64 writes at the backend, saw $writes"
+peak=$(statefield "$tmp/names.state" peak_bytes)
+[ "$peak" -le 262144 ] ||
+  fail "backend peak $peak exceeds the server-wide capacity 262144: invented names multiplied the bound"
+[ "$peak" -ge 196608 ] || fail "backend peak $peak: the budgets were not used"
+echo "ok: backend peak $peak <= the server-wide capacity with 4 invented names"
 
 # --- the file plugin with dir=: one budget per file -----------------------
 mkdir "$tmp/dir"
