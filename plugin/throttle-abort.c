@@ -11,12 +11,22 @@
  * running while the aborting thread waits here, to empty the pool; then
  * it dies as it would have.  Meanwhile the connections' threads go on
  * too: a write that would be acknowledged into the pool is held
- * instead (throttle_abort_hold), or the pool would never empty.  Only async-signal-safe calls are made: an
- * atomic load, nanosleep, write, sigaction, raise.
+ * instead (throttle_abort_hold), or the pool would never empty.  Only
+ * async-signal-safe calls are made: getpid, an atomic load, nanosleep,
+ * write, sigaction, raise.
  *
  * If the abort comes from a thread holding a lock the writers need
  * (our own abort on a broken invariant), they cannot progress and the
  * wait ends at its time limit: the abort is delayed, never prevented.
+ *
+ * SIGABRT ignored when nbdkit started (ignored signals survive exec)
+ * means a SIGABRT sent by another process must leave nbdkit as it was:
+ * the handler then returns at once, before it holds any write, and the
+ * process goes on working.  abort() inside the process ends it whatever
+ * the disposition (glibc resets SIGABRT to the default and raises it
+ * again once a handler returns), so a SIGABRT from the process itself
+ * still drains, then dies of the default action.  The sender is told
+ * apart by si_pid, which kill, sigqueue, tgkill and raise all fill.
  */
 
 #include <config.h>
@@ -40,6 +50,7 @@ static bool aborting;                   /* atomic */
 static __thread bool writer __attribute__ ((tls_model ("initial-exec")));
 static struct sigaction old_action;
 static bool installed;
+static bool inherited_ignore;           /* SIG_IGN when installed */
 
 void
 throttle_abort_pending (long delta)
@@ -74,11 +85,14 @@ say (const char *msg)
 }
 
 static void
-drain_then_die (int sig)
+drain_then_die (int sig, siginfo_t *info, void *context)
 {
   const struct timespec tick = { .tv_sec = 0, .tv_nsec = 10000000 };
   long left = THROTTLE_ABORT_DRAIN_SECS * 100;
+  struct sigaction dfl;
 
+  if (inherited_ignore && info->si_code <= 0 && info->si_pid != getpid ())
+    return;
   __atomic_store_n (&aborting, true, __ATOMIC_RELEASE);
   /* A writer that aborts (abort() unblocks the signal) cannot wait for
    * itself.
@@ -94,8 +108,18 @@ drain_then_die (int sig)
          : "nbdkit-throttle: abort: every acknowledged write is on the "
            "backend\n");
   }
-  /* Die of the same signal, with nbdkit's original disposition. */
-  sigaction (SIGABRT, &old_action, NULL);
+  /* Die of the same signal, with nbdkit's original disposition, or the
+   * default one where that was to ignore it: writes are held from now
+   * on, so the process must not go on.
+   */
+  if (inherited_ignore) {
+    memset (&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset (&dfl.sa_mask);
+    sigaction (SIGABRT, &dfl, NULL);
+  }
+  else
+    sigaction (SIGABRT, &old_action, NULL);
   raise (sig);
 }
 
@@ -105,9 +129,21 @@ throttle_abort_install (void)
   struct sigaction sa;
 
   memset (&sa, 0, sizeof sa);
-  sa.sa_handler = drain_then_die;
+  sa.sa_sigaction = drain_then_die;
+  sa.sa_flags = SA_SIGINFO;
   sigemptyset (&sa.sa_mask);
-  if (sigaction (SIGABRT, &sa, &old_action) == -1) {
+  if (sigaction (SIGABRT, NULL, &old_action) == -1) {
+    nbdkit_error ("throttle: sigaction SIGABRT: %s", throttle_errtext (errno));
+    return -1;
+  }
+  /* Set before the handler can run. */
+  inherited_ignore = !(old_action.sa_flags & SA_SIGINFO) &&
+    old_action.sa_handler == SIG_IGN;
+  if (inherited_ignore)
+    nbdkit_debug ("throttle: SIGABRT is ignored: a SIGABRT from another "
+                  "process stays ignored; an abort inside nbdkit still "
+                  "waits for the writers");
+  if (sigaction (SIGABRT, &sa, NULL) == -1) {
     nbdkit_error ("throttle: sigaction SIGABRT: %s", throttle_errtext (errno));
     return -1;
   }

@@ -250,6 +250,11 @@ throttle_adapt_export_free (struct throttle_adapt_export *ae)
 {
   if (ae == NULL)
     return;
+  /* A named export's budget goes with its last connection, target on
+   * or not.
+   */
+  if (__atomic_load_n (&ae->target_ns, __ATOMIC_RELAXED) != 0)
+    count_target (-1);
   pthread_mutex_destroy (&ae->lock);
   free (ae);
 }

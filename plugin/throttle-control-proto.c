@@ -85,6 +85,9 @@ append_export (struct throttle_export *exp, void *opaque)
   fprintf (fp, ",\"wait_ns_total\":%" PRIu64 ",\"wait_ns_max\":%" PRIu64
            ",\"waiters\":%" PRIu64,
            s.wait_ns_total, s.wait_ns_max, s.waiters);
+  fprintf (fp, ",\"connections\":%zu,\"kept\":\"%s\"",
+           __atomic_load_n (&exp->conns, __ATOMIC_RELAXED),
+           exp->permanent ? "until exit" : "while connected");
   append_extra (fp, exp);
   putc ('}', fp);
 }
@@ -186,9 +189,8 @@ static void
 reply_unknown_export (FILE *out, const char *name)
 {
   throttle_control_reply_error (out, "unknown export \"%s\": it has no "
-                                "budget of its own (only \"\" and the names "
-                                "the plugin has listed have one; other "
-                                "names are charged to \"\")", name);
+                                "budget (only \"\" and the names of open "
+                                "connections have one)", name);
 }
 
 /* Reply with the stats, or with an error saying why they cannot be
@@ -272,17 +274,13 @@ next_token (char **p, char **tok, const char **err)
 #define MAX_ARGS 4
 
 static void
-cmd_set_capacity (FILE *out, const char *name, const char *value)
+set_capacity (FILE *out, struct throttle_export *exp, const char *name,
+              const char *value)
 {
-  struct throttle_export *exp = throttle_export_find (name);
   uint64_t previous;
   char err[512];
   int64_t r;
 
-  if (exp == NULL) {
-    reply_unknown_export (out, name);
-    return;
-  }
   switch (throttle_size_in (value, 1, INT64_MAX, &r)) {
   case -1:
     throttle_control_reply_error (out, "bad number \"%s\": expected a "
@@ -417,16 +415,12 @@ cmd_set_server_capacity (FILE *out, const char *value)
 }
 
 static void
-cmd_set_latency_target (FILE *out, const char *name, const char *value)
+set_latency_target (FILE *out, struct throttle_export *exp, const char *name,
+                    const char *value)
 {
-  struct throttle_export *exp = throttle_export_find (name);
   uint64_t previous;
   char err[256];
 
-  if (exp == NULL) {
-    reply_unknown_export (out, name);
-    return;
-  }
   if (throttle_adapt_export_set_target (exp, value, &previous,
                                         err, sizeof err) == -1) {
     throttle_control_reply_error (out, "%s", err);
@@ -458,6 +452,24 @@ cmd_set_rt (FILE *out, const char *value)
   fprintf (out, "{\"ok\":true%s%s}\n", rt[0] ? "," : "", rt);
 }
 
+/* The budget of 'name' for one command: an export whose last
+ * connection closes meanwhile is freed only after it.
+ */
+static void
+cmd_set (FILE *out, const char *name, const char *value,
+         void (*set) (FILE *, struct throttle_export *, const char *,
+                      const char *))
+{
+  struct throttle_export *exp = throttle_export_get (name);
+
+  if (exp == NULL) {
+    reply_unknown_export (out, name);
+    return;
+  }
+  set (out, exp, name, value);
+  throttle_export_put (exp);
+}
+
 static void
 cmd_stats (FILE *out, int argc, char **argv)
 {
@@ -482,11 +494,13 @@ cmd_stats (FILE *out, int argc, char **argv)
                                   "stats from N");
     return;
   }
-  else if (argc == 2 && (exp = throttle_export_find (argv[1])) == NULL) {
+  else if (argc == 2 && (exp = throttle_export_get (argv[1])) == NULL) {
     reply_unknown_export (out, argv[1]);
     return;
   }
   reply_stats (out, exp, from);
+  if (exp)
+    throttle_export_put (exp);
 }
 
 void
@@ -524,9 +538,9 @@ throttle_control_execute (FILE *out, char *line)
     cmd_stats (out, argc, argv);
   else if (strcmp (argv[0], "set") == 0) {
     if (argc == 4 && strcmp (argv[1], "capacity") == 0)
-      cmd_set_capacity (out, argv[2], argv[3]);
+      cmd_set (out, argv[2], argv[3], set_capacity);
     else if (argc == 4 && strcmp (argv[1], "latency-target") == 0)
-      cmd_set_latency_target (out, argv[2], argv[3]);
+      cmd_set (out, argv[2], argv[3], set_latency_target);
     else if (argc == 3 && strcmp (argv[1], "server-capacity") == 0)
       cmd_set_server_capacity (out, argv[2]);
     else if (argc == 3 && strcmp (argv[1], "rt") == 0)

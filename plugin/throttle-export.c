@@ -1,10 +1,6 @@
 /* nbdkit-throttle filter: the registry of budgets.  See
- * throttle-export.h for which names have a budget of their own.
- *
- * Budgets live until unload: a budget outlives its connections so that
- * the kernel's several connections to one export (nbd-client -C N),
- * opening and closing independently, share one bound, and so that a
- * handle's pointer to its budget stays valid.
+ * throttle-export.h for which budget a connection is charged to, and
+ * how long a budget lives.
  */
 
 #include <config.h>
@@ -24,26 +20,25 @@
 
 #define NR_BUCKETS 256
 
-/* Lock rule: 'lock' guards the list, the hash, nr_exports and
- * said_full.  An export's fields other than its budget and wb never
- * change after it is made, and it is freed only at unload, so a
- * pointer to it may be used without the lock.
+/* Lock rule: 'lock' guards the list, the hash, nr_exports and every
+ * export's refs; conns is atomic.  An export's other fields but its budget
+ * and wb never change after it is made, and it is freed only once its
+ * refs are 0, so a holder of a reference may use it without the lock.
  *
  * Lock order: 'lock' is taken first of the filter's locks:
  * throttle_export_foreach_range calls its function with it held (the
  * control socket's stats), which takes an export's adapt lock
  * (throttle-adapt-glue.c), its write-behind queue's lock
  * (lib/throttle-wbq.c) and its budget's lock (lib/throttle-budget.c),
- * in that order; none of those calls back in here.
+ * in that order; none of those calls back in here.  An export is torn
+ * down after it has left the registry, without 'lock'.
  */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct throttle_export *registry, **tail = &registry;
 static struct throttle_export *buckets[NR_BUCKETS];
 static size_t nr_exports;
-static bool said_full;
 
 /* Set once by throttle_export_init, before any connection. */
-static struct throttle_export *default_exp;
 static uint64_t capacity;
 
 static unsigned
@@ -67,12 +62,13 @@ find_locked (const char *name)
   return NULL;
 }
 
-/* NULL with errno on allocation failure. */
+/* Made outside the lock: a long name, a budget and the latency
+ * target's state.  NULL with errno on allocation failure.
+ */
 static struct throttle_export *
-create_locked (const char *name)
+make (const char *name)
 {
   struct throttle_export *exp = calloc (1, sizeof *exp);
-  unsigned h = hash (name);
 
   if (exp == NULL)
     return NULL;
@@ -94,101 +90,137 @@ create_locked (const char *name)
     errno = ENOMEM;
     return NULL;
   }
+  return exp;
+}
+
+/* Its connections are closed: nothing is in flight or waiting. */
+static void
+unmake (struct throttle_export *exp)
+{
+  throttle_budget_shutdown (&exp->budget);
+  throttle_budget_destroy (&exp->budget);
+  throttle_adapt_export_free (exp->adapt);
+  free (exp->name);
+  free (exp);
+}
+
+static void
+link_locked (struct throttle_export *exp)
+{
+  unsigned h = hash (exp->name);
+
+  exp->pprev = tail;
   *tail = exp;
   tail = &exp->next;
   exp->hnext = buckets[h];
   buckets[h] = exp;
   nr_exports++;
-  return exp;
+}
+
+static void
+unlink_locked (struct throttle_export *exp)
+{
+  struct throttle_export **pp = &buckets[hash (exp->name)];
+
+  while (*pp != exp)
+    pp = &(*pp)->hnext;
+  *pp = exp->hnext;
+  *exp->pprev = exp->next;
+  if (exp->next)
+    exp->next->pprev = exp->pprev;
+  else
+    tail = exp->pprev;
+  nr_exports--;
 }
 
 int
 throttle_export_init (uint64_t cap)
 {
-  pthread_mutex_lock (&lock);
+  struct throttle_export *exp;
+
   capacity = cap;
-  default_exp = create_locked ("");
-  pthread_mutex_unlock (&lock);
-  return default_exp ? 0 : -1;
-}
-
-struct throttle_export *
-throttle_export_for_name (const char *name)
-{
-  struct throttle_export *exp;
-
-  pthread_mutex_lock (&lock);
-  exp = find_locked (name);
-  pthread_mutex_unlock (&lock);
-  if (exp)
-    return exp;
-  nbdkit_debug ("throttle: export \"%s\" is not in the plugin's export "
-                "list: charged to the default export's budget", name);
-  return default_exp;
-}
-
-/* A name the plugin listed gets a budget.  Failing to make one is no
- * error: the name stays charged to the default budget, which only
- * bounds it more tightly.
- */
-static void
-learn (const char *name)
-{
-  pthread_mutex_lock (&lock);
-  if (find_locked (name) == NULL) {
-    if (nr_exports >= THROTTLE_MAX_EXPORTS) {
-      if (!said_full)
-        nbdkit_debug ("throttle: %d budgets exist: exports listed from now "
-                      "on (\"%s\" first) are charged to the default "
-                      "export's budget", THROTTLE_MAX_EXPORTS, name);
-      said_full = true;
-    }
-    else if (create_locked (name) == NULL)
-      nbdkit_debug ("throttle: no budget for listed export \"%s\": %s: "
-                    "charged to the default export's budget", name,
-                    throttle_errtext (errno));
-  }
-  pthread_mutex_unlock (&lock);
-}
-
-int
-throttle_export_list_exports (nbdkit_next_list_exports *next,
-                              nbdkit_backend *nxdata,
-                              int readonly, int is_tls,
-                              struct nbdkit_exports *exports)
-{
-  struct nbdkit_exports *listed = nbdkit_exports_new ();
-  size_t i, n;
-  int r = 0;
-
-  if (listed == NULL)
+  exp = make ("");
+  if (exp == NULL)
     return -1;
-  /* nbdkit has resolved the plugin's "default export" entry into a
-   * name by the time next returns.
-   */
-  if (next (nxdata, readonly, listed) == -1)
-    r = -1;
-  n = r == 0 ? nbdkit_exports_count (listed) : 0;
-  for (i = 0; i < n; i++) {
-    const struct nbdkit_export e = nbdkit_get_export (listed, i);
-
-    learn (e.name);
-    if (nbdkit_add_export (exports, e.name, e.description) == -1) {
-      r = -1;
-      break;
-    }
-  }
-  nbdkit_exports_free (listed);
-  return r;
+  exp->permanent = true;
+  pthread_mutex_lock (&lock);
+  link_locked (exp);
+  pthread_mutex_unlock (&lock);
+  return 0;
 }
 
 struct throttle_export *
-throttle_export_find (const char *name)
+throttle_export_open (const char *name)
+{
+  struct throttle_export *exp, *made = NULL;
+  bool made_here = false;
+
+  for (;;) {
+    pthread_mutex_lock (&lock);
+    exp = find_locked (name);
+    if (exp == NULL && made) {
+      link_locked (made);
+      exp = made;
+      made = NULL;
+      made_here = true;
+    }
+    if (exp) {
+      exp->refs++;
+      /* Atomic too: the control thread reads it holding a reference. */
+      __atomic_add_fetch (&exp->conns, 1, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock (&lock);
+    if (exp)
+      break;
+    made = make (name);
+    if (made == NULL) {
+      nbdkit_error ("throttle: cannot make a budget for export \"%s\": %s",
+                    name, throttle_errtext (errno));
+      return NULL;
+    }
+  }
+  /* Another connection made it meanwhile. */
+  if (made)
+    unmake (made);
+  else if (made_here)
+    nbdkit_debug ("throttle: export \"%s\": budget made by its first "
+                  "connection", name);
+  return exp;
+}
+
+void
+throttle_export_put (struct throttle_export *exp)
+{
+  bool last;
+
+  pthread_mutex_lock (&lock);
+  last = --exp->refs == 0 && !exp->permanent;
+  if (last)
+    unlink_locked (exp);
+  pthread_mutex_unlock (&lock);
+  if (last) {
+    nbdkit_debug ("throttle: export \"%s\": its last connection closed: "
+                  "budget freed", exp->name);
+    unmake (exp);
+  }
+}
+
+void
+throttle_export_close (struct throttle_export *exp)
+{
+  __atomic_sub_fetch (&exp->conns, 1, __ATOMIC_RELAXED);
+  throttle_export_put (exp);
+}
+
+struct throttle_export *
+throttle_export_get (const char *name)
 {
   struct throttle_export *exp;
 
   pthread_mutex_lock (&lock);
   exp = find_locked (name);
+  if (exp)
+    exp->refs++;
   pthread_mutex_unlock (&lock);
   return exp;
 }
@@ -228,6 +260,7 @@ throttle_export_count (void)
   return n;
 }
 
+/* At unload, no connection is open, so only "" is left. */
 void
 throttle_export_free_all (void)
 {
@@ -236,15 +269,10 @@ throttle_export_free_all (void)
   pthread_mutex_lock (&lock);
   while ((exp = registry) != NULL) {
     registry = exp->next;
-    throttle_budget_shutdown (&exp->budget);
-    throttle_budget_destroy (&exp->budget);
-    throttle_adapt_export_free (exp->adapt);
-    free (exp->name);
-    free (exp);
+    unmake (exp);
   }
   tail = &registry;
   memset (buckets, 0, sizeof buckets);
   nr_exports = 0;
-  default_exp = NULL;
   pthread_mutex_unlock (&lock);
 }

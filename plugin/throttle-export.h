@@ -1,39 +1,56 @@
 /* nbdkit-throttle filter: the registry of budgets.
  *
- * A budget bounds what is in flight on one set of data, so a name has
- * a budget of its own only if the plugin lists it as an export: most
- * plugins (memory, file=, throttle-disk, any without .list_exports)
- * serve the same data under every name, and a client must not
- * multiply the bound, nor grow the registry, by inventing names.
- * Every other name is charged to the default export's budget ("").
+ * Which budget: a connection is charged to the budget of the export
+ * name nbdkit gives the filter's .open (the client's name, or the
+ * plugin's default export name where the client asked for ""), and to
+ * no other.  The rule looks at nothing but that name: not at what the
+ * plugin lists, nor at what other clients did before, so two
+ * connections to one name always share one bound.  (nbdkit 1.32 to
+ * 1.44 show a filter the plugin's export list only in its own
+ * .list_exports, when a client asks for the list; .open and .prepare
+ * cannot ask, so a rule that depended on the list depended on
+ * history.)  A client inventing names multiplies per-name bounds, not
+ * what is in flight at the plugin: the server-wide bound, not the sum
+ * over names, is what sizes the memory reserve.
  *
- * nbdkit 1.32 shows a filter the plugin's list only in the filter's
- * own .list_exports, which runs when a client asks for the list
- * (NBD_OPT_LIST): .open is given no way to ask.  So the filter learns
- * the list as clients ask for it, and a name opened before the
- * plugin listed it is charged to the default budget.  Learned names
- * keep their budgets until unload; at most THROTTLE_MAX_EXPORTS
- * budgets exist, the default one included.
+ * How long: the default export's budget ("") exists from start to
+ * unload.  Every other budget is made by the first connection to its
+ * name and freed when the last one closes, so invented names cost
+ * memory only while their connections are open (as nbdkit's own
+ * per-connection state does), with no cap to exhaust: a cap would let
+ * any client, by holding names, refuse the names of everyone after
+ * it, the kernel's included.  What a control command set on such a
+ * budget (capacity, latency target) goes with it.  A handle keeps its
+ * budget alive, so a handle's pointer to it stays valid until
+ * throttle_export_close.
+ *
+ * Nothing here is called on the request path: a request uses the
+ * budget its handle was given at open.
  */
 
 #ifndef THROTTLE_EXPORT_H
 #define THROTTLE_EXPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
-
-#include <nbdkit-filter.h>
+#include <stdint.h>
 
 #include "throttle-budget.h"
-
-#define THROTTLE_MAX_EXPORTS 1024
 
 struct throttle_wb;
 struct throttle_adapt_export;
 
 struct throttle_export {
   struct throttle_export *next;   /* in creation order; "" is first */
+  struct throttle_export **pprev; /* &the previous one's next */
   struct throttle_export *hnext;  /* hash chain */
   char *name;                     /* "" is the default export */
+  /* References: open connections plus control commands using it.
+   * Guarded by the registry's lock.
+   */
+  size_t refs;
+  size_t conns;                   /* open connections; atomic */
+  bool permanent;                 /* "": never freed before unload */
   struct throttle_budget budget;
   struct throttle_wb *wb;         /* throttle-mode=writeback, else NULL */
   struct throttle_adapt_export *adapt;  /* the latency target's state */
@@ -45,30 +62,30 @@ struct throttle_export {
  */
 extern int throttle_export_init (uint64_t capacity);
 
-/* The budget a connection to export 'name' (as .open received it:
- * nbdkit has already replaced "" by the plugin's default export name)
- * is charged to: the name's own if the plugin has listed it, else the
- * default export's.  Never NULL after throttle_export_init.
+/* .open: the budget of export 'name' (as .open received it), made at
+ * 'capacity' if no connection has it open.  The caller must give it
+ * back with throttle_export_close when the connection closes.  NULL
+ * after nbdkit_error if memory ran out: refuse the connection.
  */
-extern struct throttle_export *throttle_export_for_name (const char *name);
+extern struct throttle_export *throttle_export_open (const char *name);
+extern void throttle_export_close (struct throttle_export *exp);
 
-/* The filter's .list_exports: passes the next layer's list on
- * unchanged, and gives each name in it a budget.
+/* The control socket: the budget of 'name' if one exists, NULL if
+ * not, without making one; the caller must give it back with
+ * throttle_export_put, and must not block in between.
  */
-extern int throttle_export_list_exports (nbdkit_next_list_exports *next,
-                                         nbdkit_backend *nxdata,
-                                         int readonly, int is_tls,
-                                         struct nbdkit_exports *exports);
-
-/* Find without creating.  NULL if the name has no budget of its own. */
-extern struct throttle_export *throttle_export_find (const char *name);
+extern struct throttle_export *throttle_export_get (const char *name);
+extern void throttle_export_put (struct throttle_export *exp);
 
 typedef void (*throttle_export_fn) (struct throttle_export *exp, void *opaque);
-/* fn is called with the registry locked: it must not block. */
+/* fn is called with the registry locked (so it may read refs): it
+ * must not block, nor call anything here.
+ */
 extern void throttle_export_foreach (throttle_export_fn fn, void *opaque);
 /* The same for at most 'max' exports, from the 'from'th (0 is the
- * default export) in creation order, which never changes.  Returns how
- * many exports there are in all.
+ * default export) in creation order.  A budget freed between two
+ * calls moves the later ones one place down.  Returns how many exports
+ * there are in all.
  */
 extern size_t throttle_export_foreach_range (size_t from, size_t max,
                                              throttle_export_fn fn,

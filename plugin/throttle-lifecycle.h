@@ -70,10 +70,6 @@
  *                               controllers' windows on time (a target first
  *                               set live starts it from the control thread).
  *
- * .list_exports     export      throttle_export_list_exports: each name the
- *                               plugin lists gets a budget and its
- *                               adapt-glue state (throttle_adapt_export_new).
- *
  * .open             guards      throttle_guards_open, FIRST: counts the
  *                               peer; a kernel nbd client of root or
  *                               nbdkit's uid makes nbdkit real-time before
@@ -83,7 +79,9 @@
  *                               failure after it calls
  *                               throttle_guards_close.
  *                   throttle.c  the plugin's open (next), then the
- *                               export (throttle_export_for_name).
+ *                               export's budget (throttle_export_open,
+ *                               made by a name's first connection with
+ *                               its adapt-glue state).
  *                   writeback   throttle_writeback_open: the first writable
  *                               open of an export makes its pool (mmap, not
  *                               the heap reserve) and its writer threads,
@@ -119,6 +117,8 @@
  * .close            quit        throttle_pace_destroy.
  *                   guards      throttle_guards_close: the peer is no
  *                               longer counted (a hold may begin).
+ *                   export      throttle_export_close: the last
+ *                               connection to a name frees its budget.
  *
  * .cleanup          control     throttle_control_cleanup, FIRST: its thread
  *                               reads the writeback state freed next.

@@ -335,12 +335,16 @@ throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     return NULL;
   }
   h->rt_peer = rt_peer;
-  /* Its own budget only if the plugin listed the name: a client must
-   * not multiply the bound by inventing names.
-   */
-  h->exp = throttle_export_for_name (exportname);
+  /* The budget of the name, whatever other clients did before. */
+  h->exp = throttle_export_open (exportname);
+  if (h->exp == NULL) {
+    throttle_guards_close (rt_peer);
+    free (h);
+    return NULL;
+  }
   if (throttle_writeback_open (h->exp, nxdata, readonly, exportname,
                                &h->wb) == -1) {
+    throttle_export_close (h->exp);
     throttle_guards_close (rt_peer);
     free (h);
     return NULL;
@@ -366,6 +370,7 @@ throttle_close (void *handle)
 
   throttle_pace_destroy (&h->pace);
   throttle_guards_close (h->rt_peer);
+  throttle_export_close (h->exp);
   free (h);
 }
 
@@ -709,7 +714,6 @@ static struct nbdkit_filter filter = {
   .after_fork        = throttle_after_fork,
   .block_size        = throttle_block_size,
   .cleanup           = throttle_cleanup,
-  .list_exports      = throttle_export_list_exports,
   .open              = throttle_open,
   .prepare           = throttle_prepare,
   .finalize          = throttle_finalize,

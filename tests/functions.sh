@@ -126,3 +126,22 @@ requires_writeback ()
     fail "the writeback case could not run: nbdkit refused throttle-mode=writeback"
   fi
 }
+
+# hold_exports SOCK TAG NAME...: one connection per NAME to the NBD
+# socket SOCK, opened (each writes 4K) and kept open in the background
+# until killed; returns once all are open, with the holder's pid in
+# $held.  A named export's budget lives only while it has connections.
+hold_exports ()
+{
+  local sock=$1 tag=$2 i
+  shift 2
+  $PY "$srcdir/control-client.py" hold "$sock" "$tmp/$tag.ready" "$@" &
+  held=$!
+  _pids+=("$held")
+  for i in $(seq 600); do
+    [ -e "$tmp/$tag.ready" ] && return 0
+    kill -0 "$held" 2>/dev/null || break
+    sleep 0.1
+  done
+  fail "hold_exports $tag: the connections did not open in 60 s"
+}

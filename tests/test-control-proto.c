@@ -28,7 +28,8 @@ struct throttle_config throttle_config = {
  * control character and a byte that is not UTF-8.
  */
 static struct throttle_export exports[2] = {
-  { .name = (char *) "" }, { .name = (char *) "a b\"c\x01\xff" },
+  { .name = (char *) "", .permanent = true },
+  { .name = (char *) "a b\"c\x01\xff", .conns = 1 },
 };
 static struct throttle_budget server;
 static int errors_logged;
@@ -86,15 +87,25 @@ nbdkit_parse_bool (const char *str)
 
 /* --- the registry and the latency target's glue ----------------------- */
 
+/* Every reference the protocol takes is given back (teardown). */
 struct throttle_export *
-throttle_export_find (const char *name)
+throttle_export_get (const char *name)
 {
   size_t i;
 
   for (i = 0; i < 2; i++)
-    if (strcmp (exports[i].name, name) == 0)
+    if (strcmp (exports[i].name, name) == 0) {
+      exports[i].refs++;
       return &exports[i];
+    }
   return NULL;
+}
+
+void
+throttle_export_put (struct throttle_export *exp)
+{
+  ck_assert_uint_gt (exp->refs, 0);
+  exp->refs--;
 }
 
 size_t
@@ -226,8 +237,10 @@ teardown (void)
 {
   size_t i;
 
-  for (i = 0; i < 2; i++)
+  for (i = 0; i < 2; i++) {
+    ck_assert_uint_eq (exports[i].refs, 0);
     throttle_budget_destroy (&exports[i].budget);
+  }
   throttle_budget_destroy (&server);
   throttle_config.server = NULL;
   throttle_config.server_capacity_set = false;
@@ -257,7 +270,13 @@ START_TEST (test_stats)
   static const char counters[] =
     ",\"capacity\":262144,\"in_flight\":0,\"peak\":0,\"charged\":0,"
     "\"admitted\":0,\"waited\":0,\"cancelled\":0,\"clamped\":0,"
-    "\"wait_ns_total\":0,\"wait_ns_max\":0,\"waiters\":0}";
+    "\"wait_ns_total\":0,\"wait_ns_max\":0,\"waiters\":0,"
+    "\"connections\":1,\"kept\":\"while connected\"}";
+  static const char counters0[] =
+    ",\"capacity\":262144,\"in_flight\":0,\"peak\":0,\"charged\":0,"
+    "\"admitted\":0,\"waited\":0,\"cancelled\":0,\"clamped\":0,"
+    "\"wait_ns_total\":0,\"wait_ns_max\":0,\"waiters\":0,"
+    "\"connections\":0,\"kept\":\"until exit\"}";
   /* The server-wide budget, after default_capacity. */
   static const char server_json[] =
     "\"server\":{\"capacity\":2097152,\"in_flight\":0,\"peak\":0,"
@@ -280,7 +299,7 @@ START_TEST (test_stats)
   snprintf (want, sizeof want,
             "{\"metric\":\"bytes\",\"default_capacity\":262144,%s"
             "\"exports_total\":2,\"from\":0,\"next\":null,\"exports\":["
-            "{\"name\":\"\"%s,", server_json, counters);
+            "{\"name\":\"\"%s,", server_json, counters0);
   {
     char *r = ask ("stats");
 
@@ -309,7 +328,7 @@ START_TEST (test_extra_stats)
   ck_assert_ptr_null (strstr (r, "\"next\""));     /* one export: no page */
   ck_assert_ptr_nonnull (strstr (r, "\"exports_total\":2,\"extra\":0,"
                                  "\"exports\":["));
-  ck_assert_ptr_nonnull (strstr (r, "\"waiters\":0,\"extra\":1}]}\n"));
+  ck_assert_ptr_nonnull (strstr (r, "\"kept\":\"until exit\",\"extra\":1}]}\n"));
   free (r);
 }
 END_TEST

@@ -114,13 +114,12 @@ awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 4) }' ||
 
 # --- a real server ------------------------------------------------------
 # Writes take 20 ms in the backend, so 2 x 8 writes of 64K keep the 256K
-# budget full and requests waiting.  The exportname filter lists an odd
-# name, so that it can have a budget of its own.
+# budget full and requests waiting.  An odd name has a budget of its
+# own while a connection to it is open.
 name='a b"c\d'
-start_nbdkit srv --filter="$THROTTLE_FILTER" --filter=exportname \
-  --filter=delay memory 1G exportname="$name" exportname-list=explicit \
-  delay-write=20ms throttle-capacity=256K throttle-control="$ctl" \
-  throttle-rt=off
+start_nbdkit srv --filter="$THROTTLE_FILTER" \
+  --filter=delay memory 1G delay-write=20ms throttle-capacity=256K \
+  throttle-control="$ctl" throttle-rt=off
 srv=$pid
 for i in $(seq 50); do [ -S "$ctl" ] && break; sleep 0.1; done
 [ -S "$ctl" ] || fail "no control socket"
@@ -150,7 +149,7 @@ fi
 expect 0 '^""  *256K  *0  *0  *0  *0 ' "$ctl" stats
 expect 0 'export "": capacity 262144 (256K), was 262144 (256K)' \
   "$ctl" set capacity "" 256K
-expect 1 'the server refused: unknown export "nosuch": it has no budget of its own' \
+expect 1 'the server refused: unknown export "nosuch": it has no budget' \
   "$ctl" set capacity nosuch 1M
 
 # set latency-target: the target shows in its own column, shown only
@@ -216,16 +215,13 @@ awk '$1 == "\"\"" { if ($10 == "-" || $11 == "-") bad = 1 } END { exit bad }' \
   "$tmp/out" || fail "stats: no mean or max wait after a load that waited"
 
 # An export name with a blank, a quote and a backslash round-trips,
-# once a client's listing has given it its budget.
-$PY -c 'import nbd, sys
-h = nbd.NBD(); h.set_opt_mode(True); h.connect_unix(sys.argv[1])
-h.opt_list(lambda n, d: 0); h.opt_abort()
-h = nbd.NBD(); h.set_export_name(sys.argv[2]); h.connect_unix(sys.argv[1])
-h.pwrite(b"x" * 4096, 0); h.shutdown()' "$tmp/srv.sock" "$name"
+# while a connection to it gives it its budget.
+hold_exports "$tmp/srv.sock" odd "$name"
 expect 0 '^"a b\\"c\\\\d"  *256K ' "$ctl" stats "$name"
 expect 0 'export "a b\\"c\\\\d": capacity 131072 (128K), was 262144 (256K)' \
   "$ctl" set capacity "$name" 128K
 expect 0 '"name":"a b\\"c\\\\d","capacity":131072' --json "$ctl" stats "$name"
+kill $held; wait $held 2>/dev/null || :
 
 # A server that goes away under watch ends it with status 1.
 "$CTL" "$ctl" watch 0.2 >"$tmp/watch.out" 2>&1 &
@@ -248,22 +244,19 @@ cat "$tmp/watch.out"
 echo "ok: watch ends with status 1 when the server goes away"
 
 # More exports than a page of the server's reply: stats shows them all.
-args=()
-for i in $(seq 0 149); do args+=("exportname=n$i"); done
-start_nbdkit many --filter="$THROTTLE_FILTER" --filter=exportname memory 1M \
-  "${args[@]}" exportname-list=explicit throttle-control="$tmp/many.ctl"
+# One request thread per connection: 150 connections stay open.
+start_nbdkit many --threads=1 --filter="$THROTTLE_FILTER" memory 1M \
+  throttle-control="$tmp/many.ctl"
 many=$pid
-$PY -c 'import nbd, sys
-h = nbd.NBD(); h.set_opt_mode(True); h.connect_unix(sys.argv[1])
-h.opt_list(lambda n, d: 0); h.opt_abort()' "$tmp/many.sock" ||
-  fail "listing the exports"
+hold_exports "$tmp/many.sock" many $(seq -f 'n%g' 0 149)
 expect 0 '^n149  *' "$tmp/many.ctl" stats
 n=$(grep -c '^n[0-9]' "$tmp/out")
-[ "$n" = 150 ] || fail "stats shows $n of the 150 listed exports"
+[ "$n" = 150 ] || fail "stats shows $n of the 150 open exports"
 expect 0 '"exports_total":151' --json "$tmp/many.ctl" stats
 [ "$(grep -c '^{"metric"' "$tmp/out")" = 2 ] ||
   fail "stats --json: not the 2 pages of 151 exports"
 expect 0 '^[0-9:]*  *n149 ' "$tmp/many.ctl" watch 0.1 1
+kill $held; wait $held 2>/dev/null || :
 stop_nbdkit $many
 echo "ok: 151 exports over 2 pages: stats and watch show every one"
 echo "test-ctl: PASS"

@@ -16,7 +16,8 @@
 #include "ctl.h"
 
 #define MAX_EXPORT_DISPLAY 256
-/* The filter has at most 1024 budgets, 100 a page. */
+/* The filter has a budget per name that connections have open, 100 a
+ * page: 1000 pages are far more connections than one server holds. */
 #define MAX_PAGES 1000
 
 static void
