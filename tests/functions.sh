@@ -55,6 +55,9 @@ _cleanup ()
   exit $rc
 }
 trap _cleanup EXIT
+# with-timeout.sh ends a hung test with SIGTERM: a failure, with the
+# servers' logs.
+trap 'echo "$0: FAIL: stopped by SIGTERM (timed out?)" >&2; exit 124' TERM
 
 # In a sanitizer build $NBDKIT is nbdkit-sanitized.sh, which writes
 # every report under THROTTLE_SANITIZER_LOGS: give each test its own
