@@ -19,8 +19,9 @@ case $1 in
 esac
 
 # timeout puts the test in a process group of its own and signals the
-# whole group: the test's servers and clients go with it.
-timeout -k 30 "$secs" "$@"
+# whole group: the test's servers and clients go with it.  That group
+# is not the terminal's, so nothing in it may read the terminal.
+timeout -k 30 "$secs" "$@" </dev/null
 rc=$?
 case $rc in
   124|137) echo "$1: FAIL: no result after $secs s (THROTTLE_TEST_TIMEOUT)" >&2 ;;
