@@ -10,7 +10,7 @@
 # nbdkit itself (1.32.5 to 1.44.1 at least) fails with ESHUTDOWN a
 # request it had read but not yet passed to the filter when the client
 # ended (server/protocol.c: "if (quit || cs < STATUS_ACTIVE)"), in
-# about 40% of such runs, filter or not.  That loss is nbdkit's: it is
+# some runs, filter or not.  That loss is nbdkit's: it is
 # counted and shown, never asserted either way, so that this test
 # neither passes nor fails on nbdkit's timing.  nbdkit-disc-loss.sh
 # reproduces it without the filter (man nbdkit-throttle-filter, "What a
