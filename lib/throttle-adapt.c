@@ -237,6 +237,34 @@ throttle_adapt_judge (struct throttle_adapt *a, uint64_t now_ns,
   return step;
 }
 
+enum throttle_adapt_step
+throttle_adapt_tick (struct throttle_adapt *a, uint64_t now_ns,
+                     uint64_t waiters, uint64_t in_flight)
+{
+  uint64_t cap;
+
+  if (now_ns < a->window_start_ns || now_ns - a->window_start_ns < a->window_ns)
+    return THROTTLE_ADAPT_NONE;
+  if (a->all.n > 0)
+    return throttle_adapt_judge (a, now_ns, waiters > 0);
+  if (waiters == 0 || in_flight > 0)
+    return THROTTLE_ADAPT_NONE;
+
+  /* Work waits and nothing runs: no sample will ever come to end a
+   * window, and the capacity says nothing about latency.
+   */
+  open_window (a, now_ns);
+  cap = step_up (a);
+  if (cap <= a->capacity)
+    return THROTTLE_ADAPT_NONE;
+  a->capacity = cap;
+  a->last_step = THROTTLE_ADAPT_UP;
+  a->windows_since_step = 0;
+  a->changed_ns = now_ns;
+  a->steps_up++;
+  return THROTTLE_ADAPT_UP;
+}
+
 int
 throttle_adapt_set_target (struct throttle_adapt *a, uint64_t target_ns,
                            uint64_t now_ns)
@@ -261,8 +289,7 @@ throttle_adapt_set_ceiling (struct throttle_adapt *a, uint64_t ceiling,
     return -1;
   }
   a->ceiling = ceiling;
-  if (a->capacity > ceiling)
-    a->capacity = ceiling;
+  a->capacity = ceiling;
   a->changed_ns = now_ns;
   a->hold = 0;
   open_window (a, now_ns);

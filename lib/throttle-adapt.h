@@ -108,12 +108,36 @@ extern enum throttle_adapt_step throttle_adapt_judge (struct throttle_adapt *a,
                                                       uint64_t now_ns,
                                                       bool work_waiting);
 
+/* Called by the caller on a timer (at least once per window_ns), with
+ * the budget's 'waiters' (requests waiting for credit now) and
+ * 'in_flight' (units held now): windows end on time, not only on
+ * completions, so that the controller cannot hold a stalled export.
+ * Once the open window has lasted window_ns:
+ * - with samples, it is judged as throttle_adapt_judge would at the
+ *   next completion (work_waiting: waiters > 0);
+ * - without samples, with requests waiting and nothing in flight, the
+ *   capacity is too low for the waiting work to start and tells
+ *   nothing about latency: it steps up (whatever the hold after
+ *   bounces), so that it reaches the ceiling within a bounded number
+ *   of windows;
+ * - otherwise (idle, or requests in flight that have not completed)
+ *   nothing: a slow request is judged by its latency when it
+ *   completes.
+ * Returns the step taken; a->capacity is the new effective capacity.
+ */
+extern enum throttle_adapt_step throttle_adapt_tick (struct throttle_adapt *a,
+                                                     uint64_t now_ns,
+                                                     uint64_t waiters,
+                                                     uint64_t in_flight);
+
 /* Change the target; the window restarts.  -1 (EINVAL) if 0. */
 extern int throttle_adapt_set_target (struct throttle_adapt *a,
                                       uint64_t target_ns, uint64_t now_ns);
 
-/* Change the ceiling; the capacity is clamped to it and the window
- * restarts.  -1 (EINVAL) if below the floor.
+/* Change the ceiling, and the capacity with it, at once: an operator
+ * who sets a capacity gets it now, raised or lowered, and the
+ * controller moves on from there.  The window restarts.  -1 (EINVAL)
+ * if below the floor.
  */
 extern int throttle_adapt_set_ceiling (struct throttle_adapt *a,
                                        uint64_t ceiling, uint64_t now_ns);

@@ -25,6 +25,7 @@
 
 #include <config.h>
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,67 +53,99 @@ throttle_budget_destroy (struct throttle_budget *b)
   pthread_mutex_destroy (&b->lock);
 }
 
-static uint64_t
-clamp (const struct throttle_budget *b, uint64_t need)
+uint64_t
+throttle_budget_part_min (uint64_t capacity, uint64_t quantum)
 {
-  return need > b->capacity ? b->capacity : need;
+  uint64_t min = capacity / 8 / quantum * quantum;
+
+  return min > quantum ? min : quantum;
 }
 
 static void
-take (struct throttle_budget *b, uint64_t units)
+take (struct throttle_budget *b, uint64_t units, bool clamped)
 {
   b->in_flight += units;
   b->stats.charged += units;
   b->stats.admitted++;
+  if (clamped)
+    b->stats.clamped++;
   if (b->in_flight > b->stats.peak)
     b->stats.peak = b->in_flight;
 }
 
-/* A waiter of this budget.  min == want: the whole request or nothing
- * (clamped to the capacity); min < want: a part of at least min units,
- * a multiple of quantum, will do.
- */
-struct budget_wait {
-  struct throttle_waiter w;
-  uint64_t min, quantum;
-};
-
-/* Called with the lock held: how many of 'want' units to take now, or
- * 0 if none.  A request that takes parts gets the whole of what it
- * still needs if that is free, else as much as is free in quanta, if
- * that reaches min: the units freed bit by bit are not left idle while
- * it waits for all of them.  A request larger than the capacity can
- * only ever be granted in parts, or clamped.
+/* Called with the lock held: how many of 'want' units a request of
+ * 'kind' may take now, or 0 if none; *clamped if it runs alone above
+ * the capacity.  Decided now, not when the request queued: the
+ * capacity may have changed meanwhile.  With nothing in flight every
+ * request gets something (the liveness invariant): a whole request at
+ * most the capacity, a part at least one quantum.
  */
 static uint64_t
-grantable (const struct throttle_budget *b, uint64_t want, uint64_t min,
-           uint64_t quantum)
+grantable (const struct throttle_budget *b, enum throttle_budget_kind kind,
+           uint64_t want, uint64_t quantum, bool *clamped)
 {
-  uint64_t free = b->in_flight < b->capacity ? b->capacity - b->in_flight : 0;
+  uint64_t cap = b->capacity;
+  uint64_t free = b->in_flight < cap ? cap - b->in_flight : 0;
   uint64_t part;
 
-  if (min >= want)
-    return clamp (b, want) <= free ? clamp (b, want) : 0;
-  if (want <= free)
-    return want;
-  part = free / quantum * quantum;
-  return part >= min ? part : 0;
+  *clamped = false;
+  switch (kind) {
+  case THROTTLE_BUDGET_WHOLE:
+    if (want > cap) {
+      want = cap;
+      *clamped = true;
+    }
+    return want <= free ? want : 0;
+  case THROTTLE_BUDGET_EXACT:
+    if (want <= free)
+      return want;
+    break;
+  case THROTTLE_BUDGET_PARTS:
+    if (want <= free)
+      return want;
+    /* What is freed bit by bit is not left idle while the request
+     * waits for all of it, once it makes a part worth a call.
+     */
+    part = free / quantum * quantum;
+    if (part > 0 && part >= throttle_budget_part_min (cap, quantum))
+      return part;
+    /* A capacity below one quantum: one quantum, alone. */
+    if (cap < quantum)
+      want = want < quantum ? want : quantum;
+    else
+      return 0;
+    break;
+  }
+  /* Above the capacity: alone, charged in full. */
+  if (b->in_flight > 0)
+    return 0;
+  *clamped = want > cap;
+  return want;
 }
 
-/* throttle_acquire_fn.  Decided at the grant, not when w queued: the
- * capacity may have changed meanwhile.
+/* The liveness invariant (throttle-budget.h), after every change made
+ * under the lock.
  */
+static void
+check_live (const struct throttle_budget *b)
+{
+  assert (b->shutdown || b->queue.head == NULL || b->in_flight > 0);
+}
+
+/* throttle_acquire_fn */
 static bool
 acquire (void *owner, struct throttle_waiter *w)
 {
   struct throttle_budget *b = owner;
-  struct budget_wait *bw = (struct budget_wait *) w;
-  uint64_t n = grantable (b, w->want, bw->min, bw->quantum);
+  struct throttle_budget_waiter *bw = (struct throttle_budget_waiter *) w;
+  bool clamped;
+  uint64_t n = grantable (b, bw->kind, w->want, bw->quantum, &clamped);
 
   if (n == 0)
     return false;
-  take (b, n);
+  take (b, n, clamped);
   w->got = n;
+  bw->clamped = clamped;
   return true;
 }
 
@@ -121,17 +154,13 @@ static void
 putback (void *owner, struct throttle_waiter *w)
 {
   struct throttle_budget *b = owner;
+  struct throttle_budget_waiter *bw = (struct throttle_budget_waiter *) w;
 
   b->in_flight -= w->got;
   b->stats.charged -= w->got;
   b->stats.admitted--;
-}
-
-static void
-count_clamped (struct throttle_budget *b, uint64_t need, uint64_t min)
-{
-  if (min >= need && need > b->capacity)
-    b->stats.clamped++;
+  if (bw->clamped)
+    b->stats.clamped--;
 }
 
 /* Called with the lock held.  Take units only if that overtakes no
@@ -139,75 +168,139 @@ count_clamped (struct throttle_budget *b, uint64_t need, uint64_t min)
  * them, or a stream of small requests could starve a large one.
  */
 static int
-charge_now (struct throttle_budget *b, uint64_t need, uint64_t min,
-            uint64_t quantum, uint64_t *charged)
+charge_now (struct throttle_budget *b, enum throttle_budget_kind kind,
+            uint64_t need, uint64_t quantum, uint64_t *charged)
 {
+  bool clamped;
   uint64_t n;
 
   if (b->queue.head != NULL ||
-      (n = grantable (b, need, min, quantum)) == 0)
+      (n = grantable (b, kind, need, quantum, &clamped)) == 0)
     return -1;
-  count_clamped (b, need, min);
-  take (b, n);
+  take (b, n, clamped);
   *charged = n;
   return 0;
 }
 
 int
-throttle_budget_try_charge (struct throttle_budget *b, uint64_t need,
-                            uint64_t *charged)
+throttle_budget_enqueue (struct throttle_budget *b,
+                         struct throttle_budget_waiter *bw,
+                         enum throttle_budget_kind kind, uint64_t need,
+                         uint64_t quantum, uint64_t *charged)
 {
-  int r = -1;
+  int r;
 
+  *charged = 0;
+  if (kind == THROTTLE_BUDGET_PARTS && quantum == 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  if (need == 0)
+    return 0;
   pthread_mutex_lock (&b->lock);
-  if (!b->shutdown)
-    r = charge_now (b, need, need, 1, charged);
+  if (b->shutdown) {
+    errno = ESHUTDOWN;
+    r = -1;
+  }
+  else if (charge_now (b, kind, need, quantum, charged) == 0)
+    r = 0;
+  else {
+    memset (bw, 0, sizeof *bw);
+    bw->w.want = need;
+    bw->kind = kind;
+    bw->quantum = quantum;
+    bw->start_ns = throttle_now_ns ();
+    throttle_wait_enqueue (&b->queue, &bw->w);
+    r = 1;
+  }
+  check_live (b);
   pthread_mutex_unlock (&b->lock);
   return r;
 }
 
-/* Called with the lock held: queue and wait to be granted. */
-static int
-charge_wait (struct throttle_budget *b, uint64_t need, uint64_t min,
-             uint64_t quantum, throttle_cancel_fn cancel, void *opaque,
-             unsigned poll_ms, uint64_t *charged)
+/* Called with the lock held: bw was granted. */
+static void
+count_wait (struct throttle_budget *b, struct throttle_budget_waiter *bw,
+            uint64_t *charged)
 {
-  struct budget_wait bw = { .w.want = need, .min = min, .quantum = quantum };
-  uint64_t start = throttle_now_ns (), waited;
+  uint64_t waited = throttle_now_ns () - bw->start_ns;
 
-  count_clamped (b, need, min);
-  if (throttle_wait (&b->queue, &b->lock, &bw.w, &b->shutdown, cancel,
-                     opaque, poll_ms, acquire, putback, b) == -1) {
-    b->stats.cancelled++;
-    return -1;
-  }
-  *charged = bw.w.got;
-  waited = throttle_now_ns () - start;
+  *charged = bw->w.got;
   b->stats.waited++;
   b->stats.wait_ns_total += waited;
   if (waited > b->stats.wait_ns_max)
     b->stats.wait_ns_max = waited;
-  return 0;
+}
+
+int
+throttle_budget_wait (struct throttle_budget *b,
+                      struct throttle_budget_waiter *bw,
+                      throttle_cancel_fn cancel, void *opaque,
+                      unsigned poll_ms, uint64_t *charged)
+{
+  int r;
+
+  *charged = 0;
+  pthread_mutex_lock (&b->lock);
+  r = throttle_wait_sleep (&b->queue, &b->lock, &bw->w, &b->shutdown, cancel,
+                           opaque, poll_ms, acquire, putback, b);
+  if (r == 0)
+    count_wait (b, bw, charged);
+  else
+    b->stats.cancelled++;
+  check_live (b);
+  pthread_mutex_unlock (&b->lock);
+  return r;
+}
+
+int
+throttle_budget_poll (struct throttle_budget *b,
+                      struct throttle_budget_waiter *bw, uint64_t *charged)
+{
+  int r = 1;
+
+  *charged = 0;
+  pthread_mutex_lock (&b->lock);
+  if (b->shutdown) {
+    throttle_wait_abandon (&b->queue, &bw->w, acquire, putback, b);
+    b->stats.cancelled++;
+    r = -1;
+  }
+  else if (bw->w.granted) {
+    throttle_wait_release (&bw->w);
+    count_wait (b, bw, charged);
+    r = 0;
+  }
+  check_live (b);
+  pthread_mutex_unlock (&b->lock);
+  return r;
+}
+
+void
+throttle_budget_abandon (struct throttle_budget *b,
+                         struct throttle_budget_waiter *bw)
+{
+  pthread_mutex_lock (&b->lock);
+  throttle_wait_abandon (&b->queue, &bw->w, acquire, putback, b);
+  b->stats.cancelled++;
+  check_live (b);
+  pthread_mutex_unlock (&b->lock);
 }
 
 static int
-charge (struct throttle_budget *b, uint64_t need, uint64_t min,
-        uint64_t quantum, throttle_cancel_fn cancel, void *opaque,
-        unsigned poll_ms, uint64_t *charged)
+charge (struct throttle_budget *b, enum throttle_budget_kind kind,
+        uint64_t need, uint64_t quantum, throttle_cancel_fn cancel,
+        void *opaque, unsigned poll_ms, uint64_t *charged)
 {
+  struct throttle_budget_waiter bw;
   int r;
 
   *charged = 0;
   if (need == 0)
     return 0;
-  pthread_mutex_lock (&b->lock);
-  if (b->shutdown)
-    r = -1;
-  else if (charge_now (b, need, min, quantum, charged) == 0)
-    r = 0;
-  else
-    r = charge_wait (b, need, min, quantum, cancel, opaque, poll_ms, charged);
-  pthread_mutex_unlock (&b->lock);
+  r = throttle_budget_enqueue (b, &bw, kind, need, quantum, charged);
+  if (r == 1)
+    r = throttle_budget_wait (b, &bw, cancel, opaque, poll_ms, charged);
   return r;
 }
 
@@ -216,20 +309,17 @@ throttle_budget_charge (struct throttle_budget *b, uint64_t need,
                         throttle_cancel_fn cancel, void *opaque,
                         unsigned poll_ms, uint64_t *charged)
 {
-  return charge (b, need, need, 1, cancel, opaque, poll_ms, charged);
+  return charge (b, THROTTLE_BUDGET_WHOLE, need, 0, cancel, opaque, poll_ms,
+                 charged);
 }
 
 int
 throttle_budget_charge_part (struct throttle_budget *b, uint64_t need,
-                             uint64_t min, uint64_t quantum,
-                             throttle_cancel_fn cancel, void *opaque,
-                             unsigned poll_ms, uint64_t *charged)
+                             uint64_t quantum, throttle_cancel_fn cancel,
+                             void *opaque, unsigned poll_ms,
+                             uint64_t *charged)
 {
-  if (quantum == 0 || min == 0 || min % quantum != 0) {
-    errno = EINVAL;
-    return -1;
-  }
-  return charge (b, need, min < need ? min : need, quantum, cancel, opaque,
+  return charge (b, THROTTLE_BUDGET_PARTS, need, quantum, cancel, opaque,
                  poll_ms, charged);
 }
 
@@ -247,6 +337,7 @@ throttle_budget_credit (struct throttle_budget *b, uint64_t units)
   b->in_flight -= units;
   if (b->queue.head != NULL)
     throttle_wait_grant (&b->queue, acquire, b);
+  check_live (b);
   pthread_mutex_unlock (&b->lock);
 }
 
@@ -260,6 +351,7 @@ throttle_budget_set_capacity (struct throttle_budget *b, uint64_t capacity)
   pthread_mutex_lock (&b->lock);
   __atomic_store_n (&b->capacity, capacity, __ATOMIC_RELAXED);
   throttle_wait_grant (&b->queue, acquire, b);
+  check_live (b);
   pthread_mutex_unlock (&b->lock);
   return 0;
 }

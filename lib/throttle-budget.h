@@ -25,7 +25,7 @@ struct throttle_stats {
   uint64_t admitted;          /* requests admitted */
   uint64_t waited;            /* of those, how many had to wait */
   uint64_t cancelled;         /* waits that were cancelled */
-  uint64_t clamped;           /* requests larger than the capacity */
+  uint64_t clamped;           /* requests above the capacity, run alone */
   uint64_t wait_ns_total;
   uint64_t wait_ns_max;
   uint64_t waiters;           /* waiting now */
@@ -41,48 +41,139 @@ struct throttle_budget {
   struct throttle_stats stats;
 };
 
+/* The liveness invariant, whatever the capacity becomes: whenever
+ * requests wait and nothing is in flight, the head of the queue is
+ * granted.  A budget keeps it because every kind of request below is
+ * grantable to a budget with nothing in flight, and every change that
+ * can make a waiter grantable (a credit, a capacity change, a waiter
+ * leaving the queue) grants from the head.  Debug builds (without
+ * NDEBUG) check it after each of them.
+ *
+ * The bound: a grant leaves at most 'capacity' units in flight, or it
+ * is the only one in flight (a request charged above the capacity,
+ * counted in the 'clamped' statistic).  Lowering the capacity revokes
+ * nothing already held; no grant is made until what is held fits.
+ */
+
+/* How a request may be granted. */
+enum throttle_budget_kind {
+  /* All of 'need' at once.  Above the capacity it is clamped: charged
+   * the whole capacity, so it runs alone.
+   */
+  THROTTLE_BUDGET_WHOLE,
+  /* All of 'need' if that is free, else a part in whole quanta of at
+   * least throttle_budget_part_min of the capacity at the grant, and
+   * never more than the capacity: the caller serves the part it pays
+   * for and charges again for the rest.  A capacity below one quantum
+   * still grants one quantum when nothing else is in flight (it runs
+   * alone, charged in full, counted as clamped).
+   */
+  THROTTLE_BUDGET_PARTS,
+  /* All of 'need' at once, never clamped: above the capacity it is
+   * granted when nothing else is in flight, charged in full (counted as
+   * clamped).  For a second budget that must be charged exactly what a
+   * first one granted (throttle-admit.h).
+   */
+  THROTTLE_BUDGET_EXACT,
+};
+
+/* A request's place in the queue while it waits: the caller's, on its
+ * stack or in its request; every field is the budget's.
+ */
+struct throttle_budget_waiter {
+  struct throttle_waiter w;
+  enum throttle_budget_kind kind;
+  uint64_t quantum;
+  uint64_t start_ns;
+  bool clamped;                 /* granted above the capacity */
+};
+
 extern int throttle_budget_init (struct throttle_budget *b, uint64_t capacity);
 extern void throttle_budget_destroy (struct throttle_budget *b);
 
-/* Block until 'need' units are free, then take them.  A 'need' above
- * the capacity is clamped to the capacity: such a request runs alone.
- * On success returns 0 and stores in *charged the units taken, which
- * the caller must give back with exactly one throttle_budget_credit.
- * Returns -1 (holding nothing) if the wait was cancelled by 'cancel'
- * or by throttle_budget_shutdown.  'poll_ms' is how often 'cancel' is
- * asked (ignored if cancel is NULL).
+/* The smallest part a PARTS request is granted under 'capacity' when
+ * all of it is not free: an eighth of the capacity in whole quanta, at
+ * least one quantum, at most the capacity in whole quanta (when the
+ * capacity is at least one quantum).  quantum > 0.
+ */
+extern uint64_t throttle_budget_part_min (uint64_t capacity, uint64_t quantum);
+
+/* The non-blocking steps of a charge; throttle_budget_charge and
+ * throttle_budget_charge_part compose them with throttle_budget_wait.
+ *
+ * throttle_budget_enqueue: take 'need' units of 'kind' (none if 0)
+ * ('quantum' > 0 for THROTTLE_BUDGET_PARTS, else ignored) if that is
+ * possible at once without overtaking a waiter: returns 0 with the
+ * units taken in *charged.  Otherwise queues bw at the tail and
+ * returns 1: the caller must then end bw's wait with exactly one of
+ * throttle_budget_wait, throttle_budget_poll until it returns 0 or -1,
+ * or throttle_budget_abandon, and keep bw alive until then.  Returns
+ * -1 holding nothing after a shutdown (errno ESHUTDOWN) or with
+ * EINVAL for a PARTS request with quantum 0.
+ *
+ * *charged is what the caller gives back with exactly one
+ * throttle_budget_credit: 'need', the capacity (WHOLE, clamped), or a
+ * part (PARTS).
+ */
+extern int throttle_budget_enqueue (struct throttle_budget *b,
+                                    struct throttle_budget_waiter *bw,
+                                    enum throttle_budget_kind kind,
+                                    uint64_t need, uint64_t quantum,
+                                    uint64_t *charged);
+
+/* Block until queued bw is granted (0, *charged set) or until 'cancel'
+ * or throttle_budget_shutdown ends the wait (-1, holding nothing).
+ * 'cancel' may be NULL; it is asked every poll_ms (see throttle_wait).
+ */
+extern int throttle_budget_wait (struct throttle_budget *b,
+                                 struct throttle_budget_waiter *bw,
+                                 throttle_cancel_fn cancel, void *opaque,
+                                 unsigned poll_ms, uint64_t *charged);
+
+/* Never blocks: 0 if queued bw has been granted (*charged set; bw is
+ * done), 1 if it still waits, -1 if the budget was shut down (bw is
+ * done and holds nothing).
+ */
+extern int throttle_budget_poll (struct throttle_budget *b,
+                                 struct throttle_budget_waiter *bw,
+                                 uint64_t *charged);
+
+/* Give up queued bw, granted or not: afterwards it holds nothing, and
+ * the waiters behind it may be granted.
+ */
+extern void throttle_budget_abandon (struct throttle_budget *b,
+                                     struct throttle_budget_waiter *bw);
+
+/* Block until 'need' units are free, then take them
+ * (THROTTLE_BUDGET_WHOLE: above the capacity, clamped).  On success
+ * returns 0 and stores in *charged the units taken, to be given back
+ * with exactly one throttle_budget_credit.  Returns -1 (holding
+ * nothing) if the wait was cancelled by 'cancel' or by
+ * throttle_budget_shutdown.  'poll_ms' is how often 'cancel' is asked
+ * (ignored if cancel is NULL).  need == 0 takes nothing.
  */
 extern int throttle_budget_charge (struct throttle_budget *b, uint64_t need,
                                    throttle_cancel_fn cancel, void *opaque,
                                    unsigned poll_ms, uint64_t *charged);
 
-/* The same, for a request that can be served in parts (a read or write
- * split into pieces): when the whole of 'need' is not free, at least
- * 'min' units (a multiple of 'quantum') may be granted, as many as are
- * free in quanta.  On success *charged holds the units taken, between
- * min and need (or exactly need), to be credited once as above; the
- * caller serves the part they pay for and charges again for the rest.
- * 'need' may exceed the capacity: it is then always granted in parts.
- * min == need behaves as throttle_budget_charge.  Returns -1 with errno
- * EINVAL if quantum or min is 0 or min is not a multiple of quantum.
+/* The same for THROTTLE_BUDGET_PARTS: *charged is all of 'need' or a
+ * part of it in whole quanta.  -1 with errno EINVAL if quantum is 0.
  */
 extern int throttle_budget_charge_part (struct throttle_budget *b,
-                                        uint64_t need, uint64_t min,
-                                        uint64_t quantum,
+                                        uint64_t need, uint64_t quantum,
                                         throttle_cancel_fn cancel,
                                         void *opaque, unsigned poll_ms,
                                         uint64_t *charged);
 
-/* Take 'need' units only if that is possible at once without
- * overtaking a waiter.  Returns 0 and sets *charged, or -1.
+/* Give back units taken by one charge.  Crediting more than is in
+ * flight aborts: it would silently raise the capacity.
  */
-extern int throttle_budget_try_charge (struct throttle_budget *b, uint64_t need,
-                                       uint64_t *charged);
-
 extern void throttle_budget_credit (struct throttle_budget *b, uint64_t units);
 
-/* Change the capacity.  Lowering it never revokes units already held;
- * raising it admits waiters at once.  Returns -1 if capacity is 0.
+/* Change the capacity, to any value above 0.  Lowering it never revokes
+ * units already held; raising it admits waiters at once.  A waiting
+ * part is sized under the new capacity when it is granted.  Returns -1
+ * if capacity is 0.
  */
 extern int throttle_budget_set_capacity (struct throttle_budget *b,
                                          uint64_t capacity);

@@ -70,15 +70,10 @@ ask (pthread_mutex_t *lock, throttle_cancel_fn cancel, void *opaque)
   return r;
 }
 
-int
-throttle_wait (struct throttle_wait_queue *q, pthread_mutex_t *lock,
-               struct throttle_waiter *w, const bool *shutdown,
-               throttle_cancel_fn cancel, void *opaque, unsigned poll_ms,
-               throttle_acquire_fn acquire, throttle_putback_fn putback,
-               void *owner)
+void
+throttle_wait_enqueue (struct throttle_wait_queue *q, struct throttle_waiter *w)
 {
   pthread_condattr_t attr;
-  bool cancelled = false;
 
   pthread_condattr_init (&attr);
   pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
@@ -86,6 +81,40 @@ throttle_wait (struct throttle_wait_queue *q, pthread_mutex_t *lock,
   pthread_condattr_destroy (&attr);
   w->granted = false;
   enqueue (q, w);
+}
+
+void
+throttle_wait_release (struct throttle_waiter *w)
+{
+  pthread_cond_destroy (&w->cond);
+}
+
+void
+throttle_wait_abandon (struct throttle_wait_queue *q,
+                       struct throttle_waiter *w,
+                       throttle_acquire_fn acquire,
+                       throttle_putback_fn putback, void *owner)
+{
+  /* A grant that raced with the abandonment is put back rather than
+   * handed to a caller that will not use it; either way our place is
+   * free and the next waiter may now fit.
+   */
+  if (w->granted)
+    putback (owner, w);
+  else
+    unlink_waiter (q, w);
+  pthread_cond_destroy (&w->cond);
+  throttle_wait_grant (q, acquire, owner);
+}
+
+int
+throttle_wait_sleep (struct throttle_wait_queue *q, pthread_mutex_t *lock,
+                     struct throttle_waiter *w, const bool *shutdown,
+                     throttle_cancel_fn cancel, void *opaque,
+                     unsigned poll_ms, throttle_acquire_fn acquire,
+                     throttle_putback_fn putback, void *owner)
+{
+  bool cancelled = false;
 
   /* Whoever releases grants, so a wake-up without a grant only means
    * "look at shutdown" or a poll: there is nothing to re-check.
@@ -111,18 +140,22 @@ throttle_wait (struct throttle_wait_queue *q, pthread_mutex_t *lock,
   if (w->granted && cancel && !cancelled && !*shutdown)
     cancelled = ask (lock, cancel, opaque);
 
-  pthread_cond_destroy (&w->cond);
-  if (w->granted && !cancelled && !*shutdown)
+  if (w->granted && !cancelled && !*shutdown) {
+    throttle_wait_release (w);
     return 0;
-
-  /* Abandoned.  A grant that raced with the cancellation is put back
-   * rather than handed to a caller that will not use it; either way
-   * our place is free and the next waiter may now fit.
-   */
-  if (w->granted)
-    putback (owner, w);
-  else
-    unlink_waiter (q, w);
-  throttle_wait_grant (q, acquire, owner);
+  }
+  throttle_wait_abandon (q, w, acquire, putback, owner);
   return -1;
+}
+
+int
+throttle_wait (struct throttle_wait_queue *q, pthread_mutex_t *lock,
+               struct throttle_waiter *w, const bool *shutdown,
+               throttle_cancel_fn cancel, void *opaque, unsigned poll_ms,
+               throttle_acquire_fn acquire, throttle_putback_fn putback,
+               void *owner)
+{
+  throttle_wait_enqueue (q, w);
+  return throttle_wait_sleep (q, lock, w, shutdown, cancel, opaque, poll_ms,
+                              acquire, putback, owner);
 }

@@ -62,16 +62,48 @@ typedef void (*throttle_putback_fn) (void *owner, struct throttle_waiter *w);
 extern void throttle_wait_grant (struct throttle_wait_queue *q,
                                  throttle_acquire_fn acquire, void *owner);
 
-/* Queue w at the tail (w->want set by the caller) and wait until it is
- * granted (returns 0; what it got is in w), or until *shutdown is true
- * or 'cancel' says so (returns -1 holding nothing: a grant that raced
- * with the cancellation is put back and passed on).  'cancel' may be
- * NULL (then only shutdown, with a throttle_wait_wake_all, ends the
- * wait); it is asked every poll_ms (0: THROTTLE_WAIT_POLL_MS), and once
- * more after a grant, so that a waiter granted units freed by a request
- * that failed at shutdown does not run.  Called with *lock held;
- * returns with it held, w off the queue, w->cond destroyed.
+/* The steps of a wait, for an owner that must not block (a caller
+ * stepping the queue from one thread, as the simulation test does);
+ * throttle_wait composes them.  Each is called with the owner's lock
+ * held.
+ *
+ * throttle_wait_enqueue: queue w at the tail (w->want set by the
+ * caller).  It then must end with exactly one of throttle_wait_sleep,
+ * throttle_wait_abandon, or (once w->granted) throttle_wait_release.
  */
+extern void throttle_wait_enqueue (struct throttle_wait_queue *q,
+                                   struct throttle_waiter *w);
+
+/* Sleep until queued w is granted (returns 0; what it got is in w), or
+ * until *shutdown is true or 'cancel' says so (returns -1 holding
+ * nothing: a grant that raced with the cancellation is put back and
+ * passed on).  'cancel' may be NULL (then only shutdown, with a
+ * throttle_wait_wake_all, ends the wait); it is asked every poll_ms
+ * (0: THROTTLE_WAIT_POLL_MS), and once more after a grant, so that a
+ * waiter granted units freed by a request that failed at shutdown does
+ * not run.  Returns with *lock held and w done.  The one place where a
+ * thread sleeps for a resource.
+ */
+extern int throttle_wait_sleep (struct throttle_wait_queue *q,
+                                pthread_mutex_t *lock,
+                                struct throttle_waiter *w,
+                                const bool *shutdown,
+                                throttle_cancel_fn cancel, void *opaque,
+                                unsigned poll_ms, throttle_acquire_fn acquire,
+                                throttle_putback_fn putback, void *owner);
+
+/* Give up queued w, granted or not: off the queue, or what it was
+ * granted put back; then grant whoever now fits.  w is done.
+ */
+extern void throttle_wait_abandon (struct throttle_wait_queue *q,
+                                   struct throttle_waiter *w,
+                                   throttle_acquire_fn acquire,
+                                   throttle_putback_fn putback, void *owner);
+
+/* w was granted and its owner has taken what it got: w is done. */
+extern void throttle_wait_release (struct throttle_waiter *w);
+
+/* Enqueue and sleep: see throttle_wait_enqueue, throttle_wait_sleep. */
 extern int throttle_wait (struct throttle_wait_queue *q, pthread_mutex_t *lock,
                           struct throttle_waiter *w, const bool *shutdown,
                           throttle_cancel_fn cancel, void *opaque,

@@ -12,6 +12,12 @@
  * and counting it would make every step down look like a reason for
  * another, down to the floor.  Writes in writeback mode are not
  * sampled: their reply comes before the backend has them.
+ *
+ * Windows end on time, not only at completions: while any export has
+ * a target, a clock thread ticks every controller (throttle_adapt_tick)
+ * twice a window, so that an export whose requests all wait, with
+ * nothing in flight to complete, still sees its window end and its
+ * capacity step back up.
  */
 
 #include <config.h>
@@ -32,6 +38,7 @@
 #include "throttle-clock.h"
 #include "throttle-control.h"
 #include "throttle-export.h"
+#include "throttle-guards.h"
 #include "throttle-parse.h"
 #include "throttle-writeback.h"
 
@@ -43,12 +50,26 @@
 
 /* As blk-wbt's default window. */
 #define WINDOW_NS (100 * 1000000ULL)
+/* The clock's period: a window ends at most this late. */
+#define TICK_NS (WINDOW_NS / 2)
 
 NBDKIT_DLL_PUBLIC int throttle_debug_adapt = 0;
 
 static uint64_t config_target_ns;       /* 0 = off */
 static uint64_t config_floor;           /* 0 = the default */
+static const char *config_floor_text;   /* as given, for its errors */
 static bool said_reads_charged;
+
+/* The clock thread.  Lock rule: clock_lock guards the four fields
+ * below; it is taken after an export's ae->lock (a target turned on
+ * or off counts itself) and never held while the clock walks the
+ * exports, so it is last in the filter's lock order.
+ */
+static pthread_mutex_t clock_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t clock_cond;       /* CLOCK_MONOTONIC */
+static pthread_t clock_thread;
+static bool clock_started, clock_stop;
+static unsigned targets_on;             /* exports with a target */
 
 struct throttle_adapt_export {
   /* Lock rule: 'lock' guards every field below but 'target_ns', and is
@@ -121,6 +142,7 @@ throttle_adapt_config (const char *key, const char *value)
                              "let the capacity reach nothing", &size) == -1)
       return -1;
     config_floor = size;
+    config_floor_text = value;
     return 1;
   }
   return 0;
@@ -130,14 +152,34 @@ int
 throttle_adapt_config_complete (void)
 {
   uint64_t ceiling = throttle_config.capacity;
+  uint64_t min = throttle_capacity_min (&throttle_config.metric);
+  pthread_condattr_t attr;
+
+  /* Before any export exists: a target turned on signals it. */
+  pthread_condattr_init (&attr);
+  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
+  pthread_cond_init (&clock_cond, &attr);
+  pthread_condattr_destroy (&attr);
 
   if (config_floor == 0) {
     /* A sixteenth: with the default 16M, four of the kernel's usual
      * 256K writeout requests in flight, so writeout still streams.
+     * Never below what the metric's smallest request needs (the
+     * capacity itself is at least that).
      */
     config_floor = ceiling / 16;
-    if (config_floor == 0)
-      config_floor = 1;
+    if (config_floor < min)
+      config_floor = min;
+  }
+  else if (config_floor < min) {
+    char what[256], err[512];
+
+    snprintf (what, sizeof what, "throttle-min-capacity=%s",
+              config_floor_text);
+    throttle_capacity_check (&throttle_config.metric, config_floor, what,
+                             err, sizeof err);
+    nbdkit_error ("%s", err);
+    return -1;
   }
   else if (config_floor > ceiling) {
     nbdkit_error ("throttle-min-capacity=%" PRIu64 " is above "
@@ -157,6 +199,18 @@ throttle_adapt_config_complete (void)
 
 /* --- per export ---------------------------------------------------------- */
 
+/* Called with an export's ae->lock held, when its target goes from
+ * off to on (+1) or back (-1): the clock ticks while any is on.
+ */
+static void
+count_target (int d)
+{
+  pthread_mutex_lock (&clock_lock);
+  targets_on += d;
+  pthread_cond_signal (&clock_cond);
+  pthread_mutex_unlock (&clock_lock);
+}
+
 /* Called with ae->lock held: start a controller at the ceiling. */
 static void
 start_locked (struct throttle_adapt_export *ae, uint64_t target_ns)
@@ -169,6 +223,7 @@ start_locked (struct throttle_adapt_export *ae, uint64_t target_ns)
   ae->waited_mark = s.waited;
   throttle_budget_set_capacity (ae->budget, ae->ctl.capacity);
   __atomic_store_n (&ae->target_ns, target_ns, __ATOMIC_RELAXED);
+  count_target (1);
 }
 
 struct throttle_adapt_export *
@@ -283,6 +338,134 @@ throttle_adapt_done (struct throttle_export *exp, uint64_t start,
                   w.length_ns / 1e6);
 }
 
+/* --- the clock ----------------------------------------------------------- */
+
+/* Called by the clock with the registry locked (throttle-export.c): end
+ * the export's window if it is over, whether or not anything completed.
+ */
+static void
+tick_export (struct throttle_export *exp, void *opaque)
+{
+  struct throttle_adapt_export *ae = exp->adapt;
+  enum throttle_adapt_step step = THROTTLE_ADAPT_NONE;
+  uint64_t before = 0, after = 0, waiters = 0, in_flight = 0;
+
+  if (ae == NULL || __atomic_load_n (&ae->target_ns, __ATOMIC_RELAXED) == 0)
+    return;
+  pthread_mutex_lock (&ae->lock);
+  if (ae->target_ns) {
+    uint64_t window = ae->ctl.window_start_ns;
+    struct throttle_stats s;
+
+    throttle_budget_get_stats (ae->budget, &s);
+    waiters = s.waiters;
+    in_flight = s.in_flight;
+    before = ae->ctl.capacity;
+    step = throttle_adapt_tick (&ae->ctl, throttle_now_ns (),
+                                waiters, in_flight);
+    /* A window ended here: the next one counts its own waits. */
+    if (ae->ctl.window_start_ns != window)
+      ae->waited_mark = s.waited;
+    if (step != THROTTLE_ADAPT_NONE) {
+      after = ae->ctl.capacity;
+      throttle_budget_set_capacity (ae->budget, after);
+      if (step == THROTTLE_ADAPT_DOWN)
+        ae->steps_down++;
+      else
+        ae->steps_up++;
+    }
+  }
+  pthread_mutex_unlock (&ae->lock);
+
+  if (step != THROTTLE_ADAPT_NONE && throttle_debug_adapt)
+    nbdkit_debug ("throttle: adapt: export \"%s\": capacity %" PRIu64
+                  " -> %" PRIu64 " (%s): the window ended on time with %"
+                  PRIu64 " waiting and %" PRIu64 " units in flight",
+                  exp->name, before, after, step_name (step),
+                  waiters, in_flight);
+}
+
+static void *
+clock_main (void *arg)
+{
+  uint64_t next = 0;
+
+  throttle_guards_thread_enter ();
+  pthread_mutex_lock (&clock_lock);
+  while (!clock_stop) {
+    uint64_t now;
+
+    if (targets_on == 0) {
+      pthread_cond_wait (&clock_cond, &clock_lock);
+      continue;
+    }
+    now = throttle_now_ns ();
+    if (now < next) {
+      struct timespec ts = { .tv_sec = next / 1000000000,
+                             .tv_nsec = next % 1000000000 };
+
+      pthread_cond_timedwait (&clock_cond, &clock_lock, &ts);
+      continue;
+    }
+    pthread_mutex_unlock (&clock_lock);
+    throttle_export_foreach (tick_export, NULL);
+    pthread_mutex_lock (&clock_lock);
+    next = now + TICK_NS;
+  }
+  pthread_mutex_unlock (&clock_lock);
+  return NULL;
+}
+
+/* Start the clock if it is not running: 0, or -1 with a message for
+ * the operator in err.  After fork only.
+ */
+static int
+start_clock (char *err, size_t errlen)
+{
+  int r = 0;
+
+  pthread_mutex_lock (&clock_lock);
+  if (!clock_started) {
+    r = pthread_create (&clock_thread, NULL, clock_main, NULL);
+    if (r != 0)
+      snprintf (err, errlen, "cannot start the latency target's clock: "
+                "pthread_create: %s", throttle_errtext (r));
+    else
+      clock_started = true;
+  }
+  pthread_mutex_unlock (&clock_lock);
+  return r == 0 ? 0 : -1;
+}
+
+int
+throttle_adapt_after_fork (void)
+{
+  char err[256];
+
+  if (config_target_ns == 0)
+    return 0;
+  if (start_clock (err, sizeof err) == -1) {
+    nbdkit_error ("throttle: %s", err);
+    return -1;
+  }
+  return 0;
+}
+
+void
+throttle_adapt_cleanup (void)
+{
+  bool started;
+
+  pthread_mutex_lock (&clock_lock);
+  started = clock_started;
+  clock_stop = true;
+  pthread_cond_signal (&clock_cond);
+  pthread_mutex_unlock (&clock_lock);
+  if (started)
+    pthread_join (clock_thread, NULL);
+  clock_started = false;
+}
+
 /* --- the control socket -------------------------------------------------- */
 
 int
@@ -310,11 +493,19 @@ throttle_adapt_export_set_target (struct throttle_export *exp,
   }
   if (ns == 0) {
     /* Back to the fixed capacity, the ceiling. */
+    if (ae->target_ns)
+      count_target (-1);
     __atomic_store_n (&ae->target_ns, 0, __ATOMIC_RELAXED);
     throttle_budget_set_capacity (ae->budget, ae->ceiling);
   }
-  else if (ae->target_ns == 0)
+  else if (ae->target_ns == 0) {
+    /* The first target set live: the clock was not needed before. */
+    if (start_clock (err, errlen) == -1) {
+      pthread_mutex_unlock (&ae->lock);
+      return -1;
+    }
     start_locked (ae, ns);
+  }
   else {
     throttle_adapt_set_target (&ae->ctl, ns, throttle_now_ns ());
     __atomic_store_n (&ae->target_ns, ns, __ATOMIC_RELAXED);
@@ -349,6 +540,18 @@ throttle_adapt_export_set_ceiling (struct throttle_export *exp,
   ae->ceiling = ceiling;
   pthread_mutex_unlock (&ae->lock);
   return 0;
+}
+
+uint64_t
+throttle_adapt_export_ceiling (struct throttle_export *exp)
+{
+  struct throttle_adapt_export *ae = exp->adapt;
+  uint64_t ceiling;
+
+  pthread_mutex_lock (&ae->lock);
+  ceiling = ae->ceiling;
+  pthread_mutex_unlock (&ae->lock);
+  return ceiling;
 }
 
 void

@@ -25,6 +25,12 @@ extern int throttle_debug_adapt;
  */
 extern int throttle_adapt_config (const char *key, const char *value);
 extern int throttle_adapt_config_complete (void);
+/* Starts the clock that ends the controllers' windows on time, when a
+ * target is configured (a target first set live starts it then).
+ */
+extern int throttle_adapt_after_fork (void);
+/* Stops the clock. */
+extern void throttle_adapt_cleanup (void);
 
 #define throttle_adapt_config_help \
   "throttle-latency-target=DURATION|off\n" \
@@ -70,6 +76,11 @@ extern int throttle_adapt_export_set_ceiling (struct throttle_export *exp,
                                               uint64_t ceiling,
                                               uint64_t *previous,
                                               char *err, size_t errlen);
+
+/* The capacity "set capacity" last set (or throttle-capacity): with a
+ * target, the ceiling; the most the export can have in flight.
+ */
+extern uint64_t throttle_adapt_export_ceiling (struct throttle_export *exp);
 
 /* JSON members for the control socket (throttle_control_extra_stats_fn). */
 extern void throttle_adapt_stats_json (struct throttle_export *exp,

@@ -88,6 +88,28 @@ append_export (struct throttle_export *exp, void *opaque)
   putc ('}', fp);
 }
 
+/* The server-wide budget: every export's charges are charged to it
+ * too (throttle-server-capacity).
+ */
+static void
+append_server (FILE *fp)
+{
+  struct throttle_stats s;
+
+  if (throttle_config.server == NULL) {
+    fputs (",\"server\":null", fp);
+    return;
+  }
+  throttle_budget_get_stats (throttle_config.server, &s);
+  fprintf (fp, ",\"server\":{\"capacity\":%" PRIu64 ",\"in_flight\":%" PRIu64
+           ",\"peak\":%" PRIu64 ",\"charged\":%" PRIu64
+           ",\"admitted\":%" PRIu64 ",\"waited\":%" PRIu64
+           ",\"clamped\":%" PRIu64 ",\"wait_ns_total\":%" PRIu64
+           ",\"wait_ns_max\":%" PRIu64 ",\"waiters\":%" PRIu64 "}",
+           s.capacity, s.in_flight, s.peak, s.charged, s.admitted,
+           s.waited, s.clamped, s.wait_ns_total, s.wait_ns_max, s.waiters);
+}
+
 /* A page of the longest names (4096 bytes, each byte escaped to 6)
  * with their extra members stays well under the maximum output.
  */
@@ -120,8 +142,9 @@ throttle_control_stats (struct throttle_export *exp, size_t from)
   fputs ("{\"metric\":", fp);
   throttle_json_string (fp, throttle_config.metric.name ?
                         throttle_config.metric.name : "");
-  fprintf (fp, ",\"default_capacity\":%" PRIu64 ",\"exports_total\":%zu",
-           throttle_config.capacity, total);
+  fprintf (fp, ",\"default_capacity\":%" PRIu64, throttle_config.capacity);
+  append_server (fp);
+  fprintf (fp, ",\"exports_total\":%zu", total);
   if (exp == NULL) {
     fprintf (fp, ",\"from\":%zu", from);
     if (from + ctx.n < total)
@@ -252,7 +275,7 @@ cmd_set_capacity (FILE *out, const char *name, const char *value)
 {
   struct throttle_export *exp = throttle_export_find (name);
   uint64_t previous;
-  char err[256];
+  char err[512];
   int64_t r;
 
   if (exp == NULL) {
@@ -269,6 +292,38 @@ cmd_set_capacity (FILE *out, const char *name, const char *value)
                                   "must be greater than 0", value);
     return;
   }
+  {
+    char what[256];
+
+    snprintf (what, sizeof what, "capacity \"%s\"", value);
+    if (throttle_capacity_check (&throttle_config.metric, r, what,
+                                 err, sizeof err) == -1) {
+      throttle_control_reply_error (out, "%s", err);
+      return;
+    }
+  }
+  /* Every export's capacity stays within the server's, so that the
+   * server-wide budget bounds the sum and never clamps an export's
+   * grant: above it, refused if throttle-server-capacity was given,
+   * else the server's follows, first.  (Only this thread sets either.)
+   */
+  if (throttle_config.server &&
+      (uint64_t) r > throttle_budget_get_capacity (throttle_config.server)) {
+    if (throttle_config.server_capacity_set) {
+      throttle_control_reply_error (out, "capacity \"%s\": above the "
+                                    "server-wide capacity %" PRIu64 ": "
+                                    "raise it first with set "
+                                    "server-capacity N", value,
+                                    throttle_budget_get_capacity
+                                    (throttle_config.server));
+      return;
+    }
+    nbdkit_debug ("throttle: control: server-wide capacity %" PRIu64
+                  " -> %" PRId64 ", following export \"%s\" (no "
+                  "throttle-server-capacity)", throttle_budget_get_capacity
+                  (throttle_config.server), r, name);
+    throttle_budget_set_capacity (throttle_config.server, r);
+  }
   /* Through the latency target's glue: with a target, this is its
    * ceiling, and the two must not race.
    */
@@ -283,6 +338,81 @@ cmd_set_capacity (FILE *out, const char *name, const char *value)
   throttle_json_string (out, name);
   fprintf (out, ",\"capacity\":%" PRId64 ",\"previous\":%" PRIu64 "}\n",
            r, previous);
+}
+
+struct ceiling_ctx {
+  uint64_t max;
+  bool found;                   /* an export has the largest */
+  char name[256];               /* its name, cut: copied under the lock */
+};
+
+/* Called with the registry locked. */
+static void
+max_ceiling (struct throttle_export *exp, void *opaque)
+{
+  struct ceiling_ctx *ctx = opaque;
+  uint64_t c = throttle_adapt_export_ceiling (exp);
+
+  if (c > ctx->max || (c == ctx->max && !ctx->found)) {
+    ctx->max = c;
+    ctx->found = true;
+    snprintf (ctx->name, sizeof ctx->name, "%s", exp->name);
+  }
+}
+
+static void
+cmd_set_server_capacity (FILE *out, const char *value)
+{
+  struct ceiling_ctx ctx = { .max = throttle_config.capacity };
+  uint64_t previous;
+  char err[512], what[256];
+  int64_t r;
+
+  if (throttle_config.server == NULL) {
+    throttle_control_reply_error (out, "no server-wide budget");
+    return;
+  }
+  switch (throttle_size_in (value, 1, INT64_MAX, &r)) {
+  case -1:
+    throttle_control_reply_error (out, "bad number \"%s\": expected a "
+                                  "positive size (e.g. 4096, 64M)", value);
+    return;
+  case -2:
+    throttle_control_reply_error (out, "bad number \"%s\": the capacity "
+                                  "must be greater than 0", value);
+    return;
+  }
+  snprintf (what, sizeof what, "server-capacity \"%s\"", value);
+  if (throttle_capacity_check (&throttle_config.metric, r, what,
+                               err, sizeof err) == -1) {
+    throttle_control_reply_error (out, "%s", err);
+    return;
+  }
+  /* Not below an export's capacity, nor below throttle-capacity, at
+   * which every budget made from now on starts.
+   */
+  throttle_export_foreach (max_ceiling, &ctx);
+  if ((uint64_t) r < ctx.max) {
+    if (ctx.found)
+      throttle_control_reply_error (out, "server-capacity \"%s\": below "
+                                    "the capacity %" PRIu64 " of export "
+                                    "\"%s\": lower it first with set "
+                                    "capacity", value, ctx.max, ctx.name);
+    else
+      throttle_control_reply_error (out, "server-capacity \"%s\": below "
+                                    "throttle-capacity=%" PRIu64 ", at "
+                                    "which every export starts",
+                                    value, ctx.max);
+    return;
+  }
+  previous = throttle_budget_get_capacity (throttle_config.server);
+  throttle_budget_set_capacity (throttle_config.server, r);
+  /* Set now: it no longer follows the exports' capacities. */
+  throttle_config.server_capacity_set = true;
+  nbdkit_debug ("throttle: control: server capacity %" PRIu64 " -> %" PRId64,
+                previous, r);
+  fprintf (out, "{\"ok\":true,\"server_capacity\":%" PRId64
+           ",\"previous\":%" PRIu64 "}\n", r, previous);
 }
 
 static void
@@ -371,7 +501,8 @@ throttle_control_execute (FILE *out, char *line)
     else
       fputs ("{\"commands\":[\"stats [EXPORT]\",\"stats from N\","
              "\"set capacity EXPORT N\","
-             "\"set latency-target EXPORT DURATION|off\",\"help\"]}\n", out);
+             "\"set latency-target EXPORT DURATION|off\","
+             "\"set server-capacity N\",\"help\"]}\n", out);
   }
   else if (strcmp (argv[0], "stats") == 0)
     cmd_stats (out, argc, argv);
@@ -380,11 +511,13 @@ throttle_control_execute (FILE *out, char *line)
       cmd_set_capacity (out, argv[2], argv[3]);
     else if (argc == 4 && strcmp (argv[1], "latency-target") == 0)
       cmd_set_latency_target (out, argv[2], argv[3]);
+    else if (argc == 3 && strcmp (argv[1], "server-capacity") == 0)
+      cmd_set_server_capacity (out, argv[2]);
     else
       throttle_control_reply_error (out, "usage: set capacity EXPORT N, or "
                                     "set latency-target EXPORT "
-                                    "DURATION|off (the default export "
-                                    "is \"\")");
+                                    "DURATION|off, or set server-capacity "
+                                    "N (the default export is \"\")");
   }
   else
     throttle_control_reply_error (out, "unknown command \"%s\": try help",

@@ -27,7 +27,9 @@
  *
  * .config_complete  throttle.c  throttle_metric_load (lib/), the default
  *                               capacity: FIRST, every hook below needs
- *                               the metric and the capacity.
+ *                               the metric and the capacity; then the
+ *                               server-wide budget, which admission and
+ *                               the writeback pool's size need.
  *                   adapt-glue  throttle_adapt_config_complete: the floor
  *                               is known before any budget exists.
  *                   export      throttle_export_init: the default export's
@@ -62,6 +64,10 @@
  *                   quit        throttle_quit_start: the shutdown watcher.
  *                   control     throttle_control_after_fork: the control
  *                               thread.
+ *                   adapt-glue  throttle_adapt_after_fork: with a target
+ *                               configured, the clock thread that ends the
+ *                               controllers' windows on time (a target first
+ *                               set live starts it from the control thread).
  *
  * .list_exports     export      throttle_export_list_exports: each name the
  *                               plugin lists gets a budget and its
@@ -107,6 +113,8 @@
  *
  * .cleanup          control     throttle_control_cleanup, FIRST: its thread
  *                               reads the writeback state freed next.
+ *                   adapt-glue  throttle_adapt_cleanup: stops the clock,
+ *                               after the control thread, which can start it.
  *                   writeback   throttle_writeback_cleanup: drains, stops the
  *                               writers and closes their plugin contexts
  *                               while the plugin is still loaded.
@@ -121,9 +129,12 @@
  *                               pressure watcher.
  *                   abort       throttle_abort_uninstall: the handler's code
  *                               goes with the filter.
- *                   throttle.c  the summary line of each export.
+ *                   throttle.c  the summary line of the server-wide budget,
+ *                               then of each export.
  *                   export      throttle_export_free_all: fails every wait,
  *                               frees the budgets and their adapt-glue state.
+ *                   throttle.c  the server-wide budget, after the exports'
+ *                               (no wait is left on it).
  *                   throttle.c  throttle_metric_unload (lib/).
  */
 

@@ -5,7 +5,9 @@
 #include <config.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,6 +107,31 @@ throttle_parse_seconds (const char *key, const char *value,
   }
   *out = d;
   return 1;
+}
+
+uint64_t
+throttle_capacity_min (const struct throttle_metric *m)
+{
+  return m->page_units ? m->page_units : 1;
+}
+
+int
+throttle_capacity_check (const struct throttle_metric *m, uint64_t value,
+                         const char *text, char *err, size_t errlen)
+{
+  uint64_t min = throttle_capacity_min (m);
+
+  if (value >= min)
+    return 0;
+  if (m->page_units)
+    snprintf (err, errlen, "%s: below %" PRIu64 ", the smallest capacity "
+              "under throttle-metric=%s (a page: requests are served in "
+              "whole pages, and less could never be granted)",
+              text, min, m->name);
+  else
+    snprintf (err, errlen, "%s: below %" PRIu64 ", the smallest capacity "
+              "under throttle-metric=%s", text, min, m->name);
+  return -1;
 }
 
 const char *

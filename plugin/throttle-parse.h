@@ -20,7 +20,10 @@
 #define THROTTLE_PARSE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include "throttle-metric.h"
 
 extern int throttle_parse_size (const char *key, const char *value,
                                 int64_t min, int64_t max,
@@ -50,6 +53,25 @@ extern int throttle_parse_seconds (const char *key, const char *value,
  */
 extern int throttle_size_in (const char *value, int64_t min, int64_t max,
                              int64_t *out);
+
+/* The smallest capacity (and floor) under metric m: one that admits,
+ * in one grant, the least a client's request can be charged that is
+ * not served in smaller parts.  Under bytes and pages, a page: a read
+ * or write served in parts is cut in whole pages, and a zero or trim
+ * costs a page.  Under requests, one request; under a user metric,
+ * one unit (a request charged more than the capacity is clamped: it
+ * runs alone).
+ */
+extern uint64_t throttle_capacity_min (const struct throttle_metric *m);
+
+/* Whether 'value' (a capacity or floor, given as 'text') is at least
+ * throttle_capacity_min: 0 if so, else -1 with a message naming the
+ * value and the minimum in err, for the caller to say after what it
+ * names (the parameter, or the control command).
+ */
+extern int throttle_capacity_check (const struct throttle_metric *m,
+                                    uint64_t value, const char *text,
+                                    char *err, size_t errlen);
 
 /* The English text of an errno, the one way the filter spells one:
  * not strerror or %m, whose message catalogue lookup makes nbdkit hang

@@ -145,7 +145,7 @@ wb_memory (uint64_t pool)
 int
 throttle_writeback_config_complete (void)
 {
-  char why_metric[128];
+  char why_metric[128], fix_key[96];
   const char *why, *fix;
   uint64_t ram, need;
 
@@ -157,8 +157,9 @@ throttle_writeback_config_complete (void)
   }
 
   /* Cover the whole budget where the metric says how many bytes it
-   * holds; other metrics do not, so the pool is then a second bound
-   * of its own (a write waits for buffers as it waits for units).
+   * holds, at the most it can be set to (the server-wide bound);
+   * other metrics do not, so the pool is then a second bound of its
+   * own (a write waits for buffers as it waits for units).
    * The parameter that decided the size is named in every error.
    */
   if (pool_param) {
@@ -169,25 +170,32 @@ throttle_writeback_config_complete (void)
   else if (throttle_config.metric.page_units != 0) {
     /* Bytes per unit: 1 under bytes, 4096 under pages. */
     uint64_t unit = THROTTLE_PAGE_SIZE / throttle_config.metric.page_units;
+    /* The most the export can ever have in flight: its capacity can
+     * be raised live up to the server-wide bound, never above.
+     */
+    uint64_t bound = throttle_budget_get_capacity (throttle_config.server);
+    const char *key = bound == throttle_config.capacity ?
+      "throttle-capacity" : "throttle-server-capacity";
 
-    if (__builtin_mul_overflow (throttle_config.capacity, unit, &pool_bytes)) {
-      nbdkit_error ("throttle-capacity: %" PRIu64 " %s of %" PRIu64 " bytes "
+    if (__builtin_mul_overflow (bound, unit, &pool_bytes)) {
+      nbdkit_error ("%s: %" PRIu64 " %s of %" PRIu64 " bytes "
                     "overflow a 64-bit writeback pool size: lower "
-                    "throttle-capacity, or set throttle-writeback-pool",
-                    throttle_config.capacity, throttle_config.metric.name,
-                    unit);
+                    "%s, or set throttle-writeback-pool",
+                    key, bound, throttle_config.metric.name, unit, key);
       return -1;
     }
     if (unit == 1)
-      snprintf (why_metric, sizeof why_metric, "throttle-capacity (the "
+      snprintf (why_metric, sizeof why_metric, "%s (the "
                 "pool's default under throttle-metric=%s)",
-                throttle_config.metric.name);
+                key, throttle_config.metric.name);
     else
-      snprintf (why_metric, sizeof why_metric, "throttle-capacity (the "
+      snprintf (why_metric, sizeof why_metric, "%s (the "
                 "pool's default under throttle-metric=%s is capacity x %"
-                PRIu64 ")", throttle_config.metric.name, unit);
+                PRIu64 ")", key, throttle_config.metric.name, unit);
     why = why_metric;
-    fix = "lower throttle-capacity, or set throttle-writeback-pool";
+    snprintf (fix_key, sizeof fix_key, "lower %s, or set "
+              "throttle-writeback-pool", key);
+    fix = fix_key;
   }
   else {
     pool_bytes = 16 * 1024 * 1024;
@@ -282,7 +290,7 @@ wb_retired (void *opaque, uint64_t charged)
   struct throttle_export *exp = opaque;
 
   throttle_abort_pending (-1);
-  throttle_budget_credit (&exp->budget, charged);
+  throttle_credit (exp, charged);
 }
 
 /* A writer's flush: what it wrote may be lost if this fails, so every
@@ -653,14 +661,14 @@ throttle_writeback_pwrite (struct throttle_wb_conn *c,
   if (wb == NULL || (flags & NBDKIT_FLAG_FUA) ||
       !throttle_wbq_fits (wb->q, count)) {
     res = pwrite_direct (c, next, buf, count, offset, flags, err);
-    throttle_budget_credit (&exp->budget, charged);
+    throttle_credit (exp, charged);
     return res;
   }
 
   throttle_abort_hold ();
   if (throttle_wbq_queue (wb->q, buf, count, offset, charged,
                           throttle_cancelled, NULL) == -1) {
-    throttle_budget_credit (&exp->budget, charged);
+    throttle_credit (exp, charged);
     nbdkit_error ("throttle: writeback: write of %" PRIu32 " bytes at %"
                   PRIu64 " abandoned while waiting for pool buffers: "
                   "server shutting down", count, offset);

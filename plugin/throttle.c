@@ -24,6 +24,7 @@
 #include "throttle.h"
 #include "throttle-abort.h"
 #include "throttle-adapt-glue.h"
+#include "throttle-admit.h"
 #include "throttle-control.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
@@ -38,6 +39,10 @@ NBDKIT_DLL_PUBLIC int throttle_debug_verbose = 0;
 
 struct throttle_config throttle_config = { .split = true };
 static const char *metric_spec = "bytes";
+static const char *capacity_text;       /* as given, for its errors */
+static uint64_t server_capacity;        /* 0 = throttle-capacity */
+static const char *server_capacity_text;
+static struct throttle_budget server_budget;
 
 /* The filter's own keys: 1 if key is one and its value is good, 0 if
  * it is not one, -1 after the error line (throttle-parse.h).
@@ -53,6 +58,16 @@ own_config (const char *key, const char *value)
                              "would admit nothing", &size) == -1)
       return -1;
     throttle_config.capacity = size;
+    capacity_text = value;
+    return 1;
+  }
+  if (strcmp (key, "throttle-server-capacity") == 0) {
+    if (throttle_parse_size (key, value, 1, INT64_MAX,
+                             "must be greater than 0: a zero capacity "
+                             "would admit nothing", &size) == -1)
+      return -1;
+    server_capacity = size;
+    server_capacity_text = value;
     return 1;
   }
   if (strcmp (key, "throttle-metric") == 0) {
@@ -94,6 +109,23 @@ throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
   return next (nxdata, key, value);
 }
 
+/* A capacity given as key=text (value parsed) that the metric, now
+ * known, cannot take: its one error line.
+ */
+static int
+check_capacity (const char *key, const char *text, uint64_t value)
+{
+  char what[256], err[512];
+
+  snprintf (what, sizeof what, "%s=%s", key, text);
+  if (throttle_capacity_check (&throttle_config.metric, value, what,
+                               err, sizeof err) == -1) {
+    nbdkit_error ("%s", err);
+    return -1;
+  }
+  return 0;
+}
+
 static int
 throttle_config_complete (nbdkit_next_config_complete *next,
                           nbdkit_backend *nxdata)
@@ -107,6 +139,35 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   }
   if (throttle_config.capacity == 0)
     throttle_config.capacity = throttle_config.metric.default_capacity;
+  else if (check_capacity ("throttle-capacity", capacity_text,
+                           throttle_config.capacity) == -1)
+    return -1;
+  /* The server's bound: as one export's by default, following any
+   * capacity set higher (throttle.h), so that a server with one export
+   * behaves as if there were none.  Every export starts at
+   * throttle-capacity, so the server's is never below it.
+   */
+  if (server_capacity == 0)
+    server_capacity = throttle_config.capacity;
+  else {
+    if (check_capacity ("throttle-server-capacity", server_capacity_text,
+                        server_capacity) == -1)
+      return -1;
+    if (server_capacity < throttle_config.capacity) {
+      nbdkit_error ("throttle-server-capacity=%s: below throttle-capacity=%"
+                    PRIu64 ": the server-wide bound cannot be below one "
+                    "export's", server_capacity_text,
+                    throttle_config.capacity);
+      return -1;
+    }
+    throttle_config.server_capacity_set = true;
+  }
+  if (throttle_budget_init (&server_budget, server_capacity) != 0) {
+    nbdkit_error ("throttle: cannot create the server-wide budget: %s",
+                  throttle_errtext (errno));
+    return -1;
+  }
+  throttle_config.server = &server_budget;
   /* Before any budget is made: each starts its latency target with
    * the floor known.
    */
@@ -121,8 +182,10 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   if (throttle_control_config_complete () == -1 ||
       throttle_writeback_config_complete () == -1)
     return -1;
-  nbdkit_debug ("throttle: capacity %" PRIu64 " units, metric %s, reads %s",
-                throttle_config.capacity, throttle_config.metric.name,
+  nbdkit_debug ("throttle: capacity %" PRIu64 " units per export, %" PRIu64
+                " in the whole server, metric %s, reads %s",
+                throttle_config.capacity, server_capacity,
+                throttle_config.metric.name,
                 throttle_config.charge_reads ? "charged" : "free");
 
   return next (nxdata);
@@ -131,6 +194,8 @@ throttle_config_complete (nbdkit_next_config_complete *next,
 #define throttle_config_help \
   "throttle-capacity=SIZE      Units allowed in flight per export\n" \
   "                            (default 16M for bytes).\n" \
+  "throttle-server-capacity=SIZE  Units allowed in flight in the whole\n" \
+  "                            server (default throttle-capacity).\n" \
   "throttle-metric=bytes|pages|requests|/path/metric.so\n" \
   "                            How requests are charged (default bytes).\n" \
   "throttle-reads=true|false   Charge reads too (default false).\n" \
@@ -162,7 +227,8 @@ static int
 throttle_after_fork (nbdkit_backend *backend)
 {
   if (throttle_guards_after_fork () == -1 ||
-      throttle_quit_start () == -1)
+      throttle_quit_start () == -1 ||
+      throttle_adapt_after_fork () == -1)
     return -1;
   return throttle_control_after_fork ();
 }
@@ -184,10 +250,30 @@ print_summary (struct throttle_export *exp, void *opaque)
                 s.wait_ns_total / 1e6, s.wait_ns_max / 1e6);
 }
 
+/* Before the exports' lines: a script reading the last summary line
+ * finds an export's, as before there was a server-wide budget.
+ */
+static void
+print_server_summary (void)
+{
+  struct throttle_stats s;
+
+  throttle_budget_get_stats (throttle_config.server, &s);
+  nbdkit_debug ("throttle: summary server capacity=%" PRIu64
+                " in_flight=%" PRIu64 " peak=%" PRIu64
+                " charged=%" PRIu64 " admitted=%" PRIu64
+                " waited=%" PRIu64 " clamped=%" PRIu64
+                " wait_total_ms=%.3f wait_max_ms=%.3f",
+                s.capacity, s.in_flight, s.peak, s.charged, s.admitted,
+                s.waited, s.clamped, s.wait_ns_total / 1e6,
+                s.wait_ns_max / 1e6);
+}
+
 static void
 throttle_cleanup (nbdkit_backend *backend)
 {
   throttle_control_cleanup ();
+  throttle_adapt_cleanup ();
   throttle_writeback_cleanup ();
   throttle_quit_stop ();
 }
@@ -198,8 +284,15 @@ throttle_unload (void)
   throttle_control_unload ();
   throttle_guards_unload ();
   throttle_abort_uninstall ();
+  if (throttle_config.server)
+    print_server_summary ();
   throttle_export_foreach (print_summary, NULL);
   throttle_export_free_all ();
+  if (throttle_config.server) {
+    throttle_budget_shutdown (throttle_config.server);
+    throttle_budget_destroy (throttle_config.server);
+    throttle_config.server = NULL;
+  }
   throttle_metric_unload (&throttle_config.metric);
 }
 
@@ -287,40 +380,11 @@ map_flags (uint32_t flags)
     (flags & NBDKIT_FLAG_REQ_ONE ? THROTTLE_FLAG_REQ_ONE : 0);
 }
 
-/* The smallest part worth a backend call of its own: an eighth of the
- * capacity, in whole pages.
- */
-static uint64_t
-part_min (uint64_t capacity)
-{
-  uint64_t q = throttle_config.metric.page_units;
-  uint64_t min = capacity / 8 / q * q;
-
-  return min > q ? min : q;
-}
-
-/* A large read or write can be served in parts, each charged on its
- * own: while it waits for room for all of it, what comes free is not
- * left idle, and one larger than the capacity is never in flight
- * beyond it.  Large: more than a quarter of the capacity (so a part is
- * at least an eighth); it must be page-aligned, under a metric
- * proportional to its length.
- */
-static bool
-in_parts (uint64_t capacity, enum throttle_op op, uint32_t count,
-          uint64_t offset, uint64_t need)
-{
-  return throttle_config.split && throttle_config.metric.page_units != 0 &&
-    (op == THROTTLE_OP_READ || op == THROTTLE_OP_WRITE) &&
-    offset % THROTTLE_PAGE_SIZE == 0 && count % THROTTLE_PAGE_SIZE == 0 &&
-    need > 2 * part_min (capacity);
-}
-
 /* Charge a request, or its first part, waiting for credit.  On success
  * *charged holds the units to credit back, exactly once, when the
- * plugin has returned, and *len the bytes they pay for: all of count,
- * or a page-aligned first part of it (see in_parts); the caller serves
- * that part and admits the rest again.
+ * plugin has returned (done), and *len the bytes they pay for: all of
+ * count, or a page-aligned first part of it (throttle_admit_in_parts);
+ * the caller serves that part and admits the rest again.
  */
 static int
 admit (struct throttle_handle *h, enum throttle_op op,
@@ -331,9 +395,13 @@ admit (struct throttle_handle *h, enum throttle_op op,
     .op = op, .count = count, .offset = offset, .flags = map_flags (flags),
     .exportname = h->exp->name,
   };
-  struct throttle_budget *b = &h->exp->budget;
-  uint64_t need, capacity = 0;
-  bool parts;
+  const struct throttle_admit_policy policy = {
+    .page_units = throttle_config.metric.page_units,
+    .split = throttle_config.split,
+    .split_max = UINT32_MAX,
+  };
+  struct throttle_admit a;
+  uint64_t need;
   int r;
 
   *charged = 0;
@@ -341,33 +409,17 @@ admit (struct throttle_handle *h, enum throttle_op op,
   need = throttle_config.metric.fn (&req);
   if (need == 0)
     return 0;
-  /* (The capacity can change at any time from the control socket;
-   * a part's size follows the capacity read here.)
-   */
-  if (throttle_config.metric.page_units != 0)
-    capacity = throttle_budget_get_capacity (b);
-  parts = in_parts (capacity, op, count, offset, need);
 
-  /* (Larger than the capacity, a whole request would be clamped.) */
-  if ((!parts || need <= capacity) &&
-      throttle_budget_try_charge (b, need, charged) == 0) {
+  r = throttle_admit_start (&a, &policy, &h->exp->budget,
+                            throttle_config.server, op, count,
+                            offset, need);
+  if (r == 1) {
     if (throttle_debug_verbose)
-      nbdkit_debug ("throttle: admit %s count=%" PRIu32 " offset=%" PRIu64
-                    " units=%" PRIu64, op_name (op), count, offset, *charged);
-    return 0;
+      nbdkit_debug ("throttle: wait %s count=%" PRIu32 " offset=%" PRIu64
+                    " units=%" PRIu64, op_name (op), count, offset, need);
+    r = throttle_admit_wait (&a, throttle_cancelled, NULL,
+                             THROTTLE_WAIT_POLL_MS);
   }
-
-  if (throttle_debug_verbose)
-    nbdkit_debug ("throttle: wait %s count=%" PRIu32 " offset=%" PRIu64
-                  " units=%" PRIu64, op_name (op), count, offset, need);
-  if (parts)
-    r = throttle_budget_charge_part (b, need, part_min (capacity),
-                                     throttle_config.metric.page_units,
-                                     throttle_cancelled, NULL,
-                                     THROTTLE_WAIT_POLL_MS, charged);
-  else
-    r = throttle_budget_charge (b, need, throttle_cancelled, NULL,
-                                THROTTLE_WAIT_POLL_MS, charged);
   if (r == -1) {
     nbdkit_error ("throttle: %s of %" PRIu32 " bytes at %" PRIu64
                   " abandoned while waiting for credit: "
@@ -376,12 +428,13 @@ admit (struct throttle_handle *h, enum throttle_op op,
     *err = ESHUTDOWN;
     return -1;
   }
-  if (parts && *charged < need)
-    *len = *charged / throttle_config.metric.page_units * THROTTLE_PAGE_SIZE;
+  *charged = a.charged;
+  *len = a.len;
   if (throttle_debug_verbose)
     nbdkit_debug ("throttle: admit %s count=%" PRIu32 " offset=%" PRIu64
-                  " units=%" PRIu64 " after waiting%s",
+                  " units=%" PRIu64 "%s%s",
                   op_name (op), *len, offset, *charged,
+                  a.waited ? " after waiting" : "",
                   *len < count ? " (a part)" : "");
   return 0;
 }
@@ -439,10 +492,16 @@ too_large (const char *op, uint32_t count, uint64_t offset, int *err)
  * allocate, whether or not its request is charged.
  */
 
+void
+throttle_credit (struct throttle_export *exp, uint64_t units)
+{
+  throttle_admit_credit (&exp->budget, throttle_config.server, units);
+}
+
 static void
 done (struct throttle_handle *h, uint64_t charged)
 {
-  throttle_budget_credit (&h->exp->budget, charged);
+  throttle_credit (h->exp, charged);
 }
 
 /* Every data callback returns through here: an error of a closing

@@ -625,6 +625,78 @@ START_TEST (test_stale_samples_and_pauses)
 }
 END_TEST
 
+/* Requests wait and nothing is in flight (the capacity is too low for
+ * the head, or the backend went quiet): no completion will end a
+ * window, so the timer's tick does, and steps the capacity up every
+ * window up to the ceiling, whatever the hold after bounces.  Not
+ * while requests are in flight, nor when nobody waits.
+ */
+START_TEST (test_tick_stalled)
+{
+  struct throttle_adapt a;
+  uint64_t t = 10 * S, cap;
+  unsigned ticks = 0;
+
+  throttle_adapt_init (&a, 4 * K, 1 * M, 1 * MS, 100 * MS, 1 * M, t);
+  /* Down to the floor on slow windows. */
+  while (a.capacity > 4 * K)
+    ck_assert_int_eq (uniform_window (&a, &t, 50 * MS, true, true),
+                      THROTTLE_ADAPT_DOWN);
+  a.hold = 128;
+  /* Within the window: nothing. */
+  t += 50 * MS;
+  ck_assert_int_eq (throttle_adapt_tick (&a, t, 8, 0), THROTTLE_ADAPT_NONE);
+  t += 50 * MS;
+  /* Over, but idle, or requests in flight that did not complete. */
+  ck_assert_int_eq (throttle_adapt_tick (&a, t, 0, 0), THROTTLE_ADAPT_NONE);
+  ck_assert_int_eq (throttle_adapt_tick (&a, t, 8, 4 * K),
+                    THROTTLE_ADAPT_NONE);
+  ck_assert_uint_eq (a.capacity, 4 * K);
+  /* Stalled: a step up per window, ticked every 50 ms. */
+  for (;;) {
+    cap = a.capacity;
+    if (throttle_adapt_tick (&a, t, 8, 0) == THROTTLE_ADAPT_UP)
+      ck_assert_uint_gt (a.capacity, cap);
+    else
+      ck_assert_uint_eq (a.capacity, cap);
+    if (a.capacity == 1 * M)
+      break;
+    t += 50 * MS;
+    ticks++;
+    ck_assert_uint_lt (ticks, 2 * 26);
+  }
+  ck_assert_int_eq (throttle_adapt_tick (&a, t + S, 8, 0),
+                    THROTTLE_ADAPT_NONE);
+  /* A window with samples that no completion closes: judged on time. */
+  throttle_adapt_init (&a, 4 * K, 1 * M, 1 * MS, 100 * MS, 512 * K, t);
+  sample_n (&a, t + 200 * MS, 10, 100 * MS, true);
+  ck_assert_int_eq (throttle_adapt_tick (&a, t + 250 * MS, 8, 0),
+                    THROTTLE_ADAPT_NONE);
+  ck_assert_int_eq (throttle_adapt_tick (&a, t + 300 * MS, 8, 0),
+                    THROTTLE_ADAPT_DOWN);
+}
+END_TEST
+
+/* "set capacity" with a target: the new ceiling is the capacity at
+ * once, raised or lowered, and the controller moves on from there.
+ */
+START_TEST (test_set_ceiling_at_once)
+{
+  struct throttle_adapt a;
+  uint64_t t = 10 * S;
+
+  throttle_adapt_init (&a, 4 * K, 1 * M, 1 * MS, 100 * MS, 1 * M, t);
+  while (a.capacity > 64 * K)
+    uniform_window (&a, &t, 50 * MS, true, true);
+  ck_assert_int_eq (throttle_adapt_set_ceiling (&a, 2 * M, t), 0);
+  ck_assert_uint_eq (a.capacity, 2 * M);
+  ck_assert_int_eq (throttle_adapt_set_ceiling (&a, 256 * K, t), 0);
+  ck_assert_uint_eq (a.capacity, 256 * K);
+  ck_assert_int_eq (uniform_window (&a, &t, 50 * MS, true, true),
+                    THROTTLE_ADAPT_DOWN);
+}
+END_TEST
+
 static Suite *
 adapt_suite (void)
 {
@@ -643,6 +715,8 @@ adapt_suite (void)
   tcase_add_test (tc, test_reads_decide);
   tcase_add_test (tc, test_percentile_band_hold);
   tcase_add_test (tc, test_stale_samples_and_pauses);
+  tcase_add_test (tc, test_tick_stalled);
+  tcase_add_test (tc, test_set_ceiling_at_once);
   suite_add_tcase (s, tc);
   return s;
 }

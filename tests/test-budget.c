@@ -5,6 +5,7 @@
 #include <config.h>
 
 #include <check.h>
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -29,6 +30,23 @@ stats_of (struct throttle_budget *b)
   return s;
 }
 
+/* Take units only if that is possible at once: the stepped charge,
+ * given up if it would wait.
+ */
+static int
+try_charge (struct throttle_budget *b, uint64_t need, uint64_t *charged)
+{
+  struct throttle_budget_waiter bw;
+  int r = throttle_budget_enqueue (b, &bw, THROTTLE_BUDGET_WHOLE, need, 0,
+                                   charged);
+
+  if (r == 1) {
+    throttle_budget_abandon (b, &bw);
+    return -1;
+  }
+  return r;
+}
+
 /* Wait (bounded) until the budget has 'n' waiters queued. */
 static void
 wait_for_waiters (struct throttle_budget *b, uint64_t n)
@@ -47,8 +65,8 @@ START_TEST (test_basic)
   ck_assert_int_eq (throttle_budget_init (&b, 100), 0);
   ck_assert_int_eq (throttle_budget_charge (&b, 60, NULL, NULL, 0, &c1), 0);
   ck_assert_uint_eq (c1, 60);
-  ck_assert_int_eq (throttle_budget_try_charge (&b, 50, &c2), -1);
-  ck_assert_int_eq (throttle_budget_try_charge (&b, 40, &c2), 0);
+  ck_assert_int_eq (try_charge (&b, 50, &c2), -1);
+  ck_assert_int_eq (try_charge (&b, 40, &c2), 0);
   ck_assert_uint_eq (stats_of (&b).in_flight, 100);
   throttle_budget_credit (&b, c1);
   throttle_budget_credit (&b, c2);
@@ -95,9 +113,9 @@ START_TEST (test_clamp)
   ck_assert_int_eq (throttle_budget_charge (&b, 1000, NULL, NULL, 0, &c), 0);
   ck_assert_uint_eq (c, 100);
   ck_assert_uint_eq (stats_of (&b).clamped, 1);
-  ck_assert_int_eq (throttle_budget_try_charge (&b, 1, &c2), -1);
+  ck_assert_int_eq (try_charge (&b, 1, &c2), -1);
   /* A failed try does not count: the wait that follows will. */
-  ck_assert_int_eq (throttle_budget_try_charge (&b, 1000, &c2), -1);
+  ck_assert_int_eq (try_charge (&b, 1000, &c2), -1);
   ck_assert_uint_eq (stats_of (&b).clamped, 1);
   throttle_budget_credit (&b, c);
   ck_assert_uint_eq (stats_of (&b).in_flight, 0);
@@ -185,7 +203,7 @@ END_TEST
 /* A later request that would fit must not barge past a queued waiter
  * through the non-blocking path either.
  */
-START_TEST (test_try_charge_no_barging)
+START_TEST (test_enqueue_no_barging)
 {
   struct throttle_budget b;
   pthread_t t;
@@ -200,7 +218,7 @@ START_TEST (test_try_charge_no_barging)
   a = (struct order_arg) { &b, 10, 1, &slot, order, &hold };
   pthread_create (&t, NULL, order_thread, &a);
   wait_for_waiters (&b, 1);
-  ck_assert_int_eq (throttle_budget_try_charge (&b, 1, &c), -1);
+  ck_assert_int_eq (try_charge (&b, 1, &c), -1);
   throttle_budget_credit (&b, held);
   pthread_join (t, NULL);
   ck_assert_uint_eq (stats_of (&b).in_flight, 0);
@@ -350,7 +368,7 @@ END_TEST
 
 struct part_arg {
   struct throttle_budget *b;
-  uint64_t need, min, quantum;
+  uint64_t need, quantum;
   int result;
   uint64_t charged;
 };
@@ -360,27 +378,28 @@ part_thread (void *vp)
 {
   struct part_arg *a = vp;
 
-  a->result = throttle_budget_charge_part (a->b, a->need, a->min, a->quantum,
+  a->result = throttle_budget_charge_part (a->b, a->need, a->quantum,
                                            NULL, NULL, 0, &a->charged);
   return NULL;
 }
 
-/* What is free is granted in quanta once it reaches min, at once when
- * nobody waits, and to the head of the queue when units come back.
+/* What is free is granted in quanta once it reaches the part minimum
+ * (an eighth of the capacity: 20), at once when nobody waits, and to
+ * the head of the queue when units come back.
  */
 START_TEST (test_part_grants)
 {
   struct throttle_budget b;
-  struct part_arg a = { .need = 60, .min = 20, .quantum = 10 };
+  struct part_arg a = { .need = 60, .quantum = 10 };
   pthread_t t;
   uint64_t held, c;
 
-  throttle_budget_init (&b, 100);
+  throttle_budget_init (&b, 160);
   a.b = &b;
-  throttle_budget_charge (&b, 75, NULL, NULL, 0, &held);
+  throttle_budget_charge (&b, 135, NULL, NULL, 0, &held);
   /* 25 free: 20 of them, in quanta of 10. */
-  ck_assert_int_eq (throttle_budget_charge_part (&b, 60, 20, 10, NULL, NULL,
-                                                 0, &c), 0);
+  ck_assert_int_eq (throttle_budget_charge_part (&b, 60, 10, NULL, NULL, 0,
+                                                 &c), 0);
   ck_assert_uint_eq (c, 20);
   /* 5 free, below min: wait.  15 back: 20 free, granted as a part. */
   pthread_create (&t, NULL, part_thread, &a);
@@ -389,19 +408,19 @@ START_TEST (test_part_grants)
   pthread_join (t, NULL);
   ck_assert_int_eq (a.result, 0);
   ck_assert_uint_eq (a.charged, 20);
-  ck_assert_uint_eq (stats_of (&b).in_flight, 100);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 160);
   /* The whole need when it is free. */
-  throttle_budget_credit (&b, 60 + c + a.charged);
-  ck_assert_int_eq (throttle_budget_charge_part (&b, 60, 20, 10, NULL, NULL,
-                                                 0, &c), 0);
+  throttle_budget_credit (&b, 120 + c + a.charged);
+  ck_assert_int_eq (throttle_budget_charge_part (&b, 60, 10, NULL, NULL, 0,
+                                                 &c), 0);
   ck_assert_uint_eq (c, 60);
   throttle_budget_credit (&b, c);
   /* Larger than the capacity: parts of at most the capacity, never
    * clamped.
    */
-  ck_assert_int_eq (throttle_budget_charge_part (&b, 250, 20, 10, NULL, NULL,
-                                                 0, &c), 0);
-  ck_assert_uint_eq (c, 100);
+  ck_assert_int_eq (throttle_budget_charge_part (&b, 250, 10, NULL, NULL, 0,
+                                                 &c), 0);
+  ck_assert_uint_eq (c, 160);
   ck_assert_uint_eq (stats_of (&b).clamped, 0);
   throttle_budget_credit (&b, c);
   ck_assert_uint_eq (stats_of (&b).in_flight, 0);
@@ -415,14 +434,15 @@ END_TEST
 START_TEST (test_part_fifo)
 {
   struct throttle_budget b;
-  struct part_arg head = { .need = 60, .min = 20, .quantum = 10 };
-  struct part_arg small = { .need = 10, .min = 10, .quantum = 10 };
+  struct part_arg head = { .need = 60, .quantum = 10 };
+  struct part_arg small = { .need = 10, .quantum = 10 };
   pthread_t th, ts;
   uint64_t held;
 
-  throttle_budget_init (&b, 100);
+  /* 10 free, below the part minimum of 20: the head waits. */
+  throttle_budget_init (&b, 160);
   head.b = small.b = &b;
-  throttle_budget_charge (&b, 90, NULL, NULL, 0, &held);
+  throttle_budget_charge (&b, 150, NULL, NULL, 0, &held);
   pthread_create (&th, NULL, part_thread, &head);
   wait_for_waiters (&b, 1);
   pthread_create (&ts, NULL, part_thread, &small);
@@ -434,7 +454,7 @@ START_TEST (test_part_fifo)
   throttle_budget_credit (&b, head.charged);
   pthread_join (ts, NULL);
   ck_assert_uint_eq (small.charged, 10);
-  throttle_budget_credit (&b, small.charged + 70);
+  throttle_budget_credit (&b, small.charged + 130);
   ck_assert_uint_eq (stats_of (&b).in_flight, 0);
   throttle_budget_destroy (&b);
 }
@@ -446,12 +466,132 @@ START_TEST (test_part_bad_args)
   uint64_t c;
 
   throttle_budget_init (&b, 100);
-  ck_assert_int_eq (throttle_budget_charge_part (&b, 60, 20, 0, NULL, NULL,
-                                                 0, &c), -1);
-  ck_assert_int_eq (throttle_budget_charge_part (&b, 60, 0, 10, NULL, NULL,
-                                                 0, &c), -1);
-  ck_assert_int_eq (throttle_budget_charge_part (&b, 60, 25, 10, NULL, NULL,
-                                                 0, &c), -1);
+  ck_assert_int_eq (throttle_budget_charge_part (&b, 60, 0, NULL, NULL, 0,
+                                                 &c), -1);
+  ck_assert_int_eq (errno, EINVAL);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 0);
+  throttle_budget_destroy (&b);
+}
+END_TEST
+
+/* --- the liveness invariant ------------------------------------------ */
+
+/* A part is sized when it is granted, under the capacity then: one
+ * queued under a large capacity is granted after the capacity fell
+ * below what its part minimum was when it queued.
+ */
+START_TEST (test_part_sized_at_grant)
+{
+  struct throttle_budget b;
+  struct throttle_budget_waiter bw;
+  uint64_t held, c;
+
+  throttle_budget_init (&b, 160);
+  throttle_budget_charge (&b, 150, NULL, NULL, 0, &held);
+  /* 10 free, below the part minimum of 20: queued. */
+  ck_assert_int_eq (throttle_budget_enqueue (&b, &bw, THROTTLE_BUDGET_PARTS,
+                                             160, 10, &c), 1);
+  ck_assert_int_eq (throttle_budget_set_capacity (&b, 16), 0);
+  ck_assert_int_eq (throttle_budget_poll (&b, &bw, &c), 1);
+  throttle_budget_credit (&b, held);
+  /* Nothing in flight: the head is granted, at most the capacity. */
+  ck_assert_int_eq (throttle_budget_poll (&b, &bw, &c), 0);
+  ck_assert_uint_eq (c, 10);
+  ck_assert_uint_eq (stats_of (&b).waiters, 0);
+  throttle_budget_credit (&b, c);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 0);
+  throttle_budget_destroy (&b);
+}
+END_TEST
+
+/* A capacity below one quantum still grants one quantum of a part,
+ * alone, and the clamped whole request, alone.
+ */
+START_TEST (test_below_quantum)
+{
+  struct throttle_budget b;
+  struct throttle_budget_waiter bw;
+  uint64_t c1, c2;
+
+  throttle_budget_init (&b, 1000);
+  ck_assert_int_eq (throttle_budget_enqueue (&b, &bw, THROTTLE_BUDGET_PARTS,
+                                             16384, 4096, &c1), 0);
+  ck_assert_uint_eq (c1, 4096);
+  ck_assert_uint_eq (stats_of (&b).clamped, 1);
+  /* Not while anything else is in flight. */
+  ck_assert_int_eq (throttle_budget_enqueue (&b, &bw, THROTTLE_BUDGET_PARTS,
+                                             12288, 4096, &c2), 1);
+  throttle_budget_credit (&b, c1);
+  ck_assert_int_eq (throttle_budget_poll (&b, &bw, &c2), 0);
+  ck_assert_uint_eq (c2, 4096);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 4096);
+  throttle_budget_credit (&b, c2);
+  ck_assert_int_eq (throttle_budget_charge (&b, 8192, NULL, NULL, 0, &c1), 0);
+  ck_assert_uint_eq (c1, 1000);
+  ck_assert_uint_eq (stats_of (&b).clamped, 3);
+  throttle_budget_credit (&b, c1);
+  throttle_budget_destroy (&b);
+}
+END_TEST
+
+/* EXACT: never clamped; above the capacity, alone and in full. */
+START_TEST (test_exact)
+{
+  struct throttle_budget b;
+  struct throttle_budget_waiter bw;
+  uint64_t c1, c2;
+
+  throttle_budget_init (&b, 100);
+  ck_assert_int_eq (throttle_budget_enqueue (&b, &bw, THROTTLE_BUDGET_EXACT,
+                                             150, 0, &c1), 0);
+  ck_assert_uint_eq (c1, 150);
+  ck_assert_uint_eq (stats_of (&b).clamped, 1);
+  ck_assert_int_eq (throttle_budget_enqueue (&b, &bw, THROTTLE_BUDGET_EXACT,
+                                             10, 0, &c2), 1);
+  ck_assert_int_eq (throttle_budget_poll (&b, &bw, &c2), 1);
+  throttle_budget_credit (&b, c1);
+  ck_assert_int_eq (throttle_budget_poll (&b, &bw, &c2), 0);
+  ck_assert_uint_eq (c2, 10);
+  throttle_budget_credit (&b, c2);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 0);
+  throttle_budget_destroy (&b);
+}
+END_TEST
+
+/* The stepped wait: a waiter granted and then abandoned puts its units
+ * back and passes them on; a shutdown ends a polled wait.
+ */
+START_TEST (test_stepped)
+{
+  struct throttle_budget b;
+  struct throttle_budget_waiter w1, w2, w3;
+  uint64_t held, c;
+
+  throttle_budget_init (&b, 10);
+  throttle_budget_charge (&b, 8, NULL, NULL, 0, &held);
+  ck_assert_int_eq (throttle_budget_enqueue (&b, &w1, THROTTLE_BUDGET_WHOLE,
+                                             5, 0, &c), 1);
+  ck_assert_int_eq (throttle_budget_enqueue (&b, &w2, THROTTLE_BUDGET_WHOLE,
+                                             5, 0, &c), 1);
+  ck_assert_int_eq (throttle_budget_enqueue (&b, &w3, THROTTLE_BUDGET_WHOLE,
+                                             5, 0, &c), 1);
+  throttle_budget_credit (&b, held);
+  /* w1 and w2 granted (5 + 5); w1 abandons after its grant: w3 gets it. */
+  ck_assert_uint_eq (stats_of (&b).waiters, 1);
+  throttle_budget_abandon (&b, &w1);
+  ck_assert_uint_eq (stats_of (&b).waiters, 0);
+  ck_assert_uint_eq (stats_of (&b).in_flight, 10);
+  ck_assert_uint_eq (stats_of (&b).cancelled, 1);
+  ck_assert_int_eq (throttle_budget_poll (&b, &w2, &c), 0);
+  ck_assert_uint_eq (c, 5);
+  ck_assert_int_eq (throttle_budget_poll (&b, &w3, &c), 0);
+  throttle_budget_credit (&b, c);
+  ck_assert_int_eq (throttle_budget_enqueue (&b, &w1, THROTTLE_BUDGET_WHOLE,
+                                             10, 0, &c), 1);
+  throttle_budget_shutdown (&b);
+  ck_assert_int_eq (throttle_budget_poll (&b, &w1, &c), -1);
+  ck_assert_uint_eq (c, 0);
+  throttle_budget_credit (&b, 5);
   ck_assert_uint_eq (stats_of (&b).in_flight, 0);
   throttle_budget_destroy (&b);
 }
@@ -491,7 +631,7 @@ hammer_thread (void *vp)
 
     /* A third are served in parts of at least 100 units. */
     if ((rand_r (&seed) % 3 == 0
-         ? throttle_budget_charge_part (&hammer_b, need, 100, 50,
+         ? throttle_budget_charge_part (&hammer_b, need, 50,
                                         use_cancel ? random_cancel : NULL,
                                         &seed, 1, &c)
          : throttle_budget_charge (&hammer_b, need,
@@ -549,7 +689,7 @@ START_TEST (test_hammer)
   /* The whole capacity is available again. */
   {
     uint64_t c;
-    ck_assert_int_eq (throttle_budget_try_charge (&hammer_b, CAPACITY, &c), 0);
+    ck_assert_int_eq (try_charge (&hammer_b, CAPACITY, &c), 0);
     throttle_budget_credit (&hammer_b, c);
   }
   throttle_budget_destroy (&hammer_b);
@@ -585,7 +725,7 @@ reader_thread (void *vp)
     uint64_t c;
 
     ck_assert (cap == CAPACITY || cap == CAPACITY / 2);
-    if (throttle_budget_try_charge (&hammer_b, need, &c) == -1)
+    if (try_charge (&hammer_b, need, &c) == -1)
       ck_assert_int_eq (throttle_budget_charge (&hammer_b, need, NULL, NULL,
                                                 1, &c), 0);
     ck_assert_uint_eq (c, need);
@@ -631,7 +771,7 @@ budget_suite (void)
   tcase_add_test (tc, test_zero_need_is_free);
   tcase_add_test (tc, test_clamp);
   tcase_add_test (tc, test_fifo_no_starvation);
-  tcase_add_test (tc, test_try_charge_no_barging);
+  tcase_add_test (tc, test_enqueue_no_barging);
   tcase_add_test (tc, test_cancel_leaks_nothing);
   tcase_add_test (tc, test_shutdown_wakes_waiters);
   tcase_add_test (tc, test_set_capacity);
@@ -639,6 +779,10 @@ budget_suite (void)
   tcase_add_test (tc, test_part_grants);
   tcase_add_test (tc, test_part_fifo);
   tcase_add_test (tc, test_part_bad_args);
+  tcase_add_test (tc, test_part_sized_at_grant);
+  tcase_add_test (tc, test_below_quantum);
+  tcase_add_test (tc, test_exact);
+  tcase_add_test (tc, test_stepped);
   tcase_add_test (tc, test_hammer);
   tcase_add_test (tc, test_capacity_changes);
   suite_add_tcase (s, tc);

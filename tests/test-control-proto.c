@@ -21,7 +21,7 @@
 #include "throttle-export.h"
 
 struct throttle_config throttle_config = {
-  .capacity = 262144, .metric = { .name = "bytes" },
+  .capacity = 262144, .metric = { .name = "bytes", .page_units = 4096 },
 };
 
 /* "" and a name that needs every kind of escape in JSON: a quote, a
@@ -30,6 +30,7 @@ struct throttle_config throttle_config = {
 static struct throttle_export exports[2] = {
   { .name = (char *) "" }, { .name = (char *) "a b\"c\x01\xff" },
 };
+static struct throttle_budget server;
 static int errors_logged;
 static uint64_t target_ns;
 
@@ -113,6 +114,18 @@ throttle_export_foreach_range (size_t from, size_t max,
   return 2;
 }
 
+void
+throttle_export_foreach (throttle_export_fn fn, void *opaque)
+{
+  throttle_export_foreach_range (0, 2, fn, opaque);
+}
+
+uint64_t
+throttle_adapt_export_ceiling (struct throttle_export *exp)
+{
+  return throttle_budget_get_capacity (&exp->budget);
+}
+
 int
 throttle_adapt_export_set_ceiling (struct throttle_export *exp,
                                    uint64_t ceiling, uint64_t *previous,
@@ -182,6 +195,8 @@ setup (void)
 
   for (i = 0; i < 2; i++)
     ck_assert_int_eq (throttle_budget_init (&exports[i].budget, 262144), 0);
+  ck_assert_int_eq (throttle_budget_init (&server, 2097152), 0);
+  throttle_config.server = &server;
   errors_logged = 0;
   target_ns = 0;
 }
@@ -193,6 +208,9 @@ teardown (void)
 
   for (i = 0; i < 2; i++)
     throttle_budget_destroy (&exports[i].budget);
+  throttle_budget_destroy (&server);
+  throttle_config.server = NULL;
+  throttle_config.server_capacity_set = false;
 }
 
 /* --- tests ------------------------------------------------------------ */
@@ -209,7 +227,7 @@ START_TEST (test_tokens)
   expect_error ("help me", "usage: help");
   expect ("help", "{\"commands\":[\"stats [EXPORT]\",\"stats from N\","
           "\"set capacity EXPORT N\",\"set latency-target EXPORT "
-          "DURATION|off\",\"help\"]}\n");
+          "DURATION|off\",\"set server-capacity N\",\"help\"]}\n");
 }
 END_TEST
 
@@ -219,23 +237,29 @@ START_TEST (test_stats)
     ",\"capacity\":262144,\"in_flight\":0,\"peak\":0,\"charged\":0,"
     "\"admitted\":0,\"waited\":0,\"cancelled\":0,\"clamped\":0,"
     "\"wait_ns_total\":0,\"wait_ns_max\":0,\"waiters\":0}";
-  char want[1024];
+  /* The server-wide budget, after default_capacity. */
+  static const char server_json[] =
+    "\"server\":{\"capacity\":2097152,\"in_flight\":0,\"peak\":0,"
+    "\"charged\":0,\"admitted\":0,\"waited\":0,\"clamped\":0,"
+    "\"wait_ns_total\":0,\"wait_ns_max\":0,\"waiters\":0},";
+  char want[2048];
 
   /* A quoted name with its escapes; the reply escapes it for JSON. */
   snprintf (want, sizeof want,
-            "{\"metric\":\"bytes\",\"default_capacity\":262144,"
+            "{\"metric\":\"bytes\",\"default_capacity\":262144,%s"
             "\"exports_total\":2,\"exports\":[{\"name\":"
-            "\"a b\\\"c\\u0001\\ufffd\"%s]}\n", counters);
+            "\"a b\\\"c\\u0001\\ufffd\"%s]}\n", server_json, counters);
   expect ("stats \"a b\\\"c\x01\xff\"", want);
   snprintf (want, sizeof want,
-            "{\"metric\":\"bytes\",\"default_capacity\":262144,"
+            "{\"metric\":\"bytes\",\"default_capacity\":262144,%s"
             "\"exports_total\":2,\"from\":1,\"next\":null,\"exports\":["
-            "{\"name\":\"a b\\\"c\\u0001\\ufffd\"%s]}\n", counters);
+            "{\"name\":\"a b\\\"c\\u0001\\ufffd\"%s]}\n", server_json,
+            counters);
   expect ("stats from 1", want);
   snprintf (want, sizeof want,
-            "{\"metric\":\"bytes\",\"default_capacity\":262144,"
+            "{\"metric\":\"bytes\",\"default_capacity\":262144,%s"
             "\"exports_total\":2,\"from\":0,\"next\":null,\"exports\":["
-            "{\"name\":\"\"%s,", counters);
+            "{\"name\":\"\"%s,", server_json, counters);
   {
     char *r = ask ("stats");
 
@@ -290,8 +314,50 @@ START_TEST (test_set_capacity)
   ck_assert_int_eq (errors_logged, 1);
   expect_error ("set capacity nosuch 1M", "unknown export \\\"nosuch\\\"");
   expect_error ("set capacity \"\"", "usage: set capacity EXPORT N");
+  /* Less than a page could never be granted under bytes. */
+  expect_error ("set capacity \"\" 100", "capacity \\\"100\\\": below 4096, "
+                "the smallest capacity under throttle-metric=bytes");
+  expect_error ("set capacity \"\" 4095", "capacity \\\"4095\\\": below 4096");
   ck_assert_uint_eq (throttle_budget_get_capacity (&exports[0].budget),
                      1048576);
+}
+END_TEST
+
+START_TEST (test_set_server_capacity)
+{
+  /* Not given at start: the server's bound follows an export raised
+   * above it, first.
+   */
+  expect ("set capacity \"\" 4M",
+          "{\"ok\":true,\"export\":\"\",\"capacity\":4194304,"
+          "\"previous\":262144}\n");
+  ck_assert_uint_eq (throttle_budget_get_capacity (&server), 4194304);
+  expect ("set server-capacity 8M",
+          "{\"ok\":true,\"server_capacity\":8388608,\"previous\":4194304}\n");
+  ck_assert_uint_eq (throttle_budget_get_capacity (&server), 8388608);
+  /* Set: no export above it ... */
+  expect_error ("set capacity \"\" 16M", "capacity \\\"16M\\\": above the "
+                "server-wide capacity 8388608: raise it first with set "
+                "server-capacity N");
+  ck_assert_uint_eq (throttle_budget_get_capacity (&exports[0].budget),
+                     4194304);
+  /* ... and the server's never below an export's, nor below a page. */
+  expect_error ("set server-capacity 1M", "server-capacity \\\"1M\\\": below "
+                "the capacity 4194304 of export \\\"\\\": lower it first");
+  expect_error ("set server-capacity 100", "server-capacity \\\"100\\\": "
+                "below 4096, the smallest capacity");
+  expect_error ("set server-capacity 0", "the capacity must be greater than 0");
+  expect_error ("set server-capacity", "usage: set capacity EXPORT N, or "
+                "set latency-target EXPORT DURATION|off, or set "
+                "server-capacity N (the default export is \\\"\\\")");
+  ck_assert_uint_eq (throttle_budget_get_capacity (&server), 8388608);
+  expect ("set capacity \"\" 256K",
+          "{\"ok\":true,\"export\":\"\",\"capacity\":262144,"
+          "\"previous\":4194304}\n");
+  /* Not below throttle-capacity, at which new exports start. */
+  expect_error ("set server-capacity 128K", "below the capacity 262144");
+  expect ("set server-capacity 256K",
+          "{\"ok\":true,\"server_capacity\":262144,\"previous\":8388608}\n");
 }
 END_TEST
 
@@ -321,6 +387,7 @@ main (void)
   tcase_add_test (tc, test_stats);
   tcase_add_test (tc, test_extra_stats);
   tcase_add_test (tc, test_set_capacity);
+  tcase_add_test (tc, test_set_server_capacity);
   tcase_add_test (tc, test_set_latency_target);
   suite_add_tcase (s, tc);
   sr = srunner_create (s);

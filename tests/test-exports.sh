@@ -140,7 +140,7 @@ echo "ok: backend peak $peak <= capacity with 4 invented names"
 # --- names the plugin lists have budgets of their own ---------------------
 start_nbdkit listed --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
   delay-ms=100 statefile="$tmp/listed.state" throttle-capacity=256K \
-  export=a export=b throttle-control="$ctl"
+  throttle-server-capacity=512K export=a export=b throttle-control="$ctl"
 listed=$pid
 for i in $(seq 50); do [ -S "$ctl" ] && break; sleep 0.1; done
 $PY - "$tmp/listed.sock" "$ctl" "$srcdir" <<'EOF' || fail "listed names"

@@ -20,6 +20,12 @@
  * request, reads included, sleeps delay-ms plus the bytes in flight at
  * its arrival (its own included) divided by SIZE.  Without it reads
  * are instant and everything else sleeps delay-ms.
+ *
+ * gate=PATH: a backend that holds requests until the test lets them
+ * go: while PATH exists, every request that sleeps waits (polling
+ * every 10 ms, in flight all the while) before its delay.  So a test
+ * can keep a write in flight for as long as it needs a state to hold,
+ * however slow the machine, and end it by removing the file.
  */
 
 #include <config.h>
@@ -50,6 +56,7 @@ static int fd = -1;
 static unsigned flush_fail;             /* 0: no handle fails a flush */
 static unsigned flush_delay_ms;
 static int64_t bandwidth;               /* 0: no latency from the load */
+static const char *gate;                /* hold requests while it exists */
 static atomic_uint handles_opened;
 
 struct flush_handle {                   /* only with flush-fail=K */
@@ -104,6 +111,8 @@ inflight_config (const char *key, const char *value)
     if (nbdkit_parse_unsigned ("flush-delay-ms", value, &flush_delay_ms) == -1)
       return -1;
   }
+  else if (strcmp (key, "gate") == 0)
+    gate = value;
   else if (strcmp (key, "bandwidth") == 0) {
     if ((bandwidth = nbdkit_parse_size (value)) == -1)
       return -1;
@@ -223,6 +232,12 @@ hold (long long bytes)
   raise_peak (&bytes_peak, in_flight);
   raise_peak (&reqs_peak, atomic_fetch_add (&reqs_now, 1) + 1);
   ns = delay_ms * UINT64_C (1000000) + queue_ns (in_flight);
+  while (gate && access (gate, F_OK) == 0)
+    if (nbdkit_nanosleep (0, 10000000) == -1) {
+      atomic_fetch_sub (&bytes_now, bytes);
+      atomic_fetch_sub (&reqs_now, 1);
+      return -1;
+    }
   if (plain_sleep) {
     struct timespec ts = { .tv_sec = ns / 1000000000,
                            .tv_nsec = ns % 1000000000 };

@@ -253,6 +253,26 @@ fill_row (char row[NCOLS][CELL], const struct ctl_json *e, bool bytes)
   }
 }
 
+/* The server-wide budget, which every export's charges are charged
+ * to too, on a line of its own (a filter without one says nothing).
+ */
+static void
+print_server (const struct ctl_json *reply, bool bytes)
+{
+  const struct ctl_json *sv = ctl_json_get (reply, "server");
+  char cap[CELL], infl[CELL], peak[CELL];
+
+  if (sv == NULL || sv->type != CTL_JSON_OBJECT)
+    return;
+  ctl_format_units (get (sv, "capacity"), bytes, cap, sizeof cap);
+  ctl_format_units (get (sv, "in_flight"), bytes, infl, sizeof infl);
+  ctl_format_units (get (sv, "peak"), bytes, peak, sizeof peak);
+  printf ("server-wide: capacity %s, in flight %s, peak %s, waiting %"
+          PRIu64 ", admitted %" PRIu64 ", waited %" PRIu64 "\n",
+          cap, infl, peak, get (sv, "waiters"), get (sv, "admitted"),
+          get (sv, "waited"));
+}
+
 static void
 print_table (const struct ctl_json *reply, const struct ctl_json *exports)
 {
@@ -278,6 +298,7 @@ print_table (const struct ctl_json *reply, const struct ctl_json *exports)
   printf ("metric %s%s\n",
           m && m->type == CTL_JSON_STRING ? m->str : "(unknown)",
           bytes ? " (sizes in bytes, K = 1024)" : "");
+  print_server (reply, bytes);
   if (n == 0) {
     printf ("no exports\n");
     return;

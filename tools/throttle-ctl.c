@@ -24,6 +24,7 @@ static const char usage_text[] =
   "usage: throttle-ctl [--json] [--timeout SECS] SOCKET stats [EXPORT]\n"
   "       throttle-ctl [--json] [--timeout SECS] SOCKET set capacity EXPORT SIZE\n"
   "       throttle-ctl [--json] [--timeout SECS] SOCKET set latency-target EXPORT DURATION|off\n"
+  "       throttle-ctl [--json] [--timeout SECS] SOCKET set server-capacity SIZE\n"
   "       throttle-ctl [--json] [--timeout SECS] SOCKET watch [INTERVAL [COUNT]]\n"
   "The default export is \"\".  SIZE takes nbdkit's suffixes (256K, 64M);\n"
   "DURATION its unit (5ms, 500us, 0.1s).\n"
@@ -73,8 +74,8 @@ unexpected (const char *path, const char *line, struct ctl_json *reply,
   return NULL;
 }
 
-/* Send "set WHAT EXPORT VALUE" (LINE receives it, LINELEN at least
- * 1100 bytes) and return the reply if it says ok.  Else returns NULL
+/* Send "set WHAT EXPORT VALUE", or "set WHAT VALUE" if EXPORT is NULL
+ * (LINE receives it, LINELEN at least 1100 bytes) and return the reply if it says ok.  Else returns NULL
  * with *RC the exit status, after saying why on stderr: 2 if the
  * export name cannot be sent (nothing was), 1 if the server could not
  * be asked or refused.
@@ -89,12 +90,15 @@ ask_set (const char *path, const char *what, const char *export,
   char err[1024], q[1040];
 
   *rc = 1;
-  if (!ctl_quote_export (export, q, sizeof q)) {
+  if (export == NULL)
+    snprintf (line, linelen, "set %s %s", what, value);
+  else if (!ctl_quote_export (export, q, sizeof q)) {
     *rc = usage_error ("export name \"%s\": holds a newline or is too "
                        "long, it cannot be sent", export);
     return NULL;
   }
-  snprintf (line, linelen, "set %s %s %s", what, q, value);
+  else
+    snprintf (line, linelen, "set %s %s %s", what, q, value);
   reply = ctl_ask (path, line, timeout, raw, err, sizeof err);
   if (reply == NULL) {
     fprintf (stderr, "throttle-ctl: %s\n", err);
@@ -137,6 +141,43 @@ cmd_set_capacity (const char *path, const char *export, const char *size,
     printf ("export %s: capacity %" PRIu64 " (%s), was %" PRIu64 " (%s)\n",
             ctl_format_export (export, q, sizeof q), cap,
             ctl_format_units (cap, true, a, sizeof a), prev,
+            ctl_format_units (prev, true, b, sizeof b));
+  ctl_json_free (reply);
+  free (raw);
+  return fflush (stdout) == 0 ? 0 : 1;
+}
+
+/* The server-wide capacity, which bounds every export's together. */
+static int
+cmd_set_server_capacity (const char *path, const char *size, bool json,
+                         double timeout)
+{
+  struct ctl_json *reply;
+  char err[1024], line[1100], num[32], a[32], b[32];
+  uint64_t v, cap, prev;
+  char *raw;
+  int rc;
+
+  if (!ctl_parse_size (size, &v, err, sizeof err))
+    return usage_error ("%s", err);
+  if (v == 0)
+    return usage_error ("bad size \"%s\": the capacity must be greater "
+                        "than 0", size);
+  snprintf (num, sizeof num, "%" PRIu64, v);
+  reply = ask_set (path, "server-capacity", NULL, num, timeout, line,
+                   sizeof line, &raw, &rc);
+  if (reply == NULL)
+    return rc;
+  if (!ctl_json_get_uint (reply, "server_capacity", &cap) ||
+      !ctl_json_get_uint (reply, "previous", &prev) || cap != v) {
+    unexpected (path, line, reply, raw);
+    return 1;
+  }
+  if (json)
+    printf ("%s\n", raw);
+  else
+    printf ("server-wide capacity %" PRIu64 " (%s), was %" PRIu64 " (%s)\n",
+            cap, ctl_format_units (cap, true, a, sizeof a), prev,
             ctl_format_units (prev, true, b, sizeof b));
   ctl_json_free (reply);
   free (raw);
@@ -247,9 +288,11 @@ main (int argc, char *argv[])
       return cmd_set_capacity (path, argv[1], argv[2], json, timeout);
     if (n == 3 && strcmp (argv[0], "latency-target") == 0)
       return cmd_set_latency_target (path, argv[1], argv[2], json, timeout);
+    if (n == 2 && strcmp (argv[0], "server-capacity") == 0)
+      return cmd_set_server_capacity (path, argv[1], json, timeout);
     return usage_error ("usage: set capacity EXPORT SIZE, or set "
                         "latency-target EXPORT DURATION|off (the default "
-                        "export is \"\")");
+                        "export is \"\"), or set server-capacity SIZE");
   }
   if (strcmp (cmd, "watch") == 0) {
     double interval = 1;

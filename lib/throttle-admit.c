@@ -1,0 +1,195 @@
+/* nbdkit-throttle: admission of one request, whole or in parts, to its
+ * export's budget and to the server's.  See throttle-admit.h.
+ *
+ * The blocking path (throttle_admit_wait) and the stepped one
+ * (throttle_admit_poll) run the same steps: the export's grant, then
+ * the server's charge for exactly what the export granted; they differ
+ * only in how they wait for a grant (throttle_budget_wait or
+ * throttle_budget_poll).
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <string.h>
+
+#include "throttle-admit.h"
+#include "throttle-metric.h"
+
+bool
+throttle_admit_in_parts (const struct throttle_admit_policy *p,
+                         uint64_t capacity, enum throttle_op op,
+                         uint32_t count, uint64_t offset, uint64_t need)
+{
+  /* Large: more than twice the part minimum, so that a part is worth
+   * a backend call of its own.  Page-aligned, so that every part is.
+   */
+  return p->split && p->page_units != 0 && count <= p->split_max &&
+    (op == THROTTLE_OP_READ || op == THROTTLE_OP_WRITE) &&
+    offset % THROTTLE_PAGE_SIZE == 0 && count % THROTTLE_PAGE_SIZE == 0 &&
+    need > 2 * throttle_budget_part_min (capacity, p->page_units);
+}
+
+/* The export granted 'units': record what they pay for. */
+static void
+export_granted (struct throttle_admit *a, uint64_t units)
+{
+  a->charged = units;
+  a->len = a->count;
+  if (a->parts && units < a->need)
+    a->len = units / a->policy->page_units * THROTTLE_PAGE_SIZE;
+}
+
+/* Charge the server what the export granted.  Returns as
+ * throttle_admit_start.
+ */
+static int
+server_enqueue (struct throttle_admit *a)
+{
+  uint64_t got;
+  int r;
+
+  if (a->server == NULL) {
+    a->stage = THROTTLE_ADMIT_GRANTED;
+    return 0;
+  }
+  a->stage = THROTTLE_ADMIT_SERVER;
+  r = throttle_budget_enqueue (a->server, &a->bw, THROTTLE_BUDGET_EXACT,
+                               a->charged, 0, &got);
+  if (r == 0)
+    a->stage = THROTTLE_ADMIT_GRANTED;
+  else if (r == 1)
+    a->waited = true;
+  else {
+    throttle_budget_credit (a->exp, a->charged);
+    a->stage = THROTTLE_ADMIT_DONE;
+  }
+  return r;
+}
+
+int
+throttle_admit_start (struct throttle_admit *a,
+                      const struct throttle_admit_policy *p,
+                      struct throttle_budget *exp,
+                      struct throttle_budget *server, enum throttle_op op,
+                      uint32_t count, uint64_t offset, uint64_t need)
+{
+  uint64_t capacity = throttle_budget_get_capacity (exp);
+  uint64_t got;
+  int r;
+
+  memset (a, 0, sizeof *a);
+  a->exp = exp;
+  a->server = server;
+  a->policy = p;
+  a->need = need;
+  a->count = count;
+  a->parts = throttle_admit_in_parts (p, capacity, op, count, offset, need);
+  a->stage = THROTTLE_ADMIT_EXPORT;
+
+  r = throttle_budget_enqueue (exp, &a->bw,
+                               a->parts ? THROTTLE_BUDGET_PARTS :
+                               THROTTLE_BUDGET_WHOLE,
+                               need, p->page_units, &got);
+  if (r == 1) {
+    a->waited = true;
+    return 1;
+  }
+  if (r == -1) {
+    a->stage = THROTTLE_ADMIT_DONE;
+    return -1;
+  }
+  export_granted (a, got);
+  return server_enqueue (a);
+}
+
+int
+throttle_admit_poll (struct throttle_admit *a)
+{
+  uint64_t got;
+  int r;
+
+  switch (a->stage) {
+  case THROTTLE_ADMIT_EXPORT:
+    r = throttle_budget_poll (a->exp, &a->bw, &got);
+    if (r == -1)
+      a->stage = THROTTLE_ADMIT_DONE;
+    if (r != 0)
+      return r;
+    export_granted (a, got);
+    return server_enqueue (a);
+  case THROTTLE_ADMIT_SERVER:
+    r = throttle_budget_poll (a->server, &a->bw, &got);
+    if (r == 0)
+      a->stage = THROTTLE_ADMIT_GRANTED;
+    else if (r == -1) {
+      throttle_budget_credit (a->exp, a->charged);
+      a->stage = THROTTLE_ADMIT_DONE;
+    }
+    return r;
+  case THROTTLE_ADMIT_GRANTED:
+    return 0;
+  case THROTTLE_ADMIT_DONE:
+    break;
+  }
+  return -1;
+}
+
+int
+throttle_admit_wait (struct throttle_admit *a, throttle_cancel_fn cancel,
+                     void *opaque, unsigned poll_ms)
+{
+  uint64_t got;
+
+  if (a->stage == THROTTLE_ADMIT_EXPORT) {
+    if (throttle_budget_wait (a->exp, &a->bw, cancel, opaque, poll_ms,
+                              &got) == -1) {
+      a->stage = THROTTLE_ADMIT_DONE;
+      return -1;
+    }
+    export_granted (a, got);
+    if (server_enqueue (a) != 1)
+      return a->stage == THROTTLE_ADMIT_GRANTED ? 0 : -1;
+  }
+  if (a->stage == THROTTLE_ADMIT_SERVER) {
+    if (throttle_budget_wait (a->server, &a->bw, cancel, opaque, poll_ms,
+                              &got) == -1) {
+      throttle_budget_credit (a->exp, a->charged);
+      a->stage = THROTTLE_ADMIT_DONE;
+      return -1;
+    }
+    a->stage = THROTTLE_ADMIT_GRANTED;
+  }
+  return a->stage == THROTTLE_ADMIT_GRANTED ? 0 : -1;
+}
+
+void
+throttle_admit_abandon (struct throttle_admit *a)
+{
+  switch (a->stage) {
+  case THROTTLE_ADMIT_EXPORT:
+    throttle_budget_abandon (a->exp, &a->bw);
+    break;
+  case THROTTLE_ADMIT_SERVER:
+    throttle_budget_abandon (a->server, &a->bw);
+    throttle_budget_credit (a->exp, a->charged);
+    break;
+  case THROTTLE_ADMIT_GRANTED:
+  case THROTTLE_ADMIT_DONE:
+    return;
+  }
+  a->charged = 0;
+  a->stage = THROTTLE_ADMIT_DONE;
+}
+
+void
+throttle_admit_credit (struct throttle_budget *exp,
+                       struct throttle_budget *server, uint64_t units)
+{
+  /* The server first: a request waiting there holds export units, and
+   * is granted the sooner so that it can give them back.
+   */
+  if (server)
+    throttle_budget_credit (server, units);
+  throttle_budget_credit (exp, units);
+}

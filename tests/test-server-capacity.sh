@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# The server-wide bound (throttle-server-capacity): every charge to an
+# export's budget is charged to the server's too, so two exports the
+# plugin lists, each at a 1M capacity, have at most 1M in flight
+# together at the backend by default, and at most the server's bound
+# when it is set; bad values are refused at start and over the control
+# socket, naming them; stats and throttle-ctl show the server's budget.
+source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
+requires_file "$THROTTLE_FILTER"
+requires_file "$TEST_PLUGIN"
+requires_file "$THROTTLE_CTL"
+requires $PY -c 'import nbd'
+
+# bad EXPECT ARGS...: nbdkit refuses to start, with one error line
+# saying EXPECT.
+bad ()
+{
+  local expect=$1 rc=0 n; shift
+  "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M "$@" --run true \
+    >"$tmp/out" 2>&1 || rc=$?
+  [ $rc != 0 ] || fail "nbdkit started with $*"
+  [ $rc -lt 128 ] || { cat "$tmp/out"; fail "nbdkit crashed (exit $rc) with $*"; }
+  grep -q -- "$expect" "$tmp/out" ||
+    { cat "$tmp/out"; fail "$*: error does not say '$expect'"; }
+  n=$(grep -c 'error:' "$tmp/out")
+  [ "$n" = 1 ] || { cat "$tmp/out"; fail "$*: $n error lines, not 1"; }
+  echo "ok: refused $*: $(grep -m1 error "$tmp/out")"
+}
+bad "throttle-server-capacity=0: must be greater than 0" \
+    throttle-server-capacity=0
+bad "could not parse size string (lots)" throttle-server-capacity=lots
+bad "throttle-server-capacity=1000: below 4096" throttle-server-capacity=1000
+bad "throttle-server-capacity=512K: below throttle-capacity=1048576" \
+    throttle-capacity=1M throttle-server-capacity=512K
+"$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M throttle-capacity=1M \
+  throttle-server-capacity=1M --run true >"$tmp/out" 2>&1 ||
+  { cat "$tmp/out"; fail "refused a server capacity equal to the capacity"; }
+
+ctl=$tmp/ctl.sock
+# load SOCKET: 2 connections to each of exports a and b, each keeping
+# 8 writes of 256K in flight, 24 writes each; the exports are listed
+# first, so that each has its own budget.
+load ()
+{
+  timeout 300 $PY - "$1" <<'EOF' || fail "the load failed"
+import nbd, sys, threading
+sock = sys.argv[1]
+h = nbd.NBD()
+h.set_opt_mode(True)
+h.connect_unix(sock)
+names = []
+h.opt_list(lambda n, d: names.append(n) or 0)
+h.opt_abort()
+assert "a" in names and "b" in names, names
+errors = []
+def run(export, i):
+    try:
+        h = nbd.NBD()
+        h.set_export_name(export)
+        h.connect_unix(sock)
+        buf = nbd.Buffer.from_bytearray(bytearray(262144))
+        cookies = []
+        for n in range(24):
+            cookies.append(h.aio_pwrite(buf, (i * 24 + n) * 262144))
+            while h.aio_in_flight() >= 8:
+                h.poll(-1)
+        while h.aio_in_flight() > 0:
+            h.poll(-1)
+        for c in cookies:
+            h.aio_command_completed(c)
+        h.shutdown()
+    except Exception as e:
+        errors.append("%s/%d: %s" % (export, i, e))
+ts = [threading.Thread(target=run, args=(e, i))
+      for e in ("a", "b") for i in range(2)]
+for t in ts: t.start()
+for t in ts: t.join()
+if errors:
+    sys.exit("FAIL: " + "; ".join(errors))
+print("ok: 96 writes of 256K to exports a and b")
+EOF
+}
+
+stats_field ()
+{
+  $PY -c 'import json, sys; r = json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"
+}
+
+# --- the default: the server's bound is one export's -----------------------
+for server in "" 2M; do
+  rm -f "$ctl"
+  start_nbdkit bound --threads=32 --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
+    delay-ms=20 export=a export=b statefile="$tmp/bound.state" \
+    throttle-capacity=1M throttle-rt=off throttle-control="$ctl" \
+    ${server:+throttle-server-capacity=$server}
+  for i in $(seq 100); do [ -S "$ctl" ] && break; sleep 0.1; done
+  load "$tmp/bound.sock"
+  $PY "$srcdir/control-client.py" send "$ctl" stats >"$tmp/stats.json"
+  "$THROTTLE_CTL" "$ctl" stats >"$tmp/table" || fail "throttle-ctl stats failed"
+  cat "$tmp/table"
+  stop_nbdkit $pid
+  peak=$(statefield "$tmp/bound.state" peak_bytes)
+  bound=1048576
+  [ -z "$server" ] || bound=2097152
+  speak=$(stats_field 'r["server"]["peak"]' <"$tmp/stats.json")
+  scap=$(stats_field 'r["server"]["capacity"]' <"$tmp/stats.json")
+  sadm=$(stats_field 'r["server"]["admitted"]' <"$tmp/stats.json")
+  eadm=$(stats_field 'sum(e["admitted"] for e in r["exports"] if e["name"] in ("a", "b"))' \
+           <"$tmp/stats.json")
+  echo "server capacity $scap: backend peak $peak, server peak $speak, admitted $sadm (exports a+b: $eadm)"
+  [ "$scap" = "$bound" ] || fail "server capacity $scap, expected $bound"
+  [ "$peak" -le "$bound" ] ||
+    fail "the backend had $peak bytes in flight, above the server's bound $bound"
+  [ "$speak" -le "$bound" ] || fail "server peak $speak above $bound"
+  [ "$sadm" = "$eadm" ] && [ "$sadm" -ge 96 ] ||
+    fail "the server admitted $sadm, the exports $eadm"
+  grep -q "^server-wide: capacity ${server:-1M}, in flight 0, peak " "$tmp/table" ||
+    fail "throttle-ctl stats does not show the server-wide budget"
+  # The unload summary has the server's line first.
+  grep -q "throttle: summary server capacity=$bound in_flight=0 " "$tmp/bound.log" ||
+    fail "no server summary line at unload"
+done
+
+# --- the control socket ------------------------------------------------------
+rm -f "$ctl"
+start_nbdkit live --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" delay-ms=1 \
+  export=a throttle-capacity=1M throttle-server-capacity=2M throttle-rt=off \
+  throttle-control="$ctl"
+for i in $(seq 100); do [ -S "$ctl" ] && break; sleep 0.1; done
+expect_ctl ()
+{
+  local pattern=$1 r; shift
+  r=$($PY "$srcdir/control-client.py" send "$ctl" "$@")
+  echo "$* -> $r"
+  echo "$r" | grep -q -- "$pattern" || fail "$*: expected '$pattern'"
+}
+expect_ctl '"server":{"capacity":2097152,"in_flight":0' stats
+expect_ctl 'error.*capacity \\"4M\\": above the server-wide capacity 2097152' \
+  'set capacity "" 4M'
+expect_ctl '"ok":true,"export":"","capacity":2097152' 'set capacity "" 2M'
+expect_ctl 'error.*server-capacity \\"1M\\": below the capacity 2097152 of export \\"\\"' \
+  'set server-capacity 1M'
+expect_ctl 'error.*server-capacity \\"100\\": below 4096' \
+  'set server-capacity 100'
+expect_ctl '"ok":true,"server_capacity":8388608,"previous":2097152' \
+  'set server-capacity 8M'
+expect_ctl '"server":{"capacity":8388608' stats
+expect_ctl '"set server-capacity N"' help
+"$THROTTLE_CTL" "$ctl" set server-capacity 4M >"$tmp/out" ||
+  { cat "$tmp/out"; fail "throttle-ctl set server-capacity 4M failed"; }
+grep -q "^server-wide capacity 4194304 (4M), was 8388608 (8M)$" "$tmp/out" ||
+  { cat "$tmp/out"; fail "throttle-ctl set server-capacity: unexpected output"; }
+r=0; "$THROTTLE_CTL" "$ctl" set server-capacity 1M >"$tmp/out" 2>&1 || r=$?
+[ $r = 1 ] && grep -q 'below the capacity 2097152 of export' "$tmp/out" ||
+  { cat "$tmp/out"; fail "throttle-ctl set server-capacity 1M: exit $r"; }
+stop_nbdkit $pid
+
+# Without throttle-server-capacity the server's bound follows an export
+# raised above it (one export behaves as if there were no server-wide
+# bound), until set server-capacity fixes it.
+rm -f "$ctl"
+start_nbdkit follow --filter="$THROTTLE_FILTER" memory 16M \
+  throttle-capacity=1M throttle-rt=off throttle-control="$ctl"
+for i in $(seq 100); do [ -S "$ctl" ] && break; sleep 0.1; done
+expect_ctl '"server":{"capacity":1048576,' stats
+expect_ctl '"ok":true,"export":"","capacity":67108864,"previous":1048576' \
+  'set capacity "" 64M'
+expect_ctl '"server":{"capacity":67108864,' stats
+expect_ctl '"ok":true,"export":"","capacity":1048576' 'set capacity "" 1M'
+expect_ctl '"server":{"capacity":67108864,' stats
+expect_ctl '"ok":true,"server_capacity":2097152' 'set server-capacity 2M'
+expect_ctl 'error.*capacity \\"4M\\": above the server-wide capacity 2097152' \
+  'set capacity "" 4M'
+stop_nbdkit $pid
+echo "test-server-capacity: PASS"
