@@ -46,8 +46,8 @@ bad "throttle-capacity=1Z: not a size" throttle-capacity=1Z
 bad "throttle-capacity=99999999999999999999: not a size" \
     throttle-capacity=99999999999999999999
 # Every size parameter names itself for a value that is no size.
-for p in throttle-capacity throttle-reserve throttle-max-request \
-         throttle-writeback-pool throttle-min-capacity; do
+for p in throttle-capacity throttle-server-capacity throttle-reserve \
+         throttle-max-request throttle-writeback-pool throttle-min-capacity; do
   bad "$p=-1: not a size" $p=-1
 done
 bad "throttle-metric: unknown metric 'furlongs'" throttle-metric=furlongs
