@@ -355,7 +355,7 @@ EOF
 sleep 0.4
 stop_nbdkit $many
 # The periodic stats log every page, each line valid JSON.
-grep 'throttle: stats {' "$tmp/many.log" | tail -11 | sed 's/.*throttle: stats //' |
+debug_json 'throttle: stats ' "$tmp/many.log" | tail -11 |
   $PY -c 'import json, sys
 pages = [json.loads(l) for l in sys.stdin]
 froms = [p["from"] for p in pages]
