@@ -20,6 +20,7 @@
 #include "throttle-control.h"
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
+#include "throttle-guards.h"
 #include "throttle-json.h"
 #include "throttle-parse.h"
 
@@ -443,6 +444,20 @@ cmd_set_latency_target (FILE *out, const char *name, const char *value)
     fputs (",\"previous_ns\":null}\n", out);
 }
 
+/* The server's real-time mode (see throttle-guards.h). */
+static void
+cmd_set_rt (FILE *out, const char *value)
+{
+  char err[256], rt[1024];
+
+  if (throttle_guards_set_rt (value, err, sizeof err) == -1) {
+    throttle_control_reply_error (out, "%s", err);
+    return;
+  }
+  throttle_guards_rt_json (rt, sizeof rt);
+  fprintf (out, "{\"ok\":true%s%s}\n", rt[0] ? "," : "", rt);
+}
+
 static void
 cmd_stats (FILE *out, int argc, char **argv)
 {
@@ -502,7 +517,8 @@ throttle_control_execute (FILE *out, char *line)
       fputs ("{\"commands\":[\"stats [EXPORT]\",\"stats from N\","
              "\"set capacity EXPORT N\","
              "\"set latency-target EXPORT DURATION|off\","
-             "\"set server-capacity N\",\"help\"]}\n", out);
+             "\"set server-capacity N\",\"set rt on|off|auto\","
+             "\"help\"]}\n", out);
   }
   else if (strcmp (argv[0], "stats") == 0)
     cmd_stats (out, argc, argv);
@@ -513,11 +529,14 @@ throttle_control_execute (FILE *out, char *line)
       cmd_set_latency_target (out, argv[2], argv[3]);
     else if (argc == 3 && strcmp (argv[1], "server-capacity") == 0)
       cmd_set_server_capacity (out, argv[2]);
+    else if (argc == 3 && strcmp (argv[1], "rt") == 0)
+      cmd_set_rt (out, argv[2]);
     else
       throttle_control_reply_error (out, "usage: set capacity EXPORT N, or "
                                     "set latency-target EXPORT "
                                     "DURATION|off, or set server-capacity "
-                                    "N (the default export is \"\")");
+                                    "N (the default export is \"\"), or "
+                                    "set rt on|off|auto");
   }
   else
     throttle_control_reply_error (out, "unknown command \"%s\": try help",

@@ -36,8 +36,12 @@
 
 #include <nbdkit-filter.h>
 
+#include "throttle-clock.h"
+#include "throttle-control.h"
 #include "throttle-guards.h"
+#include "throttle-json.h"
 #include "throttle-parse.h"
+#include "throttle-rtpolicy.h"
 
 /* Linux 5.6 <linux/prctl.h>; Debian 12's glibc headers lack them. */
 #ifndef PR_SET_IO_FLUSHER
@@ -69,6 +73,8 @@
 #define MAX_MAX_REQUEST (32 * 1024 * 1024)
 /* nbdkit's --threads default (DEFAULT_PARALLEL_REQUESTS). */
 #define DEFAULT_THREADS 16
+/* throttle-rt-hold: how long real-time outlasts its last reason. */
+#define DEFAULT_RT_HOLD 60.0
 
 enum guard_mode { GUARD_OFF, GUARD_AUTO, GUARD_ON };
 enum lock_mode { LOCK_OFF, LOCK_POOL, LOCK_ONFAULT, LOCK_AUTO };
@@ -80,6 +86,8 @@ static enum lock_mode mlock_mode = LOCK_AUTO;
 static int64_t reserve_param = -1;      /* -1 = computed */
 static unsigned threads_param = DEFAULT_THREADS;
 static uint32_t max_request = DEFAULT_MAX_REQUEST;
+static double rt_hold_param = DEFAULT_RT_HOLD;
+static const char *psi_path = "/proc/pressure/memory";
 
 /* Decided in get_ready, before any thread that reads them exists. */
 static bool io_flusher_active;
@@ -94,33 +102,44 @@ static bool reserve_locked;
  * mallocs the thread's slot: an allocation on the writeout path, before
  * the guards are on.  One byte fits glibc's static TLS surplus.
  */
-static __thread unsigned char thread_state
+static __thread unsigned thread_gen
   __attribute__ ((tls_model ("initial-exec")));
-enum { THREAD_NEW, THREAD_ENTERED, THREAD_DONE };
 
-/* throttle-rt: whether the process is real-time now.  With "on" from
- * after_fork; with "auto" from the moment a connection's peer is a
- * kernel nbd client on this machine, or memory pressure begins
- * (rt_switch_on); it never goes back.  Real-time priority makes the
- * request threads preempt a client on the same CPUs at every request
+/* throttle-rt: whether the process is real-time now, decided by the
+ * state machine of lib/throttle-rtpolicy.h: with "auto", while a
+ * kernel nbd client of root or the server's uid is connected, and for
+ * throttle-rt-hold after it left or after memory pressure while such
+ * a peer was connected.  Real-time priority makes the request threads
+ * preempt every ordinary process on the same CPUs at every request
  * (see "REAL-TIME PRIORITY" in nbdkit-throttle-filter(1)): "auto" pays
  * that only where the server may be what the kernel waits for.
- * Written under rt_lock, read without it.
- */
-static atomic_bool rt_on;
-/* Lock rule: rt_lock serializes rt_switch_on (the walk over the tasks
- * and its static buffer, rt_why, rt_when).
+ *
+ * Lock rule: rt_lock serializes every change of rt_state and rt_on
+ * (rt_apply_locked: the walk over the tasks and its static buffer,
+ * rt_why, rt_when).  rt_on and rt_gen are read without it.
  */
 static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
-static char rt_why[160];
+static struct throttle_rt rt_state;
+static atomic_bool rt_on;
+/* Bumped after every switch: a thread whose thread_gen differs sets
+ * its own policy at its next throttle_guards_thread_enter.  0 is a
+ * thread that never entered.
+ */
+static atomic_uint rt_gen = 1;
+static char rt_why[256];
 static struct timespec rt_when;
+/* The watcher thread, which stays SCHED_FIFO whatever the mode. */
+static atomic_int psi_tid;
+
+static void rt_stats_json (struct throttle_export *, char *, size_t);
 
 /* /proc/self/task, opened in after_fork: walking it must not allocate
  * (opendir does), since memory pressure is one reason to walk it.
  */
 static int task_dir_fd = -1;
-/* The memory pressure watcher: a PSI trigger on /proc/pressure/memory
- * and a pipe that tells the watcher to stop.
+/* The watcher: a PSI trigger on psi_path (throttle-rt-pressure), and a
+ * pipe that wakes it ("w": the hold may have changed) or stops it
+ * ("x").
  */
 static int psi_fd = -1;
 static int psi_stop[2] = { -1, -1 };
@@ -191,6 +210,20 @@ throttle_guards_config (const char *key, const char *value)
     return parse_guard (key, value, &rt_mode);
   if (strcmp (key, "throttle-oom") == 0)
     return parse_guard (key, value, &oom_mode);
+  if (strcmp (key, "throttle-rt-hold") == 0)
+    return throttle_parse_seconds (key, value, 0, 86400,
+                                   "expected a number of seconds from 0 to "
+                                   "86400", &rt_hold_param);
+  if (strcmp (key, "throttle-rt-pressure") == 0) {
+    if (value[0] != '/') {
+      nbdkit_error ("%s=%s: expected the absolute path of a PSI file "
+                    "(/proc/pressure/memory, or a cgroup's memory.pressure)",
+                    key, value);
+      return -1;
+    }
+    psi_path = value;
+    return 1;
+  }
   if (strcmp (key, "throttle-mlock") == 0) {
     if (throttle_parse_word (key, value, lock_words,
                              "expected auto, onfault, pool or off", &i) == -1)
@@ -453,28 +486,17 @@ apply_guards (void)
                  err, IO_FLUSHER_CONSEQUENCE) == -1)
       return -1;
   }
-  /* "auto" leaves the main thread as it is: rt_switch_on sets the
-   * policy when it is needed.
+  /* Still permitted (-u may have dropped CAP_SYS_NICE)?  rt_start
+   * sets the policy, for "on" at once.
    */
-  if (rt_active && rt_mode == GUARD_ON) {
-    err = set_policy (SCHED_FIFO, &fifo_1);
-    if (err != 0) {
-      rt_active = false;
+  if (rt_active && (err = rt_probe ()) != 0) {
+    rt_active = false;
+    if (rt_mode == GUARD_ON) {
       nbdkit_error ("throttle-rt=on: %s: %s; use throttle-rt=auto or off "
                     "to start without it", RT_WHAT, errtext (err));
       return -1;
     }
-    snprintf (rt_why, sizeof rt_why, "throttle-rt=on");
-    clock_gettime (CLOCK_MONOTONIC, &rt_when);
-    atomic_store (&rt_on, true);
-  }
-  else if (rt_active) {
-    /* Still permitted (-u may have dropped CAP_SYS_NICE)? */
-    err = rt_probe ();
-    if (err != 0) {
-      rt_active = false;
-      refused (rt_mode, "throttle-rt", RT_WHAT, err, RT_CONSEQUENCE);
-    }
+    refused (rt_mode, "throttle-rt", RT_WHAT, err, RT_CONSEQUENCE);
   }
   if (oom_active && (err = set_oom_score_adj ("-1000")) != 0) {
     oom_active = false;
@@ -606,6 +628,8 @@ throttle_guards_get_ready (int thread_model)
       decide_mlock () == -1 ||
       size_reserve (thread_model) == -1)
     return -1;
+  /* Before the control thread exists (throttle-control.h). */
+  throttle_control_add_extra_stats (rt_stats_json);
   if (throttle_debug_verbose)
     nbdkit_debug ("throttle: guards planned: io-flusher %s, SCHED_FIFO %s, "
                   "oom_score_adj %s, mlock %s (%s), reserve %zu bytes",
@@ -620,17 +644,21 @@ throttle_guards_get_ready (int thread_model)
   return 0;
 }
 
-/* Sets SCHED_FIFO on every thread of the process that is not
- * real-time yet, and returns how many it changed.  Threads created
- * later inherit it from their (now real-time) creator; a thread the
- * walk misses switches itself in throttle_guards_thread_enter, which
- * sees rt_on.  Caller holds rt_lock (the buffer is static: no
- * allocation under memory pressure).
+/* Sets the policy of every thread of the process but the watcher to
+ * SCHED_FIFO (on) or SCHED_OTHER, and returns how many it changed.
+ * Threads created later inherit it from their creator (the main thread
+ * is among those walked); a thread the walk misses, or one that set
+ * its own policy from a stale rt_on meanwhile, switches itself at its
+ * next throttle_guards_thread_enter, which sees rt_gen change.  Caller
+ * holds rt_lock (the buffer is static: no allocation under memory
+ * pressure).
  */
 static unsigned
-rt_set_all_threads (void)
+rt_set_all_threads (bool on)
 {
+  static const struct sched_param other = { .sched_priority = 0 };
   static char buf[4096] __attribute__ ((aligned (8)));
+  const pid_t watcher = atomic_load (&psi_tid);
   unsigned n = 0;
   long len, off;
 
@@ -648,51 +676,70 @@ rt_set_all_threads (void)
       off += reclen;
       for (; *name >= '0' && *name <= '9'; name++)
         tid = tid * 10 + (*name - '0');
-      if (tid <= 0 || *name != '\0')
+      if (tid <= 0 || *name != '\0' || tid == watcher)
         continue;
       policy = sched_getscheduler (tid);
-      if (policy == -1 || (policy & ~SCHED_RESET_ON_FORK) == SCHED_FIFO)
+      if (policy == -1 ||
+          ((policy & ~SCHED_RESET_ON_FORK) == SCHED_FIFO) == on)
         continue;
-      if (sched_setscheduler (tid, SCHED_FIFO, &fifo_1) == 0)
+      if (sched_setscheduler (tid, on ? SCHED_FIFO : SCHED_OTHER,
+                              on ? &fifo_1 : &other) == 0)
         n++;
     }
   }
   return n;
 }
 
-/* throttle-rt=auto: makes the whole process real-time from now on, for
- * the reason 'why'.  The whole process, not one connection: writeback
- * writers and every connection's requests share the budget with the
- * connection that needs it, and a SCHED_OTHER thread holding it would
- * stall the real-time ones.  Allocates nothing unless nbdkit runs
- * verbose (its debug message): the memory pressure watcher calls it.
+/* Decides from rt_state at now and switches the whole process if the
+ * answer changed; event says what happened (for the log and stats).
+ * The whole process, not one connection: writeback writers and every
+ * connection's requests share the budget with the connection that
+ * needs it, and a SCHED_OTHER thread holding it would stall the
+ * real-time ones.  Returns when to decide again without an event (0:
+ * never).  Caller holds rt_lock.  Allocates nothing unless nbdkit runs
+ * verbose (its debug message): the watcher calls it under memory
+ * pressure.
  */
-static void
-rt_switch_on (const char *why)
+static uint64_t
+rt_apply_locked (uint64_t now, const char *event)
 {
+  uint64_t recheck;
+  bool want = throttle_rt_wanted (&rt_state, now, &recheck);
+  struct timespec wall;
   unsigned n;
-  struct timespec now;
 
-  pthread_mutex_lock (&rt_lock);
-  if (atomic_load (&rt_on)) {
-    pthread_mutex_unlock (&rt_lock);
-    return;
-  }
-  atomic_store (&rt_on, true);
+  if (want == atomic_load (&rt_on))
+    return recheck;
+  atomic_store (&rt_on, want);
+  atomic_fetch_add (&rt_gen, 1);
   clock_gettime (CLOCK_MONOTONIC, &rt_when);
-  snprintf (rt_why, sizeof rt_why, "%s", why);
-  n = rt_set_all_threads ();
-  pthread_mutex_unlock (&rt_lock);
-  clock_gettime (CLOCK_REALTIME, &now);
-  nbdkit_debug ("throttle: guards: real-time on: %s: SCHED_FIFO set on %u "
-                "threads at %lld.%06ld", why, n,
-                (long long) now.tv_sec, now.tv_nsec / 1000);
+  if (want && event)
+    snprintf (rt_why, sizeof rt_why, "%s", event);
+  else
+    snprintf (rt_why, sizeof rt_why, "%s", rt_state.reason);
+  n = rt_set_all_threads (want);
+  clock_gettime (CLOCK_REALTIME, &wall);
+  nbdkit_debug ("throttle: guards: real-time %s: %s: %s set on %u threads "
+                "at %lld.%06ld", want ? "on" : "off", rt_why,
+                want ? "SCHED_FIFO" : "SCHED_OTHER", n,
+                (long long) wall.tv_sec, wall.tv_nsec / 1000);
+  return recheck;
+}
+
+/* Tells the watcher to decide again (the hold may have changed). */
+static void
+rt_wake_watcher (void)
+{
+  if (psi_stop[1] >= 0 && write (psi_stop[1], "w", 1) != 1 &&
+      errno != EAGAIN)
+    nbdkit_debug ("throttle: guards: cannot wake the real-time watcher: %s",
+                  errtext (errno));
 }
 
 /* Is the process named by /proc/PID one that hands its NBD socket to
- * the kernel's nbd driver?  Then this server serves a block device of
- * this machine, possibly its swap.  By comm (what it was started as)
- * or by the executable's name.
+ * the kernel's nbd driver?  By comm (what it was started as) or by
+ * the executable's name.  Anyone can take either name: this only
+ * tells a trusted peer's kernel client from its other clients.
  */
 static bool
 kernel_client_name (const char *name)
@@ -735,87 +782,273 @@ pid_is_kernel_client (int64_t pid, char *name, size_t len)
   return false;
 }
 
-/* Decides for the connection of the calling thread; writes the reason
- * into why either way.
+/* The owner of the TCP socket on this machine whose local address is
+ * addr:port, from the socket tables of nbdkit's network namespace (a
+ * loopback peer is in it).  The owner is whoever created the socket;
+ * a kernel client's socket keeps it after nbd-client hands it over.
  */
 static bool
-peer_is_local_kernel_client (char *why, size_t len)
+tcp_peer_uid (const unsigned char *addr, size_t addrlen, uint16_t port,
+              uid_t *uid)
+{
+  static const unsigned char v4mapped[12] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff
+  };
+  unsigned char v4[4], v6[16];
+  char want[2][THROTTLE_RT_TCP_ADDR_LEN + 1], line[512];
+  const char *tables[2] = { "/proc/self/net/tcp", "/proc/self/net/tcp6" };
+  bool found = false;
+  size_t i;
+
+  /* The peer's socket is in one table or the other, depending on its
+   * family, not on ours: look for both spellings.
+   */
+  if (addrlen == 4) {
+    memcpy (v4, addr, 4);
+    memcpy (v6, v4mapped, 12);
+    memcpy (v6 + 12, addr, 4);
+  }
+  else if (memcmp (addr, v4mapped, 12) == 0) {
+    memcpy (v4, addr + 12, 4);
+    memcpy (v6, addr, 16);
+  }
+  else {
+    memcpy (v6, addr, 16);
+    tables[0] = NULL;
+  }
+  if (tables[0])
+    throttle_rt_tcp_addr (v4, 4, port, want[0]);
+  throttle_rt_tcp_addr (v6, 16, port, want[1]);
+  for (i = 0; i < 2 && !found; i++) {
+    FILE *fp = tables[i] ? fopen (tables[i], "re") : NULL;
+
+    if (fp == NULL)
+      continue;
+    while (!found && fgets (line, sizeof line, fp))
+      found = throttle_rt_tcp_line_uid (line, want[i], uid);
+    fclose (fp);
+  }
+  return found;
+}
+
+/* The class of the calling thread's connection's peer; writes what was
+ * found into why either way.
+ */
+static enum throttle_rt_peer
+classify_peer (char *why, size_t len)
 {
   struct sockaddr_storage ss;
   socklen_t sslen = sizeof ss;
   char name[64], addr[INET6_ADDRSTRLEN] = "?";
-  int64_t pid;
+  const uid_t me = geteuid ();
+  const unsigned char *a = NULL;
+  size_t alen = 0;
+  uint16_t port = 0;
+  enum throttle_rt_peer c;
+  int64_t pid, uid;
+  uid_t tuid;
+  bool loopback = false, kname;
 
   if (nbdkit_peer_name ((struct sockaddr *) &ss, &sslen) == -1) {
     snprintf (why, len, "peer unknown (not a socket)");
-    return false;
+    return THROTTLE_RT_PEER_OTHER;
   }
   switch (ss.ss_family) {
   case AF_UNIX:
     pid = nbdkit_peer_pid ();
-    if (pid <= 0) {
-      snprintf (why, len, "Unix socket peer without a PID");
-      return false;
+    uid = nbdkit_peer_uid ();
+    if (pid <= 0 || uid < 0) {
+      snprintf (why, len, "Unix socket peer without credentials");
+      return THROTTLE_RT_PEER_OTHER;
     }
-    if (pid_is_kernel_client (pid, name, sizeof name)) {
-      snprintf (why, len, "peer PID %" PRIi64 " is %s, a kernel nbd client "
-                "on this machine", pid, name);
-      return true;
-    }
-    snprintf (why, len, "peer PID %" PRIi64 " is %s, not a kernel nbd client",
-              pid, name);
-    return false;
+    kname = pid_is_kernel_client (pid, name, sizeof name);
+    c = throttle_rt_classify (true, true, uid, me, kname);
+    snprintf (why, len, "peer PID %" PRIi64 " is %s, uid %" PRIi64 ", %s",
+              pid, name, uid,
+              c == THROTTLE_RT_PEER_KERNEL ?
+              "a kernel nbd client on this machine" :
+              c == THROTTLE_RT_PEER_TRUSTED ?
+              "not a kernel nbd client (real-time only under memory "
+              "pressure)" :
+              "neither root nor the server's uid: never real-time");
+    return c;
   case AF_INET: {
     const struct sockaddr_in *sin = (const struct sockaddr_in *) &ss;
 
     inet_ntop (AF_INET, &sin->sin_addr, addr, sizeof addr);
-    /* Which process is at the other end cannot be told without
-     * searching every process's sockets: a loopback peer may be the
-     * kernel, so it is treated as one.
-     */
-    if ((ntohl (sin->sin_addr.s_addr) >> 24) == 127) {
-      snprintf (why, len, "TCP peer %s on loopback, possibly a kernel nbd "
-                "client on this machine", addr);
-      return true;
-    }
+    loopback = (ntohl (sin->sin_addr.s_addr) >> 24) == 127;
+    a = (const unsigned char *) &sin->sin_addr;
+    alen = 4;
+    port = ntohs (sin->sin_port);
     break;
   }
   case AF_INET6: {
     const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *) &ss;
 
     inet_ntop (AF_INET6, &sin6->sin6_addr, addr, sizeof addr);
-    if (IN6_IS_ADDR_LOOPBACK (&sin6->sin6_addr) ||
-        (IN6_IS_ADDR_V4MAPPED (&sin6->sin6_addr) &&
-         sin6->sin6_addr.s6_addr[12] == 127)) {
-      snprintf (why, len, "TCP peer %s on loopback, possibly a kernel nbd "
-                "client on this machine", addr);
-      return true;
-    }
+    loopback = IN6_IS_ADDR_LOOPBACK (&sin6->sin6_addr) ||
+      (IN6_IS_ADDR_V4MAPPED (&sin6->sin6_addr) &&
+       sin6->sin6_addr.s6_addr[12] == 127);
+    a = sin6->sin6_addr.s6_addr;
+    alen = 16;
+    port = ntohs (sin6->sin6_port);
     break;
   }
   default:
     snprintf (why, len, "peer of address family %d, not on this machine",
               (int) ss.ss_family);
-    return false;
+    return THROTTLE_RT_PEER_OTHER;
   }
-  snprintf (why, len, "TCP peer %s, not on this machine", addr);
-  return false;
+  if (!loopback) {
+    snprintf (why, len, "TCP peer %s, not on this machine", addr);
+    return THROTTLE_RT_PEER_OTHER;
+  }
+  /* The owner of a loopback peer's socket can be known, its process
+   * cannot (a kernel client's socket has none): at most trusted.
+   */
+  if (!tcp_peer_uid (a, alen, port, &tuid)) {
+    snprintf (why, len, "TCP peer %s port %u on loopback, owner not found: "
+              "never real-time", addr, (unsigned) port);
+    return THROTTLE_RT_PEER_OTHER;
+  }
+  c = throttle_rt_classify (true, true, tuid, me, false);
+  snprintf (why, len, "TCP peer %s port %u on loopback, uid %u, %s",
+            addr, (unsigned) port, (unsigned) tuid,
+            c == THROTTLE_RT_PEER_TRUSTED ?
+            "which may be a kernel nbd client (real-time only under memory "
+            "pressure)" :
+            "neither root nor the server's uid: never real-time");
+  return c;
+}
+
+int
+throttle_guards_open (void)
+{
+  char why[256];
+  enum throttle_rt_peer c;
+
+  if (!rt_active)
+    return -1;
+  c = classify_peer (why, sizeof why);
+  pthread_mutex_lock (&rt_lock);
+  throttle_rt_peer_open (&rt_state, c, throttle_now_ns ());
+  rt_apply_locked (throttle_now_ns (), why);
+  pthread_mutex_unlock (&rt_lock);
+  if (throttle_debug_verbose)
+    nbdkit_debug ("throttle: guards: throttle-rt peer: %s: real-time %s",
+                  why, atomic_load (&rt_on) ? "on" : "off");
+  return c;
 }
 
 void
-throttle_guards_open (void)
+throttle_guards_close (int peer)
 {
-  char why[160];
-  bool kernel;
-
-  if (!rt_active || rt_mode != GUARD_AUTO || atomic_load (&rt_on))
+  if (peer < 0)
     return;
-  kernel = peer_is_local_kernel_client (why, sizeof why);
-  if (kernel)
-    rt_switch_on (why);
-  else if (throttle_debug_verbose)
-    nbdkit_debug ("throttle: guards: throttle-rt=auto: %s: request threads "
-                  "stay SCHED_OTHER until memory pressure begins", why);
+  pthread_mutex_lock (&rt_lock);
+  throttle_rt_peer_close (&rt_state, peer, throttle_now_ns ());
+  rt_apply_locked (throttle_now_ns (), NULL);
+  pthread_mutex_unlock (&rt_lock);
+  rt_wake_watcher ();
+}
+
+int
+throttle_guards_set_rt (const char *value, char *err, size_t len)
+{
+  char event[64];
+  int i;
+
+  for (i = 0; guard_words[i]; i++)
+    if (strcmp (value, guard_words[i]) == 0)
+      break;
+  if (guard_words[i] == NULL) {
+    snprintf (err, len, "set rt: bad mode \"%s\": expected on, off or auto",
+              value);
+    return -1;
+  }
+  if (!rt_active && i != GUARD_OFF) {
+    snprintf (err, len, "set rt %s: this server cannot be real-time "
+              "(started with throttle-rt=off, or SCHED_FIFO was refused: "
+              "see its log)", value);
+    return -1;
+  }
+  if (!rt_active)
+    return 0;
+  pthread_mutex_lock (&rt_lock);
+  throttle_rt_set_mode (&rt_state,
+                        i == GUARD_ON ? THROTTLE_RT_ON :
+                        i == GUARD_OFF ? THROTTLE_RT_OFF : THROTTLE_RT_AUTO,
+                        throttle_now_ns ());
+  snprintf (event, sizeof event, "set rt %s (control socket)", value);
+  rt_apply_locked (throttle_now_ns (), event);
+  pthread_mutex_unlock (&rt_lock);
+  nbdkit_debug ("throttle: guards: control: set rt %s", value);
+  rt_wake_watcher ();
+  return 0;
+}
+
+void
+throttle_guards_rt_json (char *buf, size_t len)
+{
+  struct throttle_rt st;
+  struct timespec now, when;
+  char why[sizeof rt_why];
+  uint64_t recheck = 0, t;
+  bool on;
+  FILE *fp;
+
+  if (len > 0)
+    buf[0] = '\0';
+  pthread_mutex_lock (&rt_lock);
+  on = atomic_load (&rt_on);
+  st = rt_state;
+  if (rt_active)
+    throttle_rt_wanted (&st, throttle_now_ns (), &recheck);
+  memcpy (why, rt_why, sizeof why);
+  when = rt_when;
+  pthread_mutex_unlock (&rt_lock);
+
+  fp = fmemopen (buf, len, "w");
+  if (fp == NULL)
+    return;
+  clock_gettime (CLOCK_MONOTONIC, &now);
+  t = throttle_now_ns ();
+  fprintf (fp, "\"rt\":{\"mode\":\"%s\",\"on\":%s,\"why\":",
+           !rt_active ? "off" : throttle_rt_mode_name (st.mode),
+           on ? "true" : "false");
+  throttle_json_string (fp, !rt_active ?
+                        "not permitted (throttle-rt=off at start, or "
+                        "SCHED_FIFO refused)" :
+                        why[0] ? why : st.reason);
+  fputs (",\"decision\":", fp);
+  throttle_json_string (fp, !rt_active ? "" : st.reason);
+  fprintf (fp, ",\"since_s\":%.3f,\"peers\":{\"kernel\":%u,\"trusted\":%u,"
+           "\"other\":%u},\"hold_s\":%.3f,\"pressure_signal\":%s",
+           when.tv_sec || when.tv_nsec ?
+           (now.tv_sec - when.tv_sec) + (now.tv_nsec - when.tv_nsec) / 1e9 :
+           0.0,
+           st.peers[THROTTLE_RT_PEER_KERNEL],
+           st.peers[THROTTLE_RT_PEER_TRUSTED],
+           st.peers[THROTTLE_RT_PEER_OTHER], rt_hold_param,
+           st.no_pressure_signal ? "false" : "true");
+  if (on && recheck > t)
+    fprintf (fp, ",\"off_in_s\":%.3f}", (recheck - t) / 1e9);
+  else
+    fputs (",\"off_in_s\":null}", fp);
+  /* Output that did not fit is dropped whole. */
+  if (fclose (fp) == EOF || memchr (buf, '\0', len) == NULL ||
+      strlen (buf) + 1 >= len)
+    buf[0] = '\0';
+}
+
+/* The control socket's top-level stats member. */
+static void
+rt_stats_json (struct throttle_export *exp, char *buf, size_t len)
+{
+  if (len > 0)
+    buf[0] = '\0';
+  if (exp == NULL)
+    throttle_guards_rt_json (buf, len);
 }
 
 /* The PSI trigger: a stall of 'some' task on memory for 10 ms within
@@ -836,7 +1069,7 @@ psi_open (const char **trigger)
   for (i = 0; i < sizeof psi_triggers / sizeof psi_triggers[0]; i++) {
     size_t len = strlen (psi_triggers[i]) + 1;
 
-    psi_fd = open ("/proc/pressure/memory", O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    psi_fd = open (psi_path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
     if (psi_fd == -1)
       return errno;
     if (write (psi_fd, psi_triggers[i], len) == (ssize_t) len) {
@@ -850,76 +1083,123 @@ psi_open (const char **trigger)
   return err;
 }
 
-/* The watcher: waits for the PSI trigger (or the stop pipe), makes the
- * process real-time and ends.  Started real-time (rt_auto_start).
+/* Milliseconds from now until deadline (0: none), for poll. */
+static int
+poll_timeout (uint64_t deadline)
+{
+  uint64_t now = throttle_now_ns (), ms;
+
+  if (deadline == 0)
+    return -1;
+  if (deadline <= now)
+    return 0;
+  ms = (deadline - now + 999999) / 1000000;
+  return ms > INT_MAX ? INT_MAX : (int) ms;
+}
+
+/* The watcher: counts memory pressure (the PSI trigger) and switches
+ * real-time off when the hold ends.  Real-time itself from its
+ * creation (rt_start), whatever the mode, so that it runs at once when
+ * memory gets short.
  */
 static void *
-psi_watch (void *arg)
+rt_watch (void *arg)
 {
   const char *trigger = arg;
   struct pollfd fds[2] = {
-    { .fd = psi_fd, .events = POLLPRI },
     { .fd = psi_stop[0], .events = POLLIN },
+    { .fd = psi_fd, .events = POLLPRI },
   };
-  char why[96];
+  nfds_t nfds = psi_fd >= 0 ? 2 : 1;
+  const char *event;
+  char why[320], buf[64];
+  uint64_t deadline;
 
-  snprintf (why, sizeof why, "memory pressure (PSI trigger \"%s\")", trigger);
+  atomic_store (&psi_tid, gettid ());
+  snprintf (why, sizeof why, "memory pressure (PSI trigger \"%s\" on %s)",
+            trigger ? trigger : "", psi_path);
+  pthread_mutex_lock (&rt_lock);
+  deadline = rt_apply_locked (throttle_now_ns (), NULL);
+  pthread_mutex_unlock (&rt_lock);
   for (;;) {
-    if (poll (fds, 2, -1) == -1) {
+    if (poll (fds, nfds, poll_timeout (deadline)) == -1) {
       if (errno == EINTR)
         continue;
       break;
     }
-    if (fds[1].revents)
-      break;
-    if (fds[0].revents & POLLPRI) {
-      rt_switch_on (why);
-      break;
+    if (fds[0].revents) {
+      /* Every wake-up queued so far at once (the pipe is non-blocking):
+       * the stop's "x" must find room.
+       */
+      ssize_t r = read (psi_stop[0], buf, sizeof buf);
+
+      if (r > 0 && memchr (buf, 'x', r) != NULL)
+        break;
     }
-    if (fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) {
+    pthread_mutex_lock (&rt_lock);
+    event = NULL;
+    if (nfds == 2 && (fds[1].revents & POLLPRI)) {
+      if (throttle_rt_pressure (&rt_state, throttle_now_ns ()))
+        event = why;
+      if (throttle_debug_verbose)
+        nbdkit_debug ("throttle: guards: %s %s", why,
+                      event ? "counted" : "ignored: no client of root or "
+                      "the server's uid is connected");
+    }
+    if (nfds == 2 && (fds[1].revents & (POLLERR | POLLHUP | POLLNVAL))) {
       /* The trigger is gone (its cgroup was removed): nothing will
        * warn of memory pressure any more.
        */
-      rt_switch_on ("the memory pressure trigger failed");
-      break;
+      rt_state.no_pressure_signal = true;
+      nfds = 1;
+      nbdkit_debug ("throttle: guards: the memory pressure trigger failed: "
+                    "clients of root or the server's uid count as kernel "
+                    "clients from now on");
     }
+    deadline = rt_apply_locked (throttle_now_ns (), event);
+    pthread_mutex_unlock (&rt_lock);
   }
   return NULL;
 }
 
-/* throttle-rt=auto: opens /proc/self/task and starts the memory
- * pressure watcher, or, where no PSI trigger can be set, makes the
- * process real-time at once (as throttle-rt=on would).  Called in
- * after_fork.
+/* A real-time server: opens /proc/self/task, the PSI trigger and
+ * starts the watcher; decides for the start mode.  Where no PSI
+ * trigger can be set, clients of root or the server's uid count as
+ * kernel clients (nothing would tell when they need it); where no
+ * watcher can start, the hold ends at the next connection's open or
+ * close.  Called in after_fork.
  */
 static void
-rt_auto_start (void)
+rt_start (void)
 {
   static const char *trigger;
   pthread_attr_t attr;
-  char why[160];
   int err;
 
+  throttle_rt_init (&rt_state, (uint64_t) (rt_hold_param * 1e9));
+  rt_state.mode = rt_mode == GUARD_ON ? THROTTLE_RT_ON : THROTTLE_RT_AUTO;
   task_dir_fd = open ("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (task_dir_fd == -1) {
-    snprintf (why, sizeof why, "cannot open /proc/self/task: %s",
-              errtext (errno));
-    goto always;
-  }
+  if (task_dir_fd == -1)
+    warning ("throttle-rt: cannot open /proc/self/task: %s: only threads "
+             "that serve a request change policy", errtext (errno));
   err = psi_open (&trigger);
   if (err) {
-    snprintf (why, sizeof why, "no memory pressure trigger "
-              "(/proc/pressure/memory: %s)", errtext (err));
-    goto always;
+    rt_state.no_pressure_signal = true;
+    nbdkit_debug ("throttle: guards: no memory pressure trigger (%s: %s): "
+                  "clients of root or the server's uid count as kernel "
+                  "clients", psi_path, errtext (err));
   }
-  if (pipe2 (psi_stop, O_CLOEXEC) == -1) {
-    snprintf (why, sizeof why, "pipe: %s", errtext (errno));
-    goto always;
+  pthread_mutex_lock (&rt_lock);
+  rt_apply_locked (throttle_now_ns (), rt_mode == GUARD_ON ?
+                   "throttle-rt=on" : NULL);
+  pthread_mutex_unlock (&rt_lock);
+
+  if (pipe2 (psi_stop, O_CLOEXEC | O_NONBLOCK) == -1) {
+    warning ("throttle-rt: pipe: %s: real-time is switched off only at a "
+             "connection's open or close", errtext (errno));
+    return;
   }
-  /* Real-time from its creation (it sleeps until it matters), so that
-   * it runs at once when memory gets short; named, so that it can be
-   * told from nbdkit's threads.  Both before after_fork returns.
-   */
+  /* Named, so that it can be told from nbdkit's threads. */
   err = pthread_attr_init (&attr);
   if (err == 0) {
     if (pthread_attr_setinheritsched (&attr, PTHREAD_EXPLICIT_SCHED) != 0 ||
@@ -927,33 +1207,34 @@ rt_auto_start (void)
         pthread_attr_setschedparam (&attr, &fifo_1) != 0)
       err = EINVAL;
     else
-      err = pthread_create (&psi_thread, &attr, psi_watch, (void *) trigger);
+      err = pthread_create (&psi_thread, &attr, rt_watch, (void *) trigger);
     pthread_attr_destroy (&attr);
   }
   if (err)
-    err = pthread_create (&psi_thread, NULL, psi_watch, (void *) trigger);
-  if (err == 0)
-    pthread_setname_np (psi_thread, "throttle-psi");
+    err = pthread_create (&psi_thread, NULL, rt_watch, (void *) trigger);
   if (err) {
-    snprintf (why, sizeof why, "cannot start the memory pressure watcher: %s",
-              errtext (err));
-    goto always;
+    warning ("throttle-rt: cannot start the real-time watcher: %s: memory "
+             "pressure is not watched, and real-time is switched off only "
+             "at a connection's open or close", errtext (err));
+    pthread_mutex_lock (&rt_lock);
+    rt_state.no_pressure_signal = true;
+    pthread_mutex_unlock (&rt_lock);
+    return;
   }
+  pthread_setname_np (psi_thread, "throttle-psi");
   psi_thread_started = true;
-  return;
-
- always:
-  /* Cannot tell when memory gets short: real-time from the start. */
-  rt_switch_on (why);
 }
 
-/* Stops the watcher; closes what rt_auto_start opened. */
+/* Stops the watcher; closes what rt_start opened. */
 static void
-rt_auto_stop (void)
+rt_stop (void)
 {
   if (psi_thread_started) {
+    /* The pipe is non-blocking, but the watcher drains it at every
+     * wake-up: there is room.
+     */
     if (write (psi_stop[1], "x", 1) != 1)
-      nbdkit_debug ("throttle: guards: cannot stop the pressure watcher");
+      nbdkit_debug ("throttle: guards: cannot stop the real-time watcher");
     else
       pthread_join (psi_thread, NULL);
     psi_thread_started = false;
@@ -1100,8 +1381,8 @@ throttle_guards_after_fork (void)
   /* After the locks and the reserve: the watcher's stack is locked
    * and takes nothing from the reserve.
    */
-  if (rt_active && rt_mode == GUARD_AUTO)
-    rt_auto_start ();
+  if (rt_active)
+    rt_start ();
 
   /* Under MCL_ONFAULT VmLck counts every locked mapping, touched or
    * not; what is pinned in RAM is at most VmRSS.
@@ -1115,7 +1396,9 @@ throttle_guards_after_fork (void)
                 io_flusher_active ? "set" : "not set",
                 !rt_active ? "not set" :
                 atomic_load (&rt_on) ? "set" :
-                "on demand (a kernel nbd client or memory pressure)",
+                "on demand (a kernel nbd client of root or the server's "
+                "uid, or memory pressure while a client of theirs is "
+                "connected)",
                 oom_active ? "-1000" : "unchanged",
                 mlock_name (),
                 lock_all ? "everything, on fault" :
@@ -1130,35 +1413,46 @@ throttle_guards_after_fork (void)
 void
 throttle_guards_thread_enter (void)
 {
-  bool rt;
+  unsigned gen = atomic_load_explicit (&rt_gen, memory_order_acquire);
+  bool rt, fifo;
 
-  /* The cost on every request: one thread-local load, and until the
-   * process is real-time one relaxed atomic load.
+  /* The cost on every request: one thread-local load and one atomic
+   * load.
    */
-  if (__builtin_expect (thread_state == THREAD_DONE, true) ||
-      (thread_state == THREAD_ENTERED &&
-       !atomic_load_explicit (&rt_on, memory_order_relaxed)))
+  if (__builtin_expect (thread_gen == gen, true))
     return;
 
   /* Threads created after after_fork inherit the task flags, and the
-   * policy once the process is real-time; this catches a thread that
-   * existed before (or code that cleared them), and with
-   * throttle-rt=auto a thread the switch to real-time missed.  A
-   * request thread also gets SCHED_RESET_ON_FORK: whatever it starts
-   * (the plugin's script, helper process or thread), however (fork,
-   * vfork, posix_spawn, pthread_create), starts SCHED_OTHER.
+   * policy of their creator; this catches a thread that existed before
+   * (or code that cleared them), and a thread a switch of real-time
+   * missed.  A real-time request thread also gets SCHED_RESET_ON_FORK:
+   * whatever it starts (the plugin's script, helper process or
+   * thread), however (fork, vfork, posix_spawn, pthread_create),
+   * starts SCHED_OTHER.  A switch between the load of rt_gen and the
+   * policy set here leaves this thread stale until its next call,
+   * which sees rt_gen changed.
    */
-  if (thread_state == THREAD_NEW && io_flusher_active &&
+  if (thread_gen == 0 && io_flusher_active &&
       prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) != 1 &&
       prctl (PR_SET_IO_FLUSHER, 1, 0, 0, 0) == -1)
     nbdkit_debug ("throttle: PR_SET_IO_FLUSHER in thread %ld: %s",
                   (long) gettid (), errtext (errno));
-  rt = rt_active && atomic_load (&rt_on);
-  if (rt &&
-      sched_getscheduler (0) != (SCHED_FIFO | SCHED_RESET_ON_FORK) &&
-      sched_setscheduler (0, SCHED_FIFO | SCHED_RESET_ON_FORK, &fifo_1) == -1)
-    nbdkit_debug ("throttle: SCHED_FIFO in thread %ld: %s",
-                  (long) gettid (), errtext (errno));
+  if (rt_active) {
+    static const struct sched_param other = { .sched_priority = 0 };
+    int policy = sched_getscheduler (0);
+
+    rt = atomic_load (&rt_on);
+    fifo = policy != -1 && (policy & ~SCHED_RESET_ON_FORK) == SCHED_FIFO;
+    if (rt && policy != (SCHED_FIFO | SCHED_RESET_ON_FORK) &&
+        sched_setscheduler (0, SCHED_FIFO | SCHED_RESET_ON_FORK,
+                            &fifo_1) == -1)
+      nbdkit_debug ("throttle: SCHED_FIFO in thread %ld: %s",
+                    (long) gettid (), errtext (errno));
+    if (!rt && fifo &&
+        sched_setscheduler (0, SCHED_OTHER, &other) == -1)
+      nbdkit_debug ("throttle: SCHED_OTHER in thread %ld: %s",
+                    (long) gettid (), errtext (errno));
+  }
   if (throttle_debug_verbose)
     nbdkit_debug ("throttle: guards: thread %ld: io-flusher %s, policy %s",
                   (long) gettid (),
@@ -1166,8 +1460,7 @@ throttle_guards_thread_enter (void)
                   prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) == 1 ? "set" : "lost",
                   (sched_getscheduler (0) & ~SCHED_RESET_ON_FORK) ==
                   SCHED_FIFO ? "SCHED_FIFO" : "other");
-  /* Nothing more can change once real-time (or never permitted). */
-  thread_state = rt || !rt_active ? THREAD_DONE : THREAD_ENTERED;
+  thread_gen = gen;
 }
 
 void
@@ -1175,7 +1468,7 @@ throttle_guards_unload (void)
 {
   char vmlck[64] = "?";
 
-  rt_auto_stop ();
+  rt_stop ();
   if (rt_active) {
     pthread_mutex_lock (&rt_lock);
     if (atomic_load (&rt_on)) {
@@ -1188,8 +1481,8 @@ throttle_guards_unload (void)
                     (now.tv_nsec - rt_when.tv_nsec) / 1e9, rt_why);
     }
     else
-      nbdkit_debug ("throttle: guards: at exit: never real-time (no kernel "
-                    "nbd client, no memory pressure)");
+      nbdkit_debug ("throttle: guards: at exit: not real-time: %s",
+                    rt_why[0] ? rt_why : rt_state.reason);
     pthread_mutex_unlock (&rt_lock);
   }
 

@@ -44,19 +44,32 @@ extern int throttle_guards_get_ready (int thread_model);
  */
 extern int throttle_guards_after_fork (void);
 
-/* throttle-rt=auto: makes the process real-time if the peer of the
- * calling thread's connection is a kernel nbd client on this machine
- * (see "REAL-TIME PRIORITY" in nbdkit-throttle-filter(1)).  Call from
- * .open, before nbdkit starts the connection's worker threads (they
- * inherit the policy).
+/* throttle-rt: counts the calling thread's connection by its peer
+ * (root or the server's uid, a kernel nbd client or not: see
+ * lib/throttle-rtpolicy.h) and makes the process real-time if that
+ * calls for it.  Call from .open, before nbdkit starts the
+ * connection's worker threads (they inherit the policy).  Returns what
+ * to pass to throttle_guards_close when the connection ends (also when
+ * the open fails after this call).
  */
-extern void throttle_guards_open (void);
+extern int throttle_guards_open (void);
+extern void throttle_guards_close (int peer);
 
-/* Applies the per-thread guards to the calling thread: once, and with
- * throttle-rt=auto again at its first call after the process turned
- * real-time.  Otherwise it costs a thread-local load and, until the
- * process is real-time, an atomic load.  Call at the start of every
- * request and of every background thread.
+/* The control socket's "set rt on|off|auto".  Returns 0, or -1 with
+ * the reply's error message in err.
+ */
+extern int throttle_guards_set_rt (const char *value, char *err,
+                                   size_t len);
+
+/* The JSON member "rt":{...} (mode, whether on and why, the peers,
+ * the hold), NUL-terminated, or "" if it does not fit in len bytes.
+ */
+extern void throttle_guards_rt_json (char *buf, size_t len);
+
+/* Applies the per-thread guards to the calling thread: once, and
+ * again at its first call after the process switched real-time on or
+ * off.  Otherwise it costs a thread-local load and an atomic load.
+ * Call at the start of every request and of every background thread.
  */
 extern void throttle_guards_thread_enter (void);
 
@@ -84,8 +97,14 @@ extern bool throttle_guards_lock_pools (void);
   "throttle-io-flusher=auto|on|off  PR_SET_IO_FLUSHER for request threads\n" \
   "                            (default auto).\n" \
   "throttle-rt=auto|on|off     Request threads SCHED_FIFO priority 1\n" \
-  "                            (default auto: for a kernel nbd client on\n" \
-  "                            this machine and under memory pressure).\n" \
+  "                            (default auto: while a kernel nbd client of\n" \
+  "                            root or the server's uid is connected, and\n" \
+  "                            under memory pressure while a client of\n" \
+  "                            theirs is).\n" \
+  "throttle-rt-hold=SECS       How long real-time outlasts its reason\n" \
+  "                            (default 60).\n" \
+  "throttle-rt-pressure=FILE   The PSI file watched for memory pressure\n" \
+  "                            (default /proc/pressure/memory).\n" \
   "throttle-mlock=auto|onfault|pool|off  What is locked in RAM\n" \
   "                            (default auto: onfault where permitted).\n" \
   "throttle-oom=auto|on|off    oom_score_adj -1000 (default auto).\n" \

@@ -45,7 +45,8 @@
  *
  * .get_ready        guards      throttle_guards_get_ready: tries each guard
  *                               and undoes it, while errors still reach the
- *                               user's terminal.
+ *                               user's terminal; registers the "rt" stats
+ *                               (before the control thread exists).
  *                   writeback   throttle_writeback_get_ready: refuses a
  *                               thread model that forbids background
  *                               writes; in writeback mode installs the
@@ -58,9 +59,9 @@
  *
  * .after_fork       guards      throttle_guards_after_fork, FIRST: every
  *                               thread started later inherits the guards;
- *                               mlockall, the heap reserve; with
- *                               throttle-rt=auto the memory pressure
- *                               watcher thread.
+ *                               mlockall, the heap reserve; where
+ *                               real-time is permitted the watcher thread
+ *                               (memory pressure, the end of a hold).
  *                   quit        throttle_quit_start: the shutdown watcher.
  *                   control     throttle_control_after_fork: the control
  *                               thread.
@@ -73,11 +74,14 @@
  *                               plugin lists gets a budget and its
  *                               adapt-glue state (throttle_adapt_export_new).
  *
- * .open             guards      throttle_guards_open, FIRST: a kernel nbd
- *                               client as peer makes nbdkit real-time
- *                               before the plugin's open forks anything
- *                               and before nbdkit starts the connection's
- *                               workers (they inherit the policy).
+ * .open             guards      throttle_guards_open, FIRST: counts the
+ *                               peer; a kernel nbd client of root or
+ *                               nbdkit's uid makes nbdkit real-time before
+ *                               the plugin's open forks anything and
+ *                               before nbdkit starts the connection's
+ *                               workers (they inherit the policy).  Every
+ *                               failure after it calls
+ *                               throttle_guards_close.
  *                   throttle.c  the plugin's open (next), then the
  *                               export (throttle_export_for_name).
  *                   writeback   throttle_writeback_open: the first writable
@@ -110,6 +114,8 @@
  *                               writes.
  *
  * .close            quit        throttle_pace_destroy.
+ *                   guards      throttle_guards_close: the peer is no
+ *                               longer counted (a hold may begin).
  *
  * .cleanup          control     throttle_control_cleanup, FIRST: its thread
  *                               reads the writeback state freed next.
@@ -125,8 +131,8 @@
  * .unload           control     throttle_control_unload, FIRST (nothing left
  *                               to do after .cleanup): its thread reads the
  *                               budgets freed below.
- *                   guards      throttle_guards_unload: stops the memory
- *                               pressure watcher.
+ *                   guards      throttle_guards_unload: stops the
+ *                               watcher.
  *                   abort       throttle_abort_uninstall: the handler's code
  *                               goes with the filter.
  *                   throttle.c  the summary line of the server-wide budget,

@@ -308,6 +308,7 @@ throttle_cancelled (void *opaque)
 }
 
 struct throttle_handle {
+  int rt_peer;                  /* for throttle_guards_close */
   struct throttle_export *exp;
   struct throttle_wb_conn wb;
   struct throttle_pace pace;
@@ -319,21 +320,27 @@ throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
 {
   struct throttle_handle *h;
 
-  throttle_guards_open ();
-  if (next (nxdata, readonly, exportname) == -1)
+  int rt_peer = throttle_guards_open ();
+
+  if (next (nxdata, readonly, exportname) == -1) {
+    throttle_guards_close (rt_peer);
     return NULL;
+  }
 
   h = malloc (sizeof *h);
   if (h == NULL) {
     nbdkit_error ("malloc: %s", throttle_errtext (errno));
+    throttle_guards_close (rt_peer);
     return NULL;
   }
+  h->rt_peer = rt_peer;
   /* Its own budget only if the plugin listed the name: a client must
    * not multiply the bound by inventing names.
    */
   h->exp = throttle_export_for_name (exportname);
   if (throttle_writeback_open (h->exp, nxdata, readonly, exportname,
                                &h->wb) == -1) {
+    throttle_guards_close (rt_peer);
     free (h);
     return NULL;
   }
@@ -356,6 +363,7 @@ throttle_close (void *handle)
   struct throttle_handle *h = handle;
 
   throttle_pace_destroy (&h->pace);
+  throttle_guards_close (h->rt_peer);
   free (h);
 }
 

@@ -150,6 +150,26 @@ throttle_adapt_export_set_target (struct throttle_export *exp,
   return 0;
 }
 
+static char rt_mode[8] = "auto";
+
+int
+throttle_guards_set_rt (const char *value, char *err, size_t errlen)
+{
+  if (strcmp (value, "on") != 0 && strcmp (value, "off") != 0 &&
+      strcmp (value, "auto") != 0) {
+    snprintf (err, errlen, "set rt: bad mode \"%s\"", value);
+    return -1;
+  }
+  snprintf (rt_mode, sizeof rt_mode, "%s", value);
+  return 0;
+}
+
+void
+throttle_guards_rt_json (char *buf, size_t len)
+{
+  snprintf (buf, len, "\"rt\":{\"mode\":\"%s\"}", rt_mode);
+}
+
 /* --- helpers ---------------------------------------------------------- */
 
 /* The reply to one command line, which the caller frees. */
@@ -227,7 +247,8 @@ START_TEST (test_tokens)
   expect_error ("help me", "usage: help");
   expect ("help", "{\"commands\":[\"stats [EXPORT]\",\"stats from N\","
           "\"set capacity EXPORT N\",\"set latency-target EXPORT "
-          "DURATION|off\",\"set server-capacity N\",\"help\"]}\n");
+          "DURATION|off\",\"set server-capacity N\",\"set rt on|off|auto\","
+          "\"help\"]}\n");
 }
 END_TEST
 
@@ -374,6 +395,16 @@ START_TEST (test_set_latency_target)
 }
 END_TEST
 
+START_TEST (test_set_rt)
+{
+  expect ("set rt on", "{\"ok\":true,\"rt\":{\"mode\":\"on\"}}\n");
+  expect ("set rt auto", "{\"ok\":true,\"rt\":{\"mode\":\"auto\"}}\n");
+  expect_error ("set rt maybe", "set rt: bad mode \\\"maybe\\\"");
+  expect_error ("set rt", "set rt on|off|auto");
+  expect_error ("set rt on now", "set rt on|off|auto");
+}
+END_TEST
+
 int
 main (void)
 {
@@ -389,6 +420,7 @@ main (void)
   tcase_add_test (tc, test_set_capacity);
   tcase_add_test (tc, test_set_server_capacity);
   tcase_add_test (tc, test_set_latency_target);
+  tcase_add_test (tc, test_set_rt);
   suite_add_tcase (s, tc);
   sr = srunner_create (s);
   srunner_run_all (sr, CK_NORMAL);

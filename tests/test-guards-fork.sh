@@ -23,9 +23,6 @@
 requires_file "$THROTTLE_FILTER"
 requires "$NBDKIT" eval --version
 requires "$PY" -c 'import nbd'
-# Not while test-guards-rt.sh makes memory pressure (see there).
-exec 9> /tmp/nbdkit-throttle-tests-psi.lock
-flock -s 9
 
 can_io_flusher=no
 "$PY" -c 'import ctypes, sys

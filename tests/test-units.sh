@@ -122,6 +122,16 @@ conf "DEVICE=/dev/nbd0" "DISK=/dev/vdb" "MODE=fast"
 expect 1 "MODE=fast: expected writethrough or writeback" print t
 conf "DEVICE=/dev/nbd0" "DISK=/dev/vdb" "CAPACITY=1M;reboot"
 expect 1 "CAPACITY=1M;reboot: expected a size" print t
+# NBDKIT_ARGS is split into words, never globbed: a '*' reaches nbdkit
+# as it is, not as the files of the current directory.
+conf "DEVICE=/dev/nbd0" "DISK=/dev/vdb" "NBDKIT_ARGS=-D throttle.verbose=1 *"
+mkdir "$tmp/cwd" && touch "$tmp/cwd/a-file" "$tmp/cwd/b-file"
+(cd "$tmp/cwd" && "$helper" print t) > "$tmp/out" 2>&1 ||
+  { cat "$tmp/out"; fail "print with a '*' in NBDKIT_ARGS failed"; }
+grep -q '^start: .* throttle-control=/run/nbdkit-throttle/t/control -D throttle.verbose=1 \*$' "$tmp/out" ||
+  { cat "$tmp/out"; fail "NBDKIT_ARGS: '*' was globbed"; }
+echo "ok: NBDKIT_ARGS: '*' is passed on as it is"
+
 conf "DEVICE=/dev/nbd0" "DISK=$tmp/none.img"
 NBDKIT_THROTTLE_DISK_WAIT=1 timeout 60 "$helper" start t >"$tmp/out" 2>&1 &&
   fail "start with a missing DISK succeeded"
@@ -140,8 +150,74 @@ start:  nbdkit -U /run/nbdkit-throttle/t/nbd.sock -P /run/nbdkit-throttle/t/nbdk
 attach: nbd-client -unix /run/nbdkit-throttle/t/nbd.sock /dev/nbd3 -N "" -swap -b 4096 -C 2
         mkswap /dev/nbd3
         swapon -p 5 /dev/nbd3
-detach: swapoff /dev/nbd3
+order:  /run/systemd/system/dev-nbd3.swap.d/50-nbdkit-throttle-t.conf (under systemd):
+        [Unit]
+        After=nbdkit-throttle-swap@t.service
+detach: swapoff /dev/nbd3 (or wait for another swapoff, at most 540 s)
         nbd-client -d /dev/nbd3
 EOF
 diff -u "$tmp/want" "$tmp/out" || fail "print: not the expected command lines"
+
+# --- the order against systemd's own swap unit ------------------------------
+# systemd's dev-nbd3.swap, as it makes it from /proc/swaps (with its
+# default dependencies written out: in a container verify leaves them
+# out), and the drop-in attach writes: no cycle, and the swap unit is
+# ordered after the instance, so that at shutdown its swapoff comes
+# first.
+mkdir -p "$tmp/units/dev-nbd3.swap.d"
+printf '%s\n' "[Unit]" "Before=swap.target umount.target" \
+  "Conflicts=umount.target" "[Swap]" "What=/dev/nbd3" > "$tmp/units/dev-nbd3.swap"
+sed -n '/^order:/,/^detach:/p' "$tmp/out" | sed '1d;$d;s/^        //' \
+  > "$tmp/units/dev-nbd3.swap.d/50-nbdkit-throttle-t.conf"
+grep -qx 'After=nbdkit-throttle-swap@t.service' "$tmp/units/dev-nbd3.swap.d/50-nbdkit-throttle-t.conf" ||
+  fail "the drop-in does not order the swap unit after the instance"
+r=0
+SYSTEMD_UNIT_PATH=$tmp/units: systemd-analyze verify --man=no \
+  "$tmp/units/dev-nbd3.swap" "$tmp/units/nbdkit-throttle-swap@t.service" \
+  > "$tmp/verify.out" 2>&1 || r=$?
+cat "$tmp/verify.out"
+[ $r = 0 ] && [ ! -s "$tmp/verify.out" ] ||
+  fail "systemd-analyze verify complained about the swap unit with the drop-in"
+echo "ok: dev-nbd3.swap after the instance (its drop-in): verify accepts it"
+
+# --- detach waits for whoever swaps off --------------------------------------
+# A stand-in /proc/swaps and swapoff, nbd-client: swapoff fails as it
+# does while systemd is swapping the device off (EINVAL, exit 255), and
+# the device leaves the table 2 s later.  detach must wait for that, not
+# fail; and fail, leaving the device attached, when it never leaves.
+mkdir "$tmp/bin"
+printf '%s\n' '#!/bin/sh' 'echo "swapoff: $1: swapoff failed: Invalid argument" >&2' 'exit 255' \
+  > "$tmp/bin/swapoff"
+printf '%s\n' '#!/bin/sh' 'echo "nbd-client $*" >> "$NBD_LOG"' > "$tmp/bin/nbd-client"
+chmod +x "$tmp/bin/swapoff" "$tmp/bin/nbd-client"
+conf "DEVICE=/dev/nbd3" "DISK=/dev/vdb"
+printf '%s\n' "Filename Type Size Used Priority" \
+  "/dev/nbd3 partition 102396 51200 -2" > "$tmp/swaps"
+( sleep 2; echo "Filename Type Size Used Priority" > "$tmp/swaps.new";
+  mv "$tmp/swaps.new" "$tmp/swaps" ) &
+t0=$(date +%s.%N)
+r=0
+PATH=$tmp/bin:$PATH NBDKIT_THROTTLE_PROC_SWAPS=$tmp/swaps NBD_LOG=$tmp/nbd.log \
+  NBDKIT_THROTTLE_SWAPOFF_WAIT=60 timeout 120 "$helper" detach t > "$tmp/out" 2>&1 || r=$?
+t1=$(date +%s.%N)
+wait
+cat "$tmp/out"
+[ $r = 0 ] || fail "detach while another swapoff runs: exit $r"
+grep -q 'swapoff failed (exit 255): waiting until /dev/nbd3 leaves /proc/swaps' "$tmp/out" ||
+  fail "detach: no message that it waits"
+awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a >= 2) }' ||
+  fail "detach returned before the device left the swap table"
+echo "ok: detach waited $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s for another swapoff"
+printf '%s\n' "Filename Type Size Used Priority" \
+  "/dev/nbd3 partition 102396 51200 -2" > "$tmp/swaps"
+: > "$tmp/nbd.log"
+r=0
+PATH=$tmp/bin:$PATH NBDKIT_THROTTLE_PROC_SWAPS=$tmp/swaps NBD_LOG=$tmp/nbd.log \
+  NBDKIT_THROTTLE_SWAPOFF_WAIT=1 timeout 120 "$helper" detach t > "$tmp/out" 2>&1 || r=$?
+cat "$tmp/out"
+[ $r = 1 ] || fail "detach with the device never leaving: exit $r, not 1"
+grep -q '/dev/nbd3 is still active swap after 1 s: leaving it attached' "$tmp/out" ||
+  fail "detach timeout: no message"
+[ ! -s "$tmp/nbd.log" ] || fail "detach timeout: ran $(cat "$tmp/nbd.log")"
+echo "ok: detach gives up after NBDKIT_THROTTLE_SWAPOFF_WAIT, leaving the device attached"
 echo "test-units: PASS"

@@ -299,6 +299,7 @@ print_table (const struct ctl_json *reply, const struct ctl_json *exports)
           m && m->type == CTL_JSON_STRING ? m->str : "(unknown)",
           bytes ? " (sizes in bytes, K = 1024)" : "");
   print_server (reply, bytes);
+  ctl_print_rt (reply);
   if (n == 0) {
     printf ("no exports\n");
     return;

@@ -51,6 +51,13 @@ extern const char *ctl_format_export (const char *name, char *buf,
  */
 extern bool ctl_quote_export (const char *name, char *buf, size_t len);
 
+/* ctl-rt.c */
+
+/* One line on the server's real-time mode, from the "rt" member of
+ * REPLY (nothing if it has none).
+ */
+extern void ctl_print_rt (const struct ctl_json *reply);
+
 /* ctl-stats.c */
 
 extern int ctl_stats (const char *path, const char *export, bool json,

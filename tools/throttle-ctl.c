@@ -25,6 +25,7 @@ static const char usage_text[] =
   "       throttle-ctl [--json] [--timeout SECS] SOCKET set capacity EXPORT SIZE\n"
   "       throttle-ctl [--json] [--timeout SECS] SOCKET set latency-target EXPORT DURATION|off\n"
   "       throttle-ctl [--json] [--timeout SECS] SOCKET set server-capacity SIZE\n"
+  "       throttle-ctl [--json] [--timeout SECS] SOCKET set rt on|off|auto\n"
   "       throttle-ctl [--json] [--timeout SECS] SOCKET watch [INTERVAL [COUNT]]\n"
   "The default export is \"\".  SIZE takes nbdkit's suffixes (256K, 64M);\n"
   "DURATION its unit (5ms, 500us, 0.1s).\n"
@@ -232,6 +233,44 @@ cmd_set_latency_target (const char *path, const char *export,
   return fflush (stdout) == 0 ? 0 : 1;
 }
 
+/* The server's real-time mode: checked here too, so that a mistake
+ * sends nothing.
+ */
+static int
+cmd_set_rt (const char *path, const char *mode, bool json, double timeout)
+{
+  const struct ctl_json *ok, *rt, *m;
+  struct ctl_json *reply;
+  char line[64], err[1024];
+  char *raw;
+
+  if (strcmp (mode, "on") != 0 && strcmp (mode, "off") != 0 &&
+      strcmp (mode, "auto") != 0)
+    return usage_error ("set rt: bad mode \"%s\": expected on, off or auto",
+                        mode);
+  snprintf (line, sizeof line, "set rt %s", mode);
+  reply = ctl_ask (path, line, timeout, &raw, err, sizeof err);
+  if (reply == NULL) {
+    fprintf (stderr, "throttle-ctl: %s\n", err);
+    return 1;
+  }
+  ok = ctl_json_get (reply, "ok");
+  rt = ctl_json_get (reply, "rt");
+  m = rt ? ctl_json_get (rt, "mode") : NULL;
+  if (ok == NULL || ok->type != CTL_JSON_BOOL || !ok->boolean ||
+      m == NULL || m->type != CTL_JSON_STRING || strcmp (m->str, mode) != 0) {
+    unexpected (path, line, reply, raw);
+    return 1;
+  }
+  if (json)
+    printf ("%s\n", raw);
+  else
+    ctl_print_rt (reply);
+  ctl_json_free (reply);
+  free (raw);
+  return fflush (stdout) == 0 ? 0 : 1;
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -290,9 +329,12 @@ main (int argc, char *argv[])
       return cmd_set_latency_target (path, argv[1], argv[2], json, timeout);
     if (n == 2 && strcmp (argv[0], "server-capacity") == 0)
       return cmd_set_server_capacity (path, argv[1], json, timeout);
+    if (n == 2 && strcmp (argv[0], "rt") == 0)
+      return cmd_set_rt (path, argv[1], json, timeout);
     return usage_error ("usage: set capacity EXPORT SIZE, or set "
                         "latency-target EXPORT DURATION|off (the default "
-                        "export is \"\"), or set server-capacity SIZE");
+                        "export is \"\"), or set server-capacity SIZE, "
+                        "or set rt on|off|auto");
   }
   if (strcmp (cmd, "watch") == 0) {
     double interval = 1;

@@ -14,7 +14,9 @@
 # filter or the disk plugin is not built, without failing),
 # SWAP_CONFIGS (names to run, default all), SWAP_BOOTS (boots per config,
 # overrides the table), SWAP_JOBS (guests at a time, 2),
-# SWAP_BUDGET (seconds after which no boot starts, 840),
+# SWAP_BUDGET (seconds after which no boot starts, 1080),
+# SWAP_BUNDLE (a directory made by bundle.sh: its initramfs, kernel and
+# swaptest, none of the host's; DIR/run sets it),
 # and the SWAP_* variables of run-guest.sh.
 
 set -uo pipefail
@@ -26,6 +28,13 @@ skip () { echo "check-swap: SKIP: $*"; exit 77; }
 
 command -v qemu-system-x86_64 >/dev/null ||
     skip "qemu-system-x86_64 not installed (Debian: qemu-system-x86)"
+if [ -n "${SWAP_BUNDLE:-}" ]; then
+    # Everything the guest needs was built into the bundle elsewhere.
+    [ -f "$SWAP_BUNDLE/bundle.conf" ] || { echo "check-swap: FAIL: $SWAP_BUNDLE is not a bundle (no bundle.conf)"; exit 1; }
+    . "$SWAP_BUNDLE/bundle.conf"
+    export SWAP_KERNEL=$SWAP_BUNDLE/$BUNDLE_KERNEL
+    echo "check-swap: bundle $SWAP_BUNDLE: $BUNDLE_NBDKIT, kernel $BUNDLE_KERNEL, made $BUNDLE_MADE"
+else
 [ -n "$(swap_kernel)" ] || skip "no /boot/vmlinuz-* (Debian: linux-image-amd64)"
 [ -f "/lib/modules/$(swap_kernel_version)/modules.dep" ] ||
     skip "no modules for $(swap_kernel) (Debian: linux-image-amd64)"
@@ -44,6 +53,7 @@ case "${SANITIZERS:-no}" in
 esac
 echo 'int main(void){return 0;}' | gcc -static -x c -o /dev/null - 2>/dev/null ||
     skip "gcc cannot link statically (Debian: libc6-dev)"
+fi
 
 missing=
 [ -n "${THROTTLE_FILTER:-}" ] && [ -f "$THROTTLE_FILTER" ] ||
@@ -57,15 +67,29 @@ have_units=0
     [ -n "${THROTTLE_SWAP_HELPER:-}" ] && [ -f "$THROTTLE_SWAP_HELPER" ] && have_units=1
 [ $have_units = 1 ] ||
     missing="$missing swap unit and helper (THROTTLE_SWAP_UNIT=${THROTTLE_SWAP_UNIT:-unset}, THROTTLE_SWAP_HELPER=${THROTTLE_SWAP_HELPER:-unset});"
+if [ -n "${SWAP_BUNDLE:-}" ]; then
+    have_filter=$BUNDLE_FILTER have_disk=$BUNDLE_DISK have_units=$BUNDLE_UNITS
+    missing=
+    [ "$have_filter" = 1 ] || missing="$missing throttle filter (not in the bundle);"
+    [ "$have_disk" = 1 ] || missing="$missing disk plugin (not in the bundle);"
+    [ "$have_units" = 1 ] || missing="$missing swap unit and helper (not in the bundle);"
+fi
+accel_line=$(swap_accel) || { echo "check-swap: FAIL: $accel_line"; exit 1; }
+echo "check-swap: guests run under ${accel_line%% *} (${accel_line#* })"
 
 work=${abs_builddir:-$PWD}/swap-work
 rm -rf "$work"
 mkdir -p "$work"
-"$srcdir/build-initramfs.sh" "$work" || { echo "check-swap: FAIL: cannot build the initramfs"; exit 1; }
+if [ -n "${SWAP_BUNDLE:-}" ]; then
+    cp "$SWAP_BUNDLE/initramfs.cpio.gz" "$work/"
+    st=$SWAP_BUNDLE/swaptest
+else
+    "$srcdir/build-initramfs.sh" "$work" || { echo "check-swap: FAIL: cannot build the initramfs"; exit 1; }
+    st=$work/root/usr/bin/swaptest
+fi
 
 # The workload's verifier must be able to fail: on the host, a clean run
 # passes and a run with one damaged word reports exactly that page.
-st=$work/root/usr/bin/swaptest
 good=$("$st" 8); good_rc=$?
 bad=$(SWAPTEST_CORRUPT_PAGE=100 "$st" 8); bad_rc=$?
 if [ $good_rc != 0 ] || ! grep -q "^SWAPIN-DONE" <<< "$good" ||
@@ -113,10 +137,10 @@ unrunnable=$(echo $unrunnable | tr ' ' '\n' | sort -u | tr '\n' ' ')
 results=$work/results
 : > "$results"
 start=$(date +%s)
-# No boot starts after the budget, so that the suite ends within 20
+# No boot starts after the budget, so that the suite ends within 24
 # minutes even when boots run to run-guest.sh's 300 s timeout.  A MUST
 # boot that could not start fails its configuration.
-budget=${SWAP_BUDGET:-840}
+budget=${SWAP_BUDGET:-1080}
 njobs=${SWAP_JOBS:-2}
 running=0
 # Each boot in its own process group (set -m), so that an interrupted
@@ -171,6 +195,7 @@ raw_wo=$(timed raw-disk | field wo | grep -v '^-$' | median)
 raw_si=$(timed raw-disk | field si | grep -v '^-$' | median)
 raw_tot=$(timed raw-disk | field total | grep -v '^-$' | median)
 ratio () { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f\n", a / b }'; }
+echo "guests under ${accel_line%% *}: ${accel_line#* }"
 printf '%-34s %-8s %5s %8s %8s %5s %6s %9s %9s %9s %5s %5s %5s\n' \
     configuration kind boots writeout swap-in hung other "wo-med-s" "si-med-s" "tot-med-s" wo-x si-x tot-x
 fail=0

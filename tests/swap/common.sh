@@ -54,14 +54,57 @@ swap_config ()
         END { exit !found }'
 }
 
-# The installed Debian kernel: the newest /boot/vmlinuz-*.
+# The kernel the guests boot: SWAP_KERNEL (a bundle's, see bundle.sh),
+# else the installed Debian kernel, the newest /boot/vmlinuz-*.
 swap_kernel ()
 {
+    if [ -n "${SWAP_KERNEL:-}" ]; then
+        echo "$SWAP_KERNEL"
+        return
+    fi
     ls -1 /boot/vmlinuz-* 2>/dev/null | sort -V | tail -n 1
+}
+
+# The accelerator the guests run under, and why, as "ACCEL WHY": kvm
+# where /dev/kvm is usable (a character device this user may read and
+# write, on which qemu starts a KVM machine), else tcg, the emulator.
+# Under TCG the ratios to raw-disk mostly measure emulated guest CPU
+# (README.md); under KVM they measure the I/O paths.  SWAP_ACCEL=kvm or
+# tcg forces one: a forced kvm that is not usable returns 1, as does
+# any other value.  SWAP_KVM_DEV (default /dev/kvm) and SWAP_QEMU
+# (default qemu-system-x86_64 on PATH) stand in for the tests
+# (tests/test-swap-accel.sh).
+swap_accel ()
+{
+    local dev=${SWAP_KVM_DEV:-/dev/kvm} qemu=${SWAP_QEMU:-} why
+    [ -n "$qemu" ] || qemu=$(command -v qemu-system-x86_64) || qemu=
+    case "${SWAP_ACCEL:-}" in
+        tcg) echo "tcg SWAP_ACCEL=tcg"; return 0 ;;
+        ""|kvm) ;;
+        *) echo "none SWAP_ACCEL=$SWAP_ACCEL: expected kvm or tcg"; return 1 ;;
+    esac
+    if [ ! -c "$dev" ]; then
+        why="no $dev"
+    elif [ ! -r "$dev" ] || [ ! -w "$dev" ]; then
+        why="$dev is not readable and writable by $(id -un)"
+    elif [ -z "$qemu" ]; then
+        why="no qemu-system-x86_64"
+    elif ! printf 'quit\n' | timeout 30 "$qemu" -accel kvm -machine none \
+            -nodefaults -display none -monitor stdio >/dev/null 2>&1; then
+        why="qemu -accel kvm fails on $dev"
+    else
+        echo "kvm $dev usable"
+        return 0
+    fi
+    if [ "${SWAP_ACCEL:-}" = kvm ]; then
+        echo "none SWAP_ACCEL=kvm, but $why"
+        return 1
+    fi
+    echo "tcg $why"
 }
 
 swap_kernel_version ()
 {
     local k
-    k=$(swap_kernel) && [ -n "$k" ] && echo "${k#/boot/vmlinuz-}"
+    k=$(swap_kernel) && [ -n "$k" ] && k=${k##*/} && echo "${k#vmlinuz-}"
 }

@@ -272,9 +272,26 @@ if [ "$THR_perf" = 1 ]; then
     fi
 fi
 # Every configuration swaps the same: thr.size MiB in thr.avail MiB of
-# available memory (see common.sh and swaptest.c).
-swaptest $THR_size ${THR_size:+$THR_avail}
-echo "SWAPTEST-EXIT $?"
+# available memory (see common.sh and swaptest.c).  The units
+# configuration keeps 32 MiB of swaptest's pages after the workload,
+# most of them on swap, while it stops the unit (below), and has them
+# verified after.
+if [ "$THR_units" = 1 ]; then
+    mkfifo /run/hold || fail "mkfifo"
+    SWAPTEST_HOLD=/run/hold swaptest $THR_size ${THR_size:+$THR_avail} &
+    hold_pid=$!
+    while [ ! -e /run/hold.ready ]; do
+        if ! kill -0 "$hold_pid" 2>/dev/null; then
+            wait "$hold_pid"
+            echo "SWAPTEST-EXIT $?"
+            fail "swaptest ended before holding its pages"
+        fi
+        sleep 0.1
+    done
+else
+    swaptest $THR_size ${THR_size:+$THR_avail}
+    echo "SWAPTEST-EXIT $?"
+fi
 if [ -n "$perf_pid" ]; then
     kill -INT "$perf_pid"; wait "$perf_pid"
     for view in "TASK --no-children --sort comm" \
@@ -298,9 +315,28 @@ awk '{ printf "SWAP-DEVSTAT reads=%d read_kib=%d read_ms=%d writes=%d write_kib=
 # The guest CPU the server cost (utime, stime in ticks of 1/100 s).
 [ -n "$NBDKIT_PID" ] && awk '{ sub(/.*\) /, ""); print "NBDKIT-CPU utime=" $12 " stime=" $13 }' /proc/$NBDKIT_PID/stat
 if [ "$THR_units" = 1 ]; then
-    # The unit's stop: ExecStop (swapoff, then nbd-client -d), then
-    # SIGTERM to the main process, which must exit.
+    # The unit's stop while its device is swap in use, as at shutdown:
+    # systemd's own dev-nbd0.swap is being stopped (a swapoff already
+    # bringing pages back) when the unit's ExecStop runs.  ExecStop must
+    # wait for that swapoff (its own fails: EINVAL), then nbd-client -d;
+    # then SIGTERM to the main process, which must exit; then every page
+    # swaptest kept must read back as written.
+    used0=$(awk '$1 == "/dev/nbd0" { print $4 }' /proc/swaps)
+    echo "UNIT-STOP-SWAPUSED kib=${used0:-0}"
+    [ "${used0:-0}" -gt 1024 ] || fail "unit stop: only ${used0:-0} KiB on swap: nothing to bring back"
+    swapoff /dev/nbd0 > /run/swapoff.out 2>&1 &
+    so_pid=$!
+    # Until that swapoff has begun (Used falls), so that ExecStop meets it.
+    raced=0 i=0
+    while u=$(awk '$1 == "/dev/nbd0" { print $4 }' /proc/swaps) && [ -n "$u" ]; do
+        if [ "$u" -lt "$used0" ]; then raced=1; break; fi
+        i=$((i + 1)); [ $i -gt 600 ] && fail "unit stop: swapoff brought nothing back in 30 s"
+        sleep 0.05
+    done
     unit_step ExecStop
+    so_rc=0
+    wait "$so_pid" || so_rc=$?
+    echo "UNIT-STOP-RACE raced=$raced concurrent_swapoff_exit=$so_rc $(tr '\n' ' ' < /run/swapoff.out)"
     grep -q '^/dev/nbd0 ' /proc/swaps && fail "unit stop: /dev/nbd0 is still swap"
     [ -e /sys/block/nbd0/pid ] && fail "unit stop: /dev/nbd0 is still connected"
     kill -TERM "$NBDKIT_PID"
@@ -310,6 +346,9 @@ if [ "$THR_units" = 1 ]; then
         sleep 0.1
     done
     echo "UNIT-STOPPED swapoff, nbd-client -d, nbdkit exited"
+    echo > /run/hold
+    wait "$hold_pid"
+    echo "SWAPTEST-EXIT $?"
 fi
 echo "GUEST-DONE"
 poweroff -f

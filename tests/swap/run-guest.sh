@@ -66,6 +66,11 @@ stuck_re=$(seq -s "|" "$stuck" 30 3000)
 qemu=$(command -v qemu-system-x86_64) || { echo "run-guest: no qemu-system-x86_64" >&2; exit 77; }
 kernel=$(swap_kernel)
 [ -n "$kernel" ] || { echo "run-guest: no /boot/vmlinuz-*" >&2; exit 77; }
+accel_line=$(swap_accel) || { echo "run-guest: $accel_line" >&2; exit 2; }
+accel=${accel_line%% *}
+# Under KVM the guest sees the host's CPU; under TCG qemu's default.
+cpu=
+[ "$accel" = kvm ] && cpu="-cpu host"
 if [ ! -f "$work/initramfs.cpio.gz" ]; then
     "$srcdir/build-initramfs.sh" "$work" >&2 || exit 1
 fi
@@ -95,7 +100,8 @@ append="console=ttyS0 panic=-1 rootfstype=ramfs zswap.enabled=0 mitigations=off 
 start=$(date +%s)
 # Append: the host adds its own lines to the log while qemu writes.
 : > "$log"
-"$qemu" -accel tcg -m "$SWAP_MEM" -smp "${SWAP_SMP:-1}" \
+# shellcheck disable=SC2086
+"$qemu" -accel "$accel" $cpu -m "$SWAP_MEM" -smp "${SWAP_SMP:-1}" \
     -nographic -no-reboot -nic none \
     -kernel "$kernel" -initrd "$work/initramfs.cpio.gz" \
     -append "$append" \
@@ -213,6 +219,13 @@ elif [ $swapin = 1 ] && case " $args " in *" thr.units=1 "*) ! has UNIT-STOPPED 
     # The unit's stop (swapoff, nbd-client -d, nbdkit's exit) is part
     # of what the units configuration checks.
     reason=unit-stop-missing
+elif [ $swapin = 1 ] && case " $args " in *" thr.units=1 "*) ! has 'UNIT-STOP-RACE raced=1' ;; *) false ;; esac; then
+    # The stop must have met a swapoff already running (systemd's own
+    # at shutdown), not only run its own.
+    reason=unit-stop-race-missed
+elif [ $swapin = 1 ] && case " $args " in *" thr.units=1 "*) ! has HOLD-VERIFIED ;; *) false ;; esac; then
+    # Every page kept on swap across the stop came back as written.
+    reason=unit-stop-pages-unverified
 elif [ $swapin = 1 ]; then
     reason=ok
 else
@@ -272,5 +285,5 @@ status=fail
 if [ "$reason" = ok ] && { [ "$guards" = ok ] || [ "$guards" = n/a ]; }; then
     status=pass
 fi
-echo "RESULT cfg=$cfg boot=$boot status=$status writeout=$writeout swapin=$swapin hung=$hung reason=$reason wo=${wo:--} si=${si:--} total=${total:--} guards=$guards swapout_mib=$swapout_mib swapin_mib=$swapin_mib target_mib=$target wo_out_mib=${wo_out:--} si_in_mib=${si_in:--} si_out_mib=${si_out:--} elapsed=$elapsed log=$log"
+echo "RESULT cfg=$cfg boot=$boot accel=$accel status=$status writeout=$writeout swapin=$swapin hung=$hung reason=$reason wo=${wo:--} si=${si:--} total=${total:--} guards=$guards swapout_mib=$swapout_mib swapin_mib=$swapin_mib target_mib=$target wo_out_mib=${wo_out:--} si_in_mib=${si_in:--} si_out_mib=${si_out:--} elapsed=$elapsed log=$log"
 [ $status = pass ]

@@ -26,6 +26,8 @@
  *   SWAPIN-SWAPPED out_mib=N in_mib=N
  *   WRITEOUT-CPU / SWAPIN-CPU user=P% sys=P% softirq=P% iowait=P% idle=P%
  *   VERIFY-FAILED page=N word=N got=X expected=X
+ *   SWAPTEST-HOLDING swapused_kib=N        (with SWAPTEST_HOLD)
+ *   HOLD-VERIFIED pages=N mib=N            (with SWAPTEST_HOLD)
  *
  * Usage: swaptest [SIZE_MIB [AVAIL_MIB]]
  * Without SIZE_MIB the size is twice MemAvailable, capped at MemAvailable
@@ -35,6 +37,15 @@
  * swaps the same amount whatever the server beside it holds (a writeback
  * pool, a memory plugin's disk, or no server at all); exit 3 when less
  * than AVAIL_MIB is available.
+ *
+ * With SWAPTEST_HOLD=FIFO in the environment, after the workload it
+ * unlocks the pad (so that every page can come back into memory),
+ * keeps the first SWAPTEST_HOLD_MIB (default 32) of its pages and
+ * unmaps the rest (a swapoff of all of them costs TCG guests a minute),
+ * creates FIFO.ready and waits until a line can be read from FIFO,
+ * keeping those pages, most of them on swap, meanwhile: the guest stops
+ * the swap service under them.  Then it verifies every kept page once
+ * more (exit 1 on the first that differs).
  *
  * Built statically at test time (gcc -static -O2) so that the guest needs
  * no library for it.
@@ -46,6 +57,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 
 #define MIB (1024UL * 1024UL)
@@ -158,6 +170,9 @@ print_swapped (const char *phase, struct swapped start, long page_size)
  * when less than AVAIL_MIB is available: that configuration would swap
  * more than the others.
  */
+static void *pad_mem;
+static size_t pad_len;
+
 static void
 pad_to (long avail_mib)
 {
@@ -177,6 +192,8 @@ pad_to (long avail_mib)
       perror ("swaptest: locking the pad");
       exit (2);
     }
+    pad_mem = p;
+    pad_len = pad;
   }
   printf ("SWAPTEST-PAD pad_mib=%zu avail_mib=%ld\n", pad / MIB,
           meminfo_kib ("MemAvailable") / 1024);
@@ -239,6 +256,64 @@ scatter_stride (size_t n)
     if (a == 1)
       return s % n;
   }
+}
+
+/* SWAPTEST_HOLD: keeps the pages (every one holds pass 3) until a line
+ * comes on FIFO, then verifies them all.
+ */
+static int
+hold (const char *fifo, uint64_t *mem, size_t words, size_t npages,
+      long page_size)
+{
+  char ready[4096], c;
+  size_t p, w;
+  int fd;
+
+  const char *keep_env = getenv ("SWAPTEST_HOLD_MIB");
+  size_t keep = (keep_env ? strtoul (keep_env, NULL, 10) : 32) * MIB
+    / page_size;
+
+  if (pad_mem != NULL && munmap (pad_mem, pad_len) == -1) {
+    perror ("swaptest: releasing the pad");
+    return 2;
+  }
+  if (keep < npages) {
+    if (munmap (mem + keep * words, (npages - keep) * page_size) == -1) {
+      perror ("swaptest: releasing the pages not kept");
+      return 2;
+    }
+    npages = keep;
+  }
+  printf ("SWAPTEST-HOLDING swapused_kib=%ld\n",
+          meminfo_kib ("SwapTotal") - meminfo_kib ("SwapFree"));
+  snprintf (ready, sizeof ready, "%s.ready", fifo);
+  fd = open (ready, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd == -1 || close (fd) == -1) {
+    perror (ready);
+    return 2;
+  }
+  fd = open (fifo, O_RDONLY);
+  if (fd == -1 || read (fd, &c, 1) != 1) {
+    perror (fifo);
+    return 2;
+  }
+  close (fd);
+  for (p = 0; p < npages; p++) {
+    for (w = 0; w < words; w++) {
+      uint64_t want = pattern (p, w, 3);
+
+      if (mem[p * words + w] != want) {
+        printf ("VERIFY-FAILED page=%zu word=%zu pass=hold got=0x%016llx "
+                "expected=0x%016llx\n", p, w,
+                (unsigned long long) mem[p * words + w],
+                (unsigned long long) want);
+        return 1;
+      }
+    }
+  }
+  printf ("HOLD-VERIFIED pages=%zu mib=%zu\n", npages,
+          npages * page_size / MIB);
+  return 0;
 }
 
 int
@@ -331,5 +406,7 @@ main (int argc, char *argv[])
   printf ("SWAPIN-DONE %.1f\n", t);
   print_swapped ("SWAPIN", sw, page_size);
   print_cpu ("SWAPIN", cpu);
+  if (getenv ("SWAPTEST_HOLD") != NULL)
+    return hold (getenv ("SWAPTEST_HOLD"), mem, words, npages, page_size);
   return 0;
 }
