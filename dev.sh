@@ -8,6 +8,10 @@
 #                     (lintian errors fail), install it, try the installed
 #                     files
 #   ./dev.sh deps     only install what is missing
+#   ./dev.sh check-nbdkit TARBALL
+#                     build that nbdkit release from its source tarball
+#                     into a cached prefix, build this project against
+#                     it, run the unit and integration tests
 #
 # Builds out of tree in ./build (THROTTLE_BUILDDIR to change).
 set -euo pipefail
@@ -107,6 +111,94 @@ package ()
   [ -n "${THROTTLE_PKGDIR:-}" ] || rm -rf "$work"
 }
 
+# nbdkit built from a source tarball, cached by the tarball's sha256:
+# PREFIX is usable only once PREFIX/.complete exists, which is written
+# last, so an interrupted build is never taken for a good one.  Sets
+# nbdkit_prefix.
+NBDKIT_CONFIGURE=(
+  --disable-static
+  --disable-perl --disable-python --disable-ocaml --disable-rust --disable-tcl
+  --disable-lua --disable-golang --disable-libguestfs-tests --disable-linuxdisk
+  --disable-torrent --disable-vddk --disable-valgrind
+  --without-libblkio --without-curl --without-ssh --without-nfs --without-iso
+  --without-libvirt --without-bzip2 --without-zlib-ng --without-libguestfs
+  --without-ext2 --without-selinux --without-manpages --without-bash-completions
+)
+
+nbdkit_from_tarball ()
+{
+  local tarball=$1 sums sum cache prefix work start
+  [ -f "$tarball" ] || { echo "dev.sh: $tarball: no such nbdkit tarball" >&2; exit 1; }
+  sum=$(sha256sum "$tarball" | cut -d' ' -f1)
+  # A SHA256SUMS beside the tarball must vouch for it.
+  sums=$(dirname "$tarball")/SHA256SUMS
+  if [ -f "$sums" ]; then
+    grep -q "^$sum  $(basename "$tarball")\$" "$sums" || {
+      echo "dev.sh: $tarball: sha256 $sum does not match $sums:" >&2
+      grep -F "$(basename "$tarball")" "$sums" >&2 || echo "(not listed there)" >&2
+      exit 1
+    }
+  fi
+  cache=${THROTTLE_NBDKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nbdkit-throttle}
+  prefix=$cache/nbdkit-$sum
+  mkdir -p "$cache"
+  # One build per tarball at a time; the others wait and reuse it.
+  exec 9>"$prefix.lock"
+  flock 9
+  if [ -f "$prefix/.complete" ]; then
+    echo "dev.sh: nbdkit from $(basename "$tarball") (cached in $prefix)" >&2
+  else
+    start=$(date +%s)
+    echo "dev.sh: building nbdkit from $(basename "$tarball") into $prefix" >&2
+    rm -rf "$prefix"
+    work=$(mktemp -d "${TMPDIR:-/var/tmp}/nbdkit-build.XXXXXX")
+    if ! (set -e
+          tar -C "$work" -xzf "$tarball"
+          cd "$work"/*/
+          autoreconf -i
+          ./configure --prefix="$prefix" "${NBDKIT_CONFIGURE[@]}"
+          make -j"$(nproc)"
+          make install) >"$work.log" 2>&1; then
+      tail -n 40 "$work.log" >&2
+      echo "dev.sh: building nbdkit from $tarball failed (log: $work.log)" >&2
+      rm -rf "$work" "$prefix"
+      exit 1
+    fi
+    rm -rf "$work" "$work.log"
+    "$prefix/sbin/nbdkit" --version >/dev/null
+    echo "$sum $(basename "$tarball")" >"$prefix/.complete"
+    echo "dev.sh: nbdkit built in $(( $(date +%s) - start )) s" >&2
+  fi
+  exec 9>&-
+  nbdkit_prefix=$prefix
+}
+
+# This project built against PREFIX's nbdkit in a build directory of
+# its own, then its unit and integration tests (the swap guest test
+# stays with ./dev.sh check).
+check_nbdkit ()
+{
+  local prefix version dir start
+  nbdkit_from_tarball "$1"
+  prefix=$nbdkit_prefix
+  version=$("$prefix/sbin/nbdkit" --version | awk '{ print $2; exit }')
+  dir=${THROTTLE_BUILDDIR:-$top/build}-nbdkit-$version
+  cd "$top"
+  [ -x configure ] || { autoreconf -fi >"$top/autoreconf.log" 2>&1 ||
+                          { cat "$top/autoreconf.log"; exit 1; }; }
+  mkdir -p "$dir"
+  cd "$dir"
+  echo "== nbdkit $version: build in $dir"
+  [ -f Makefile ] ||
+    PKG_CONFIG_PATH=$prefix/lib/pkgconfig "$top/configure" -q \
+      ${THROTTLE_CONFIGURE_ARGS:-}
+  make -j"$(nproc)" >/dev/null
+  start=$(date +%s)
+  echo "== nbdkit $version: unit and integration tests"
+  make check TESTS='$(UNIT_TESTS) $(INTEGRATION_TESTS)'
+  echo "== nbdkit $version: tests passed in $(( $(date +%s) - start )) s"
+}
+
 case "${1:-}" in
   deps) deps ;;
   demo) deps; build; demo ;;
@@ -122,5 +214,8 @@ case "${1:-}" in
     ;;
   bench) deps; build; cd "$builddir"; make bench ;;
   package) deps; package ;;
-  *) sed -n '2,12p' "$0"; exit 2 ;;
+  check-nbdkit)
+    [ $# -eq 2 ] || { echo "usage: ./dev.sh check-nbdkit NBDKIT-TARBALL" >&2; exit 2; }
+    deps; check_nbdkit "$(realpath -m "$2")" ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
 esac

@@ -40,6 +40,7 @@ throttle_parse_size (const char *key, const char *value,
     nbdkit_error ("%s=%s: %s", key, value, expect);
     return -1;
   default:
+    nbdkit_error ("%s=%s: not a size", key, value);
     return -1;
   }
 }
@@ -66,8 +67,10 @@ throttle_parse_bool (const char *key, const char *value, bool *out)
 {
   int r = nbdkit_parse_bool (value);
 
-  if (r == -1)
+  if (r == -1) {
+    nbdkit_error ("%s=%s: expected a boolean (on or off)", key, value);
     return -1;
+  }
   *out = r;
   return 1;
 }

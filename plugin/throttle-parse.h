@@ -1,13 +1,13 @@
 /* nbdkit-throttle filter: one way to parse a parameter's value, and
  * to report a bad one.
  *
- * The rule: one error line per bad value.  A value nbdkit's own parser
- * rejects (not a size, not a number, not a boolean) is reported by that
- * parser (nbdkit_parse_size, nbdkit_parse_unsigned, nbdkit_parse_bool)
- * and by nothing else, as nbdkit's own filters do (blocksize.c).  A
- * value nbdkit accepts but the parameter does not (zero, out of range,
- * a word not in the list) is reported here, as "KEY=VALUE: " followed
- * by what the parameter expects.
+ * The rule: every bad value gets one error line of ours, which names
+ * the parameter: "KEY=VALUE: " followed by what the parameter expects.
+ * A value nbdkit's own parser rejects (not a size, not a boolean) has
+ * that parser's line first, which says why but not which parameter
+ * (its wording differs between nbdkit releases); ours follows it.
+ * nbdkit_parse_unsigned names the key itself, so its line is the only
+ * one.
  *
  * Each throttle_parse_* returns 1 when the value is good (what a
  * throttle_*_config function returns for a key of its own), -1 after
@@ -48,8 +48,8 @@ extern int throttle_parse_seconds (const char *key, const char *value,
                                    const char *expect, double *out);
 
 /* The value as a size: 0 if it is one from min to max, -1 if nbdkit's
- * parser refused it (and logged why), -2 if it is out of range (the
- * caller says so).
+ * parser refused it (and logged why, without naming a parameter), -2
+ * if it is out of range (the caller says so).
  */
 extern int throttle_size_in (const char *value, int64_t min, int64_t max,
                              int64_t *out);

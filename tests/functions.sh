@@ -55,6 +55,9 @@ _cleanup ()
   exit $rc
 }
 trap _cleanup EXIT
+# with-timeout.sh ends a hung test with SIGTERM: a failure, with the
+# servers' logs.
+trap 'echo "$0: FAIL: stopped by SIGTERM (timed out?)" >&2; exit 124' TERM
 
 # In a sanitizer build $NBDKIT is nbdkit-sanitized.sh, which writes
 # every report under THROTTLE_SANITIZER_LOGS: give each test its own
@@ -144,4 +147,22 @@ hold_exports ()
     sleep 0.1
   done
   fail "hold_exports $tag: the connections did not open in 60 s"
+}
+
+# debug_json PATTERN LOG: the JSON after PATTERN (e.g. "throttle: stats ")
+# on each matching line of an nbdkit debug log, as the filter wrote it.
+# nbdkit 1.32 logs debug text as it is; later releases C-quote it (a
+# backslash doubled, other bytes as \xNN), which a JSON string's own
+# escapes do not survive: such a line is unquoted first.
+debug_json ()
+{
+  grep -F -- "$1" "$2" | sed "s/^.*$1//" | $PY -c '
+import codecs, json, sys
+for line in sys.stdin:
+    line = line.rstrip("\n")
+    try:
+        json.loads(line)
+    except ValueError:
+        line = codecs.escape_decode(line.encode())[0].decode("utf-8")
+    print(line)'
 }

@@ -9,11 +9,16 @@ misbehave in ways libnbd never would:
                                SENT bytes of payload are sent; then close
   vanish SOCK SIZE             one write of SIZE, then close at once
                                without reading the reply
-  queued SOCK HOW N SIZE       N pipelined writes of SIZE, then HOW:
-                               disc (NBD_CMD_DISC, then read replies),
-                               halfclose (shutdown the write side, read
-                               replies) or vanish (close, read nothing);
-                               fails unless every reply read is 0
+  queued SOCK HOW N SIZE [PAUSE]
+                               N pipelined writes of SIZE (handle i at
+                               offset i*SIZE), PAUSE seconds (0.3), then
+                               HOW: disc (NBD_CMD_DISC and shutdown the
+                               write side, as libnbd does), halfclose
+                               (shutdown the write side) or vanish
+                               (close, read nothing); prints "reply
+                               HANDLE ERRNO" for every reply read until
+                               the server closes; fails unless each
+                               write had one
   vanishers SOCK CLIENTS N SIZE  CLIENTS at once, each queued ... vanish
   flood SOCK N SIZE SECS       N writes of SIZE and reads of 64K, no
                                reply read for SECS seconds, then read
@@ -112,36 +117,43 @@ def queue_writes(path, n, size):
     return s
 
 
-def cmd_queued(path, how, n, size):
+def cmd_queued(path, how, n, size, pause):
     s = queue_writes(path, n, size)
     if how == "vanish":
         s.close()
         print("queued: %d writes of %d sent, closed" % (n, size))
         return
-    # Let nbdkit read every write before it sees the end: a request it
-    # reads after NBD_CMD_DISC or EOF it fails itself (ESHUTDOWN).
-    time.sleep(0.3)
+    # Give the server PAUSE seconds to start on the writes before it
+    # sees the end.  (However long, nbdkit may fail with ESHUTDOWN a
+    # write it read but had not started when the end came: the caller
+    # tells that loss from its own.)
+    time.sleep(pause)
     if how == "disc":
+        # As libnbd does: NBD_CMD_DISC, then no more to send.  Since
+        # nbdkit 1.33.3 a worker waits in recv() after NBD_CMD_DISC
+        # until the client shuts its side, so without the shutdown
+        # neither side would ever close.
         s.sendall(request(NBD_CMD_DISC, n, 0, 0))
+        s.shutdown(socket.SHUT_WR)
     elif how == "halfclose":
         s.shutdown(socket.SHUT_WR)
     else:
         raise SystemExit("queued: HOW is disc, halfclose or vanish")
     # Every reply the server sends after it, until it closes.
-    errors = []
-    handles = set()
+    replies = {}
     try:
         while True:
             err, handle = read_reply(s)
-            handles.add(handle)
-            if err:
-                errors.append((handle, err))
+            replies[handle] = err
     except EOFError:
         pass
     s.close()
-    print("queued: %d writes of %d then %s: %d replies read, errors %s"
-          % (n, size, how, len(handles), errors))
-    if errors or (how == "halfclose" and len(handles) != n):
+    for handle in sorted(replies):
+        print("reply %d %d" % (handle, replies[handle]))
+    print("queued: %d writes of %d then %s: %d replies read, %d errors"
+          % (n, size, how, len(replies),
+             sum(1 for e in replies.values() if e)))
+    if len(replies) != n:
         sys.exit(1)
 
 
@@ -372,7 +384,8 @@ def main():
     elif cmd == "vanish":
         cmd_vanish(a[1], int(a[2]))
     elif cmd == "queued":
-        cmd_queued(a[1], a[2], int(a[3]), int(a[4]))
+        cmd_queued(a[1], a[2], int(a[3]), int(a[4]),
+                   float(a[5]) if len(a) > 5 else 0.3)
     elif cmd == "vanishers":
         cmd_vanishers(a[1], int(a[2]), int(a[3]), int(a[4]))
     elif cmd == "flood":

@@ -35,8 +35,8 @@ bad "throttle-latency-target=5: a duration needs its unit" \
 bad "throttle-latency-target=-5ms: expected a duration" throttle-latency-target=-5ms
 bad "throttle-latency-target=2h: expected a duration" throttle-latency-target=2h
 bad "throttle-min-capacity=0: must be greater than 0" throttle-min-capacity=0
-bad "could not parse size string (lots)" throttle-min-capacity=lots
-bad "size cannot be negative (-1)" throttle-min-capacity=-1
+bad "throttle-min-capacity=lots: not a size" throttle-min-capacity=lots
+bad "throttle-min-capacity=-1: not a size" throttle-min-capacity=-1
 bad "throttle-min-capacity=2097152 is above throttle-capacity=1048576" \
     throttle-capacity=1M throttle-min-capacity=2M throttle-latency-target=5ms
 # The floor is checked with or without a target: one can be set live.

@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# A client that is done is still served: writes queued for credit when
-# it sends NBD_CMD_DISC, or shuts down its write side, all reach the
-# backend, and every reply it reads is 0.  Clients that vanish with
-# many writes queued do not take the server down: the filter never
-# turns a closing connection's requests into a burst of error replies
-# (nbdkit 1.32 aborts in raw_send_socket when such replies race).
+# A client that is done is still served: of the writes queued when it
+# sends NBD_CMD_DISC, or shuts down its write side, every one that
+# reached the filter reaches the backend and is answered 0.  Clients
+# that vanish with many writes queued do not take the server down: the
+# filter never turns a closing connection's requests into a burst of
+# error replies (nbdkit 1.32 aborts in raw_send_socket when such
+# replies race).
+#
+# nbdkit itself (1.32.5 to 1.44.1 at least) fails with ESHUTDOWN a
+# request it had read but not yet passed to the filter when the client
+# ended (server/protocol.c: "if (quit || cs < STATUS_ACTIVE)"), in
+# some runs, filter or not.  That loss is nbdkit's: it is
+# counted and shown, never asserted either way, so that this test
+# neither passes nor fails on nbdkit's timing.  nbdkit-disc-loss.sh
+# reproduces it without the filter (man nbdkit-throttle-filter, "What a
+# client can rely on at disconnect").
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 requires_file "$THROTTLE_FILTER"
 requires_file "$TEST_PLUGIN"
@@ -15,30 +25,62 @@ upstream_abort ()
   return 0
 }
 
-# 8 pipelined 64K writes against a 64K capacity over a disk that holds
-# each write 300 ms: one runs, seven wait for credit when the client
-# says it is done.  In writeback mode the pool holds one write, so the
-# others wait for credit and pool buffers.
+# 8 pipelined 64K writes (write i at offset i*64K) against a 64K
+# capacity over a disk that holds each write 300 ms: one runs, the
+# others wait for credit when the client says it is done.  In
+# writeback mode the pool holds one write, so the others wait for
+# credit and pool buffers.
+size=65536
 for mode in writethrough writeback; do
   [ $mode = writeback ] && requires_writeback
   for how in disc halfclose; do
     name=done-$mode-$how
+    log=$tmp/$name.log
     start_nbdkit $name --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
       sleep=plain delay-ms=300 statefile="$tmp/$name.state" \
       throttle-capacity=64K throttle-mode=$mode -D throttle.verbose=1
-    $PY "$srcdir/hostile-client.py" queued "$tmp/$name.sock" $how 8 65536 ||
-      fail "$mode $how: a queued write failed"
-    grep -q "throttle: wait" "$tmp/$name.log" ||
-      fail "$mode $how: no write waited for credit"
+    $PY "$srcdir/hostile-client.py" queued "$tmp/$name.sock" $how 8 $size \
+      >"$tmp/$name.out" ||
+      { cat "$tmp/$name.out"; fail "$mode $how: a write had no reply"; }
     stop_nbdkit $pid
-    upstream_abort "$tmp/$name.log"
+    upstream_abort "$log"
+    # The writes that reached the filter: nbdkit logs each call into a
+    # layer ("throttle: pwrite ... offset=N") before the layer runs.
+    entered=$(sed -n "s/.* throttle: pwrite count=$size offset=\([0-9]*\) .*/\1/p" "$log" |
+              while read -r off; do echo $((off / size)); done | sort -n)
+    n_entered=$(wc -w <<<"$entered")
+    lost=0
+    for h in 0 1 2 3 4 5 6 7; do
+      err=$(sed -n "s/^reply $h //p" "$tmp/$name.out")
+      if grep -qx "$h" <<<"$entered"; then
+        [ "$err" = 0 ] ||
+          fail "$mode $how: write $h reached the filter but was answered errno $err"
+      else
+        # Never reached the filter: nbdkit failed it (NBD_ESHUTDOWN).
+        [ "$err" = 108 ] ||
+          fail "$mode $how: write $h never reached the filter, yet its reply is $err, not nbdkit's ESHUTDOWN"
+        lost=$((lost + 1))
+      fi
+    done
+    # nbdkit's error replies, from its own debug log, are exactly those.
+    shutdowns=$(grep -c "sending error reply: Cannot send after transport endpoint shutdown" "$log" || :)
+    [ "$shutdowns" = $lost ] ||
+      fail "$mode $how: $shutdowns ESHUTDOWN replies logged, but nbdkit lost $lost writes before the filter"
     writes=$(statefield "$tmp/$name.state" writes)
-    [ "$writes" = 8 ] || fail "$mode $how: $writes of 8 writes reached the backend"
-    [ "$(summary "$tmp/$name.log" cancelled)" = 0 ] ||
+    [ "$writes" = "$n_entered" ] ||
+      fail "$mode $how: $n_entered writes reached the filter, $writes the backend"
+    # With two or more in the filter, the second waited for the first's
+    # 300 ms.
+    [ "$n_entered" -lt 2 ] || grep -q "throttle: wait" "$log" ||
+      fail "$mode $how: no write waited for credit"
+    ! grep -q "abandoned while waiting" "$log" ||
+      fail "$mode $how: the filter abandoned a write: $(grep -m1 abandoned "$log")"
+    [ "$(summary "$log" cancelled)" = 0 ] ||
       fail "$mode $how: a wait was cancelled"
-    [ "$(summary "$tmp/$name.log" in_flight)" = 0 ] ||
+    [ "$(summary "$log" in_flight)" = 0 ] ||
       fail "$mode $how: units left in flight"
-    echo "$mode $how: 8 of 8 writes reached the backend"
+    echo "$mode $how: $n_entered of 8 writes reached the filter, all reached the backend, answered 0;" \
+         "nbdkit failed $lost with ESHUTDOWN before the filter"
   done
 done
 
@@ -68,3 +110,8 @@ for sleep in plain nbdkit; do
   [ "$(summary "$tmp/$name.log" in_flight)" = 0 ] || fail "$sleep: units left in flight"
   echo "vanish over sleep=$sleep: server alive, $(statefield "$tmp/$name.state" writes) writes reached the backend"
 done
+
+# nbdkit's own loss at DISC and half-close, without the filter: shown,
+# not asserted (it depends on nbdkit's timing and is not ours).
+NBDKIT=${REAL_NBDKIT:-$NBDKIT} "$srcdir/nbdkit-disc-loss.sh" 5 |
+  sed 's/^/nbdkit alone: /'

@@ -88,8 +88,7 @@ echo "ok: control socket removed at exit"
 # throttle-stats-interval=0.5: periodic one-line JSON in the debug log.
 n=$(grep -c 'throttle: stats {' "$tmp/live.log" || :)
 [ "$n" -ge 4 ] || fail "expected periodic stats in the log, found $n lines"
-grep 'throttle: stats {' "$tmp/live.log" | tail -1 |
-  sed 's/.*throttle: stats //' |
+debug_json 'throttle: stats ' "$tmp/live.log" | tail -1 |
   $PY -c 'import json, sys
 d = json.load(sys.stdin)
 e = [x for x in d["exports"] if x["name"] == ""][0]

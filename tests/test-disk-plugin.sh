@@ -58,6 +58,10 @@ refused "$tmp/sparse.img: the file has holes .*offset 0.*fallocate" file="$tmp/s
 refused "$tmp/holed.img: the file has holes .*offset 4194304.*fallocate" file="$tmp/holed.img"
 refused "$tmp/odd.img: size 16776704 is not a non-zero multiple of 4096" file="$tmp/odd.img"
 refused "trim=true needs a block device" file="$tmp/disk.img" trim=true
+# A value that is no size or boolean: nbdkit's parser says why in its
+# own release's words, and our line names the parameter.
+refused "buffer-size=-1: not a size" file="$tmp/disk.img" buffer-size=-1
+refused "mlock=maybe: expected a boolean" file="$tmp/disk.img" mlock=maybe
 refused "pool=0" file="$tmp/disk.img" pool=0
 refused "buffer-size=1000: must be a multiple of 4096" file="$tmp/disk.img" buffer-size=1000
 refused "not a block device or a regular file" file=/dev/null

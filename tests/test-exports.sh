@@ -400,7 +400,7 @@ for i in $(seq 300); do
 done
 kill $held; wait $held 2>/dev/null || :
 stop_nbdkit $many
-grep 'throttle: stats {' "$tmp/many.log" | sed 's/.*throttle: stats //' |
+debug_json 'throttle: stats ' "$tmp/many.log" |
   $PY -c 'import json, sys
 pages = [json.loads(l) for l in sys.stdin]
 assert any(p["from"] == 100 and p["exports_total"] == 151 for p in pages), \

@@ -176,8 +176,9 @@ refuse() {
 }
 
 # --- bad values are refused, naming the parameter ----------------------
-# (or, for what is not a number or a size at all, in nbdkit's parser's
-# words, which name the value: see plugin/throttle-parse.h)
+# (after nbdkit's parser's own line for what is no number or size at
+# all; nbdkit_parse_unsigned names the parameter itself: see
+# plugin/throttle-parse.h)
 for kv in throttle-io-flusher=maybe throttle-rt=yes throttle-oom=1 \
           throttle-mlock=all throttle-threads=0 \
           throttle-max-request=32K throttle-max-request=64M \
@@ -187,11 +188,11 @@ for kv in throttle-io-flusher=maybe throttle-rt=yes throttle-oom=1 \
 done
 "$NBDKIT" --filter="$THROTTLE_FILTER" null --help 2>&1 |
     grep -q 'throttle-rt-hold=SECS' || fail "--help does not list throttle-rt-hold"
-refuse throttle-reserve=lots "could not parse size string (lots)"
-refuse throttle-reserve=-1 "size cannot be negative (-1)"
+refuse throttle-reserve=lots "throttle-reserve=lots: not a size"
+refuse throttle-reserve=-1 "throttle-reserve=-1: not a size"
 refuse throttle-threads=4x 'throttle-threads: could not parse number: "4x"'
-refuse throttle-max-request=-4M "size cannot be negative (-4M)"
-refuse throttle-max-request=big "could not parse size string (big)"
+refuse throttle-max-request=-4M "throttle-max-request=-4M: not a size"
+refuse throttle-max-request=big "throttle-max-request=big: not a size"
 refuse throttle-reserve=1E "throttle-reserve"
 "$NBDKIT" --filter="$THROTTLE_FILTER" null --help 2>&1 |
     grep -q 'throttle-io-flusher=auto|on|off' ||

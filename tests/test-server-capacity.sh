@@ -12,7 +12,8 @@ requires_file "$THROTTLE_CTL"
 requires $PY -c 'import nbd'
 
 # bad EXPECT ARGS...: nbdkit refuses to start, with one error line
-# saying EXPECT.
+# saying EXPECT (ours), after at most one of nbdkit's parser's, whose
+# words vary between nbdkit releases (plugin/throttle-parse.h).
 bad ()
 {
   local expect=$1 rc=0 n; shift
@@ -23,12 +24,13 @@ bad ()
   grep -q -- "$expect" "$tmp/out" ||
     { cat "$tmp/out"; fail "$*: error does not say '$expect'"; }
   n=$(grep -c 'error:' "$tmp/out")
-  [ "$n" = 1 ] || { cat "$tmp/out"; fail "$*: $n error lines, not 1"; }
-  echo "ok: refused $*: $(grep -m1 error "$tmp/out")"
+  [ "$n" -le 2 ] && grep 'error:' "$tmp/out" | tail -n 1 | grep -q -- "$expect" ||
+    { cat "$tmp/out"; fail "$*: $n error lines, not ours alone or after nbdkit's"; }
+  echo "ok: refused $*: $(grep error "$tmp/out" | tail -n 1)"
 }
 bad "throttle-server-capacity=0: must be greater than 0" \
     throttle-server-capacity=0
-bad "could not parse size string (lots)" throttle-server-capacity=lots
+bad "throttle-server-capacity=lots: not a size" throttle-server-capacity=lots
 bad "throttle-server-capacity=1000: below 4096" throttle-server-capacity=1000
 bad "throttle-server-capacity=512K: below throttle-capacity=1048576" \
     throttle-capacity=1M throttle-server-capacity=512K

@@ -107,8 +107,11 @@ throttle_disk_config (const char *key, const char *value)
   }
   else if (strcmp (key, "buffer-size") == 0) {
     r = nbdkit_parse_size (value);
-    if (r == -1)
+    if (r == -1) {
+      /* nbdkit's parser says why, not which parameter. */
+      nbdkit_error ("buffer-size=%s: not a size", value);
       return -1;
+    }
     if (r < THROTTLE_DISK_MIN_BLOCK || r > MAX_BUFFER ||
         r % THROTTLE_DISK_MIN_BLOCK != 0) {
       nbdkit_error ("buffer-size=%s: must be a multiple of %d between "
@@ -119,13 +122,17 @@ throttle_disk_config (const char *key, const char *value)
     throttle_disk.buffer_size = r;
   }
   else if (strcmp (key, "mlock") == 0) {
-    if ((b = nbdkit_parse_bool (value)) == -1)
+    if ((b = nbdkit_parse_bool (value)) == -1) {
+      nbdkit_error ("mlock=%s: expected a boolean (on or off)", value);
       return -1;
+    }
     throttle_disk.want_mlock = b;
   }
   else if (strcmp (key, "trim") == 0) {
-    if ((b = nbdkit_parse_bool (value)) == -1)
+    if ((b = nbdkit_parse_bool (value)) == -1) {
+      nbdkit_error ("trim=%s: expected a boolean (on or off)", value);
       return -1;
+    }
     throttle_disk.want_trim = b;
   }
   else {

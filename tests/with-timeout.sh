@@ -1,0 +1,29 @@
+#!/bin/sh
+# with-timeout.sh TEST [ARGS...]: the LOG_COMPILER of every test.  A
+# test that hangs fails after a time limit instead of holding the run
+# for good; the integration tests print their servers' logs as they
+# fail (functions.sh).
+#
+# The limit (THROTTLE_TEST_TIMEOUT seconds, default 300) is many times
+# what any test takes on a loaded 2-core machine, and 4 times that in
+# a sanitizer build, which runs 5-10x slower; the swap guest suite
+# (12-15 minutes) has THROTTLE_SWAP_TIMEOUT (default 3600).
+
+secs=${THROTTLE_TEST_TIMEOUT:-300}
+case ${SANITIZERS:-no} in
+  no|"") ;;
+  *) secs=$((secs * 4)) ;;
+esac
+case $1 in
+  */check-swap.sh|check-swap.sh) secs=${THROTTLE_SWAP_TIMEOUT:-3600} ;;
+esac
+
+# timeout puts the test in a process group of its own and signals the
+# whole group: the test's servers and clients go with it.  That group
+# is not the terminal's, so nothing in it may read the terminal.
+timeout -k 30 "$secs" "$@" </dev/null
+rc=$?
+case $rc in
+  124|137) echo "$1: FAIL: no result after $secs s (THROTTLE_TEST_TIMEOUT)" >&2 ;;
+esac
+exit $rc
