@@ -139,7 +139,15 @@ nbdkit_from_tarball ()
       exit 1
     }
   fi
-  cache=${THROTTLE_NBDKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nbdkit-throttle}
+  # Not under root's home (mode 700): test-guards-rt.sh starts an
+  # nbdkit as nobody, which must be able to load the prefix's plugins.
+  if [ -n "${THROTTLE_NBDKIT_CACHE:-}" ]; then
+    cache=$THROTTLE_NBDKIT_CACHE
+  elif [ "$(id -u)" -eq 0 ]; then
+    cache=/var/cache/nbdkit-throttle
+  else
+    cache=${XDG_CACHE_HOME:-$HOME/.cache}/nbdkit-throttle
+  fi
   prefix=$cache/nbdkit-$sum
   mkdir -p "$cache"
   # One build per tarball at a time; the others wait and reuse it.
