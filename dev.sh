@@ -139,9 +139,15 @@ nbdkit_from_tarball ()
       exit 1
     }
   fi
-  cache=${THROTTLE_NBDKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nbdkit-throttle}
+  # Tests run nbdkit as other users too (test-guards-rt): as root the
+  # prefix must not be under /root, which they cannot enter.
+  if [ "$(id -u)" -eq 0 ]; then
+    cache=${THROTTLE_NBDKIT_CACHE:-/var/cache/nbdkit-throttle}
+  else
+    cache=${THROTTLE_NBDKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nbdkit-throttle}
+  fi
   prefix=$cache/nbdkit-$sum
-  mkdir -p "$cache"
+  mkdir -p -m 755 "$cache"
   # One build per tarball at a time; the others wait and reuse it.
   exec 9>"$prefix.lock"
   flock 9
@@ -153,6 +159,7 @@ nbdkit_from_tarball ()
     rm -rf "$prefix"
     work=$(mktemp -d "${TMPDIR:-/var/tmp}/nbdkit-build.XXXXXX")
     if ! (set -e
+          umask 022
           tar -C "$work" -xzf "$tarball"
           cd "$work"/*/
           autoreconf -i
