@@ -196,7 +196,8 @@ check_nbdkit ()
   mkdir -p "$dir"
   cd "$dir"
   echo "== nbdkit $version: build in $dir"
-  [ -f Makefile ] ||
+  # Configured once, and again if it was for another prefix.
+  grep -qx "NBDKIT = $prefix/sbin/nbdkit" Makefile 2>/dev/null ||
     PKG_CONFIG_PATH=$prefix/lib/pkgconfig "$top/configure" -q \
       ${THROTTLE_CONFIGURE_ARGS:-}
   make -j"$(nproc)" >/dev/null
