@@ -139,17 +139,15 @@ nbdkit_from_tarball ()
       exit 1
     }
   fi
-  # Not under root's home (mode 700): test-guards-rt.sh starts an
-  # nbdkit as nobody, which must be able to load the prefix's plugins.
-  if [ -n "${THROTTLE_NBDKIT_CACHE:-}" ]; then
-    cache=$THROTTLE_NBDKIT_CACHE
-  elif [ "$(id -u)" -eq 0 ]; then
-    cache=/var/cache/nbdkit-throttle
+  # Tests run nbdkit as other users too (test-guards-rt): as root the
+  # prefix must not be under /root, which they cannot enter.
+  if [ "$(id -u)" -eq 0 ]; then
+    cache=${THROTTLE_NBDKIT_CACHE:-/var/cache/nbdkit-throttle}
   else
-    cache=${XDG_CACHE_HOME:-$HOME/.cache}/nbdkit-throttle
+    cache=${THROTTLE_NBDKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nbdkit-throttle}
   fi
   prefix=$cache/nbdkit-$sum
-  mkdir -p "$cache"
+  mkdir -p -m 755 "$cache"
   # One build per tarball at a time; the others wait and reuse it.
   exec 9>"$prefix.lock"
   flock 9
@@ -161,6 +159,7 @@ nbdkit_from_tarball ()
     rm -rf "$prefix"
     work=$(mktemp -d "${TMPDIR:-/var/tmp}/nbdkit-build.XXXXXX")
     if ! (set -e
+          umask 022
           tar -C "$work" -xzf "$tarball"
           cd "$work"/*/
           autoreconf -i
@@ -197,7 +196,8 @@ check_nbdkit ()
   mkdir -p "$dir"
   cd "$dir"
   echo "== nbdkit $version: build in $dir"
-  [ -f Makefile ] ||
+  # Configured once, and again if it was for another prefix.
+  grep -qx "NBDKIT = $prefix/sbin/nbdkit" Makefile 2>/dev/null ||
     PKG_CONFIG_PATH=$prefix/lib/pkgconfig "$top/configure" -q \
       ${THROTTLE_CONFIGURE_ARGS:-}
   make -j"$(nproc)" >/dev/null
