@@ -273,6 +273,23 @@ next_token (char **p, char **tok, const char **err)
 
 #define MAX_ARGS 4
 
+/* A capacity's value for "set": -1 after replying the error. */
+static int
+parse_capacity (FILE *out, const char *value, int64_t *r)
+{
+  switch (throttle_size_in (value, 1, INT64_MAX, r)) {
+  case -1:
+    throttle_control_reply_error (out, "bad number \"%s\": expected a "
+                                  "positive size (e.g. 4096, 64M)", value);
+    return -1;
+  case -2:
+    throttle_control_reply_error (out, "bad number \"%s\": the capacity "
+                                  "must be greater than 0", value);
+    return -1;
+  }
+  return 0;
+}
+
 static void
 set_capacity (FILE *out, struct throttle_export *exp, const char *name,
               const char *value)
@@ -281,16 +298,8 @@ set_capacity (FILE *out, struct throttle_export *exp, const char *name,
   char err[512];
   int64_t r;
 
-  switch (throttle_size_in (value, 1, INT64_MAX, &r)) {
-  case -1:
-    throttle_control_reply_error (out, "bad number \"%s\": expected a "
-                                  "positive size (e.g. 4096, 64M)", value);
+  if (parse_capacity (out, value, &r) == -1)
     return;
-  case -2:
-    throttle_control_reply_error (out, "bad number \"%s\": the capacity "
-                                  "must be greater than 0", value);
-    return;
-  }
   {
     char what[256];
 
@@ -371,16 +380,8 @@ cmd_set_server_capacity (FILE *out, const char *value)
     throttle_control_reply_error (out, "no server-wide budget");
     return;
   }
-  switch (throttle_size_in (value, 1, INT64_MAX, &r)) {
-  case -1:
-    throttle_control_reply_error (out, "bad number \"%s\": expected a "
-                                  "positive size (e.g. 4096, 64M)", value);
+  if (parse_capacity (out, value, &r) == -1)
     return;
-  case -2:
-    throttle_control_reply_error (out, "bad number \"%s\": the capacity "
-                                  "must be greater than 0", value);
-    return;
-  }
   snprintf (what, sizeof what, "server-capacity \"%s\"", value);
   if (throttle_capacity_check (&throttle_config.metric, r, what,
                                err, sizeof err) == -1) {
