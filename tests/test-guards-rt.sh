@@ -153,7 +153,7 @@ expect ()
 # $uri, $log, $ctl (its control socket) and $idle (its thread count).
 start ()
 {
-  local name=$1 sock; shift
+  local name=$1 sock filter env=(); shift
   local wrap=()
   if [ "${1:-}" = --as-nobody ]; then
     shift
@@ -162,15 +162,36 @@ start ()
     chown $NOBODY "$pub/$name.d"
     chmod 711 "$pub/$name.d"
     sock=$pub/$name.d/sock
-    wrap=(setpriv --reuid=$NOBODY --regid=$NOBODY --clear-groups
+    # The build directory may be one nobody cannot enter (a mktemp
+    # directory, mode 0700): the server gets copies it can read, and
+    # a sanitizer build's reports go where it can write, to be moved
+    # where _cleanup checks them once it has stopped.
+    filter=$pub/$name.d/filter.so
+    cp "$THROTTLE_FILTER" "$filter"
+    chmod 644 "$filter"
+    env=(THROTTLE_FILTER="$filter")
+    if [ -n "${SANITIZER_SHIM:-}" ] && [ -f "$SANITIZER_SHIM" ]; then
+      cp "$SANITIZER_SHIM" "$pub/$name.d/shim.so"
+      chmod 644 "$pub/$name.d/shim.so"
+      env+=(SANITIZER_SHIM="$pub/$name.d/shim.so")
+    fi
+    if [ -n "${THROTTLE_SANITIZER_LOGS:-}" ]; then
+      nobody_logs=$pub/$name.d/sanitizer-logs
+      mkdir -m 700 "$nobody_logs"
+      chown $NOBODY "$nobody_logs"
+      env+=(THROTTLE_SANITIZER_LOGS="$nobody_logs")
+    fi
+    wrap=(env "${env[@]}"
+          setpriv --reuid=$NOBODY --regid=$NOBODY --clear-groups
           --inh-caps=+sys_nice --ambient-caps=+sys_nice)
   else
     sock=$pub/$name.sock
+    filter=$THROTTLE_FILTER
   fi
   ctl=$(dirname "$sock")/$name.ctl
   log=$tmp/$name.log
   "${wrap[@]}" "$NBDKIT" -f -v -U "$sock" -D throttle.verbose=1 --threads=4 \
-    --filter="$THROTTLE_FILTER" memory 64M throttle-control="$ctl" \
+    --filter="$filter" memory 64M throttle-control="$ctl" \
     throttle-rt-hold=$HOLD throttle-rt-pressure="$psi" "$@" > "$log" 2>&1 &
   pid=$!
   _pids+=("$pid")
@@ -334,6 +355,10 @@ grep -q "real-time on: peer PID $cpid is nbd-client, uid $NOBODY, a kernel nbd c
   { cat "$log"; fail "$what: no debug line naming peer $cpid"; }
 echo "$what: real-time"
 stop_nbdkit $pid
+if [ -n "${nobody_logs:-}" ]; then
+  mkdir -p "$THROTTLE_SANITIZER_LOGS"
+  cp -r "$nobody_logs"/. "$THROTTLE_SANITIZER_LOGS"/
+fi
 
 # --- loopback TCP ------------------------------------------------------------
 port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
