@@ -63,7 +63,7 @@ build ()
 demo ()
 {
   local sock=$builddir/demo.sock ctl=$builddir/demo.ctl log=$builddir/demo.log
-  local filter=$builddir/plugin/.libs/nbdkit-throttle-filter.so
+  local filter=$builddir/plugin/throttle/.libs/nbdkit-throttle-filter.so
   rm -f "$sock" "$ctl"
   echo "== nbdkit --filter=throttle memory 1G throttle-capacity=1M"
   echo "   driven by throttle-load: 4 connections x 32 requests, 90% 4K + 10% 1M writes, 10 s"

@@ -20,7 +20,7 @@
  * capacity is being changed.
  *
  * Pure: no nbdkit, no clock of its own.  Used by the filter
- * (plugin/throttle.c) and by the simulation test (tests/test-sim.c),
+ * (plugin/throttle/throttle.c) and by the simulation test (tests/test-sim.c),
  * which steps it with throttle_admit_poll instead of sleeping in
  * throttle_admit_wait.
  */

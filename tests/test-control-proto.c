@@ -1,5 +1,5 @@
 /* Unit tests of the control socket's protocol
- * (plugin/throttle-control-proto.c) without a socket or nbdkit: the
+ * (plugin/throttle/throttle-control-proto.c) without a socket or nbdkit: the
  * tokenizer, the commands and their JSON replies, against two exports
  * with real budgets.  What the protocol calls in nbdkit and in the rest
  * of the filter is stood in for here.

@@ -1,4 +1,4 @@
-/* Unit tests of the registry of budgets (plugin/throttle-export.c)
+/* Unit tests of the registry of budgets (plugin/throttle/throttle-export.c)
  * without nbdkit: the budget a connection gets depends on its name
  * only, whatever was opened and closed before; a named budget lives
  * while a connection or a control command holds it; nothing is left

@@ -178,7 +178,7 @@ refuse() {
 # --- bad values are refused, naming the parameter ----------------------
 # (after nbdkit's parser's own line for what is no number or size at
 # all; nbdkit_parse_unsigned names the parameter itself: see
-# plugin/throttle-parse.h)
+# plugin/throttle/throttle-parse.h)
 for kv in throttle-io-flusher=maybe throttle-rt=yes throttle-oom=1 \
           throttle-mlock=all throttle-threads=0 \
           throttle-max-request=32K throttle-max-request=64M \

@@ -14,7 +14,7 @@ requires_file "$TEST_NOMETRIC"
 # nbdkit releases (1.32 "size cannot be negative (-1)", 1.36+ "size
 # cannot be negative: -1"), so nothing is asserted of it but that it
 # does not name the parameter: that is ours to do, once
-# (see plugin/throttle-parse.h).  $server is what runs
+# (see plugin/throttle/throttle-parse.h).  $server is what runs
 # behind the filter (the memory plugin).
 server=(--filter="$THROTTLE_FILTER" memory 1M)
 bad ()

@@ -13,7 +13,7 @@ requires $PY -c 'import nbd'
 
 # bad EXPECT ARGS...: nbdkit refuses to start, with one error line
 # saying EXPECT (ours), after at most one of nbdkit's parser's, whose
-# words vary between nbdkit releases (plugin/throttle-parse.h).
+# words vary between nbdkit releases (plugin/throttle/throttle-parse.h).
 bad ()
 {
   local expect=$1 rc=0 n; shift

@@ -7,8 +7,8 @@
  * (lib/throttle-admit.c: parts, the export's budget then the server's)
  * and the latency controller (lib/throttle-adapt.c) on a simulated
  * clock.  Only the glue is the simulation's own: it applies a
- * controller's capacity to its budget as plugin/throttle-adapt-glue.c
- * does, and serves a request part after part as plugin/throttle.c does.
+ * controller's capacity to its budget as plugin/throttle/throttle-adapt-glue.c
+ * does, and serves a request part after part as plugin/throttle/throttle.c does.
  *
  * A schedule: a few exports (each a budget, some with a latency
  * target), a server-wide budget or none, a metric (bytes, pages or

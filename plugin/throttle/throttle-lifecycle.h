@@ -1,7 +1,7 @@
 /* nbdkit-throttle filter: who does what, and when.
  *
  * The one description of the filter's lifecycle.  nbdkit 1.32 calls
- * the filter's callbacks (all in plugin/throttle.c) from top to
+ * the filter's callbacks (all in plugin/throttle/throttle.c) from top to
  * bottom; each calls the modules' hooks in the order listed, and where
  * a reason is given the order matters.  The modules' headers say what
  * a hook does and what its caller must hold, not when it is called:
