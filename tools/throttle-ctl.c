@@ -111,6 +111,9 @@ ask_set (const char *path, const char *what, const char *export,
   return reply;
 }
 
+/* set capacity EXPORT SIZE, or with EXPORT NULL set server-capacity
+ * SIZE: the reply must echo the size asked for.
+ */
 static int
 cmd_set_capacity (const char *path, const char *export, const char *size,
                   bool json, double timeout)
@@ -127,55 +130,23 @@ cmd_set_capacity (const char *path, const char *export, const char *size,
     return usage_error ("bad size \"%s\": the capacity must be greater "
                         "than 0", size);
   snprintf (num, sizeof num, "%" PRIu64, v);
-  reply = ask_set (path, "capacity", export, num, timeout, line, sizeof line,
-                   &raw, &rc);
+  reply = ask_set (path, export ? "capacity" : "server-capacity", export,
+                   num, timeout, line, sizeof line, &raw, &rc);
   if (reply == NULL)
     return rc;
-  if (!ctl_json_get_uint (reply, "capacity", &cap) ||
+  if (!ctl_json_get_uint (reply, export ? "capacity" : "server_capacity",
+                          &cap) ||
       !ctl_json_get_uint (reply, "previous", &prev) || cap != v) {
     unexpected (path, line, reply, raw);
     return 1;
   }
   if (json)
     printf ("%s\n", raw);
-  else
+  else if (export)
     printf ("export %s: capacity %" PRIu64 " (%s), was %" PRIu64 " (%s)\n",
             ctl_format_export (export, q, sizeof q), cap,
             ctl_format_units (cap, true, a, sizeof a), prev,
             ctl_format_units (prev, true, b, sizeof b));
-  ctl_json_free (reply);
-  free (raw);
-  return fflush (stdout) == 0 ? 0 : 1;
-}
-
-/* The server-wide capacity, which bounds every export's together. */
-static int
-cmd_set_server_capacity (const char *path, const char *size, bool json,
-                         double timeout)
-{
-  struct ctl_json *reply;
-  char err[1024], line[1100], num[32], a[32], b[32];
-  uint64_t v, cap, prev;
-  char *raw;
-  int rc;
-
-  if (!ctl_parse_size (size, &v, err, sizeof err))
-    return usage_error ("%s", err);
-  if (v == 0)
-    return usage_error ("bad size \"%s\": the capacity must be greater "
-                        "than 0", size);
-  snprintf (num, sizeof num, "%" PRIu64, v);
-  reply = ask_set (path, "server-capacity", NULL, num, timeout, line,
-                   sizeof line, &raw, &rc);
-  if (reply == NULL)
-    return rc;
-  if (!ctl_json_get_uint (reply, "server_capacity", &cap) ||
-      !ctl_json_get_uint (reply, "previous", &prev) || cap != v) {
-    unexpected (path, line, reply, raw);
-    return 1;
-  }
-  if (json)
-    printf ("%s\n", raw);
   else
     printf ("server-wide capacity %" PRIu64 " (%s), was %" PRIu64 " (%s)\n",
             cap, ctl_format_units (cap, true, a, sizeof a), prev,
@@ -328,7 +299,7 @@ main (int argc, char *argv[])
     if (n == 3 && strcmp (argv[0], "latency-target") == 0)
       return cmd_set_latency_target (path, argv[1], argv[2], json, timeout);
     if (n == 2 && strcmp (argv[0], "server-capacity") == 0)
-      return cmd_set_server_capacity (path, argv[1], json, timeout);
+      return cmd_set_capacity (path, NULL, argv[1], json, timeout);
     if (n == 2 && strcmp (argv[0], "rt") == 0)
       return cmd_set_rt (path, argv[1], json, timeout);
     return usage_error ("usage: set capacity EXPORT SIZE, or set "
