@@ -203,8 +203,12 @@ expect 0 '^TIME  *EXPORT  *CAPACITY  *IN-FLIGHT  *WAITING  *ADMIT/S  *WAITED/S  
 cat "$tmp/out"
 [ "$(grep -c '^[0-9][0-9]:[0-9][0-9]:[0-9][0-9] ""  *1M ' "$tmp/out")" = 4 ] ||
   fail "watch 0.3 4: not 4 lines for the export at capacity 1M"
-awk 'NR > 2 { if ($6 !~ /^[0-9]+$/ || $6 == 0) bad = 1 } END { exit bad }' \
-  "$tmp/out" || fail "watch: no admissions per second under load"
+grep ' ""  ' "$tmp/out" | awk 'NR > 1 { if ($6 !~ /^[0-9]+$/ || $6 == 0) bad = 1 } END { exit NR != 4 || bad }' ||
+  fail "watch: no admissions per second under load"
+# The server-wide budget has its line in each sample, with its rates.
+grep '^[0-9:]* (server wide)  ' "$tmp/out" |
+  awk 'NR > 1 { if ($7 !~ /^[0-9]+$/ || $7 == 0) bad = 1 } END { exit NR != 4 || bad }' ||
+  fail "watch 0.3 4: not 4 server-wide lines with admissions per second"
 expect 0 '"exports"' --json "$ctl" watch 0.2 2
 [ "$(grep -c '^{"metric"' "$tmp/out")" = 2 ] || fail "watch --json 0.2 2: not 2 replies"
 wait $load || { cat "$tmp/load.out"; fail "the load failed"; }

@@ -381,6 +381,8 @@ struct seen {
 struct sample {
   struct seen *v;
   size_t n;
+  struct seen server;           /* name unused */
+  bool has_server;
   double t;
 };
 
@@ -424,76 +426,103 @@ watch_header (int namew)
           "ADMIT/S", "WAITED/S", "MEAN-WAIT", "MAX-WAIT", "WB-PENDING");
 }
 
-/* One line per export of REPLY, rates against PREV (an export absent
- * from PREV, or whose counters went back because nbdkit restarted,
- * gets "-").  Fills CUR.  Returns the number of lines printed.
+/* One line for a budget's object E (an export's, or the server's),
+ * labelled LABEL, rates against P (NULL if absent from the last
+ * sample, or its counters went back because nbdkit restarted: "-").
+ * Records E's counters in S for the next sample.
  */
+static void
+watch_row (const char *clock, int namew, const char *label,
+           const struct ctl_json *e, const struct seen *p, struct seen *s,
+           double dt, bool bytes)
+{
+  const struct ctl_json *wb;
+  char cap[CELL], infl[CELL], ar[CELL], wr[CELL], mw[CELL], xw[CELL],
+    pend[CELL];
+  uint64_t adm = get (e, "admitted"), wtd = get (e, "waited");
+  uint64_t wns = get (e, "wait_ns_total");
+
+  s->admitted = adm;
+  s->waited = wtd;
+  s->wait_ns_total = wns;
+  if (p && adm >= p->admitted && wtd >= p->waited &&
+      wns >= p->wait_ns_total && dt > 0) {
+    snprintf (ar, sizeof ar, "%.0f", (adm - p->admitted) / dt);
+    snprintf (wr, sizeof wr, "%.0f", (wtd - p->waited) / dt);
+    if (wtd > p->waited)
+      ctl_format_ns ((double) (wns - p->wait_ns_total) / (wtd - p->waited),
+                     mw, sizeof mw);
+    else
+      strcpy (mw, "-");
+  }
+  else {
+    strcpy (ar, "-");
+    strcpy (wr, "-");
+    strcpy (mw, "-");
+  }
+  if (get (e, "wait_ns_max") > 0)
+    ctl_format_ns (get (e, "wait_ns_max"), xw, sizeof xw);
+  else
+    strcpy (xw, "-");
+  wb = ctl_json_get (e, "writeback");
+  if (wb && wb->type == CTL_JSON_OBJECT)
+    ctl_format_units (get (wb, "pending_bytes"), true, pend, sizeof pend);
+  else
+    strcpy (pend, "-");
+  printf ("%-8s %-*s %9s %9s %7" PRIu64 " %9s %9s %9s %9s %10s\n",
+          clock, namew, label,
+          ctl_format_units (get (e, "capacity"), bytes, cap, sizeof cap),
+          ctl_format_units (get (e, "in_flight"), bytes, infl, sizeof infl),
+          get (e, "waiters"), ar, wr, mw, xw, pend);
+}
+
+/* The server-wide budget's line (label SERVER_LABEL, which no export
+ * name displays as: ctl_format_export quotes names that hold a
+ * space), then one line per export of REPLY, rates against PREV.
+ * Fills CUR.  Returns the number of lines printed.
+ */
+#define SERVER_LABEL "(server wide)"
 static size_t
 watch_lines (const struct ctl_json *reply, const struct ctl_json *exports,
              const struct sample *prev, struct sample *cur, int namew)
 {
   bool bytes = metric_is_bytes (reply);
-  const struct ctl_json *e, *wb;
+  const struct ctl_json *e, *sv = ctl_json_get (reply, "server");
   char clock[16], name[MAX_EXPORT_DISPLAY];
-  char cap[CELL], infl[CELL], ar[CELL], wr[CELL], mw[CELL], xw[CELL],
-    pend[CELL];
   time_t now = time (NULL);
-  size_t n = 0;
+  double dt = cur->t - prev->t;
+  size_t n = 0, lines = 0;
 
   strftime (clock, sizeof clock, "%H:%M:%S", localtime (&now));
+  if (sv && sv->type == CTL_JSON_OBJECT) {
+    watch_row (clock, namew, SERVER_LABEL, sv,
+               prev->has_server ? &prev->server : NULL, &cur->server, dt,
+               bytes);
+    cur->has_server = true;
+    lines++;
+  }
   for (e = exports->child; e; e = e->next)
     n++;
   cur->v = calloc (n ? n : 1, sizeof *cur->v);
   for (e = exports->child; e; e = e->next) {
     const char *nm = ctl_json_get (e, "name")->str;
-    const struct seen *p = find_seen (prev, nm);
-    uint64_t adm = get (e, "admitted"), wtd = get (e, "waited");
-    uint64_t wns = get (e, "wait_ns_total");
-    double dt = cur->t - prev->t;
+    struct seen scratch, *s = &scratch;
 
     if (cur->v) {
-      struct seen *s = &cur->v[cur->n];
-
+      s = &cur->v[cur->n];
       s->name = strdup (nm);
-      s->admitted = adm;
-      s->waited = wtd;
-      s->wait_ns_total = wns;
       if (s->name)
         cur->n++;
     }
-    if (p && adm >= p->admitted && wtd >= p->waited &&
-        wns >= p->wait_ns_total && dt > 0) {
-      snprintf (ar, sizeof ar, "%.0f", (adm - p->admitted) / dt);
-      snprintf (wr, sizeof wr, "%.0f", (wtd - p->waited) / dt);
-      if (wtd > p->waited)
-        ctl_format_ns ((double) (wns - p->wait_ns_total) / (wtd - p->waited),
-                       mw, sizeof mw);
-      else
-        strcpy (mw, "-");
-    }
-    else {
-      strcpy (ar, "-");
-      strcpy (wr, "-");
-      strcpy (mw, "-");
-    }
-    if (get (e, "wait_ns_max") > 0)
-      ctl_format_ns (get (e, "wait_ns_max"), xw, sizeof xw);
-    else
-      strcpy (xw, "-");
-    wb = ctl_json_get (e, "writeback");
-    if (wb && wb->type == CTL_JSON_OBJECT)
-      ctl_format_units (get (wb, "pending_bytes"), true, pend, sizeof pend);
-    else
-      strcpy (pend, "-");
-    printf ("%-8s %-*s %9s %9s %7" PRIu64 " %9s %9s %9s %9s %10s\n",
-            clock, namew, ctl_format_export (nm, name, sizeof name),
-            ctl_format_units (get (e, "capacity"), bytes, cap, sizeof cap),
-            ctl_format_units (get (e, "in_flight"), bytes, infl, sizeof infl),
-            get (e, "waiters"), ar, wr, mw, xw, pend);
+    watch_row (clock, namew, ctl_format_export (nm, name, sizeof name), e,
+               find_seen (prev, nm), s, dt, bytes);
+    lines++;
   }
-  if (n == 0)
+  if (n == 0) {
     printf ("%-8s %-*s (no exports)\n", clock, namew, "-");
-  return n ? n : 1;
+    lines++;
+  }
+  return lines;
 }
 
 int
@@ -502,7 +531,7 @@ ctl_watch (const char *path, double interval, long count, bool json,
 {
   struct sample prev = { 0 }, cur = { 0 };
   bool tty = isatty (STDOUT_FILENO);
-  int namew = 8, rc = 0;
+  int namew = sizeof SERVER_LABEL - 1, rc = 0;
   size_t lines = 0;
   double next = monotonic ();
   long i;
