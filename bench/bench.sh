@@ -494,7 +494,7 @@ elif want 2; then
 fi
 
 # --- 2m. mixed sizes, fio: the budget before and after serving in parts --
-# Issue 12, item 2, as stated there: fio's nbd engine, 4 jobs of 4K
+# The mixed-size workload of the speed goal: fio's nbd engine, 4 jobs of 4K
 # random writes at iodepth 16 plus one job of 1M sequential writes at
 # iodepth 4, in one fio run; capacity 2M over the 10 ms backend of case
 # 2 (limit 2M / 10 ms = 200 MiB/s).  throttle-split=false is the strict

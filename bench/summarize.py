@@ -240,7 +240,7 @@ def case1():
     p("from the start, which on 2 cores preempts the client at every request),")
     p("and with `throttle-rt=off`, the cost of the budget alone.")
     p("")
-    p("fio runs 2 jobs (2 connections) for 4K, as issue 12 states the goal.")
+    p("fio runs 2 jobs (2 connections) for 4K, the speed goal's workload.")
     p("Its `-pinned` rows run nbdkit on the last CPU and fio on the others")
     p("(taskset): the server's CPU then bounds the rate, so the ratio is the")
     p("filter's CPU cost per request.  Unpinned, the same server without a")
@@ -381,7 +381,7 @@ def case2m():
         return
     p("## 2m. Mixed sizes with fio: strict FIFO before, large requests in parts after")
     p("")
-    p("Issue 12, item 2, as stated there.  One fio run (`--ioengine=nbd`),")
+    p("The speed goal's mixed workload.  One fio run (`--ioengine=nbd`),")
     p("two job sections: 4 jobs of 4K random writes at iodepth 16, and one")
     p("job of 1M sequential writes at iodepth 4.  Backend: the inflight")
     p("plugin of case 2 (every write held 10 ms, peak bytes in flight")
