@@ -107,8 +107,9 @@
  *                               writeback mode: each passes a request
  *                               straight down when nothing is written
  *                               behind.
- *                   quit        throttle_pace_error before returning -1
- *                               (nbdkit < 1.33.10).
+ *                   quit        throttle_pace_enter after the guards', and
+ *                               throttle_pace_reply before returning,
+ *                               whatever the result (nbdkit < 1.33.10).
  *
  * .finalize         writeback   throttle_writeback_finalize: a clean
  *                               disconnect waits for the export's pending

@@ -1,5 +1,5 @@
 /* nbdkit-throttle filter: server shutdown, told apart from a client
- * that is done, and (nbdkit < 1.33.10) a closing connection's error
+ * that is done, and (nbdkit < 1.33.10) a closing connection's
  * replies kept apart.
  *
  * When each hook is called, and why then: throttle-lifecycle.h.
@@ -29,9 +29,9 @@ extern void throttle_quit_stop (void);
  */
 extern bool throttle_quit_confirm (void);
 
-/* Error replies of a closing connection are paced only for nbdkit
- * before 1.33.10, which aborts when they race (raw_send_socket's
- * assertion; fixed upstream by commit 9d82aa4f): see throttle-quit.c.
+/* Replies of a closing connection are gated only for nbdkit before
+ * 1.33.10, which aborts when they race (raw_send_socket's assertion;
+ * fixed upstream by commit 9d82aa4f): see throttle-quit.c.
  * -DTHROTTLE_PACE_ERRORS=1 forces it on, to measure what it costs.
  */
 #ifndef THROTTLE_PACE_ERRORS
@@ -44,24 +44,44 @@ extern bool throttle_quit_confirm (void);
 #endif
 #endif
 
-#define THROTTLE_PACE_MS 10
+/* How long the first reply of a closing connection waits for nbdkit's
+ * threads blocked reading to see the close, and the longest a reply
+ * waits for the one before it.
+ */
+#define THROTTLE_PACE_FIRST_MS 100
+#define THROTTLE_PACE_MAX_MS 1000
 
 #if THROTTLE_PACE_ERRORS
-/* Per connection: when its last paced error reply went out. */
+/* Per connection: the gate its replies pass one at a time once it is
+ * closing.  Lock rule: lock guards out and first_done; cond is
+ * broadcast when out is cleared.
+ */
 struct throttle_pace {
-  pthread_mutex_t lock;       /* held while spacing: one at a time */
-  uint64_t last_ns;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool first_done;              /* the first reply has waited */
+  bool out;                     /* a reply passed, its thread not yet back */
 };
 
+/* Call in .open and .close (in .close no thread of the connection is
+ * in the filter, and nbdkit has joined its worker threads).
+ */
 extern void throttle_pace_init (struct throttle_pace *p);
 extern void throttle_pace_destroy (struct throttle_pace *p);
 
-/* Call in a request thread just before a data callback returns -1.
- * Returns at once unless the connection is closing or the server is
- * shutting down; then it returns no sooner than THROTTLE_PACE_MS after
- * the previous paced error of the same connection.
+/* Call at the start of every data callback: this thread has finished
+ * sending the reply it last carried out of the filter, if any.
  */
-extern void throttle_pace_error (struct throttle_pace *p);
+extern void throttle_pace_enter (void);
+
+/* Call in a request thread just before a data callback returns,
+ * whatever it returns.  Returns at once unless the connection is
+ * closing or the server is shutting down; then it returns once the
+ * thread that carried the connection's previous reply out of the
+ * filter is back in it or has exited (so nbdkit has sent or dropped
+ * that reply), or after THROTTLE_PACE_MAX_MS.
+ */
+extern void throttle_pace_reply (struct throttle_pace *p);
 #else
 struct throttle_pace {
   char unused;
@@ -69,7 +89,8 @@ struct throttle_pace {
 
 static inline void throttle_pace_init (struct throttle_pace *p) { }
 static inline void throttle_pace_destroy (struct throttle_pace *p) { }
-static inline void throttle_pace_error (struct throttle_pace *p) { }
+static inline void throttle_pace_enter (void) { }
+static inline void throttle_pace_reply (struct throttle_pace *p) { }
 #endif
 
 #endif /* THROTTLE_QUIT_H */

@@ -547,15 +547,14 @@ done (struct throttle_handle *h, uint64_t charged)
   throttle_credit (h->exp, charged);
 }
 
-/* Every data callback returns through here: an error of a closing
+/* Every data callback returns through here: a reply of a closing
  * connection must not reach nbdkit together with another (see
  * throttle-quit.c).
  */
 static int
 reply (struct throttle_handle *h, int r)
 {
-  if (r == -1)
-    throttle_pace_error (&h->pace);
+  throttle_pace_reply (&h->pace);
   return r;
 }
 
@@ -644,6 +643,7 @@ throttle_pread (nbdkit_next *next, void *handle, void *buf,
   struct throttle_handle *h = handle;
 
   throttle_guards_thread_enter ();
+  throttle_pace_enter ();
   if (too_large ("read", count, offset, err) == -1)
     return reply (h, -1);
   return serve (h, next, THROTTLE_OP_READ, throttle_config.charge_reads,
@@ -657,6 +657,7 @@ throttle_pwrite (nbdkit_next *next, void *handle, const void *buf,
   struct throttle_handle *h = handle;
 
   throttle_guards_thread_enter ();
+  throttle_pace_enter ();
   if (too_large ("write", count, offset, err) == -1)
     return reply (h, -1);
   /* The buffer is only read (serve_part passes it on as const). */
@@ -669,6 +670,7 @@ throttle_zero (nbdkit_next *next, void *handle,
                uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
   throttle_guards_thread_enter ();
+  throttle_pace_enter ();
   return serve (handle, next, THROTTLE_OP_ZERO, true, NULL, count, offset,
                 flags, err);
 }
@@ -678,6 +680,7 @@ throttle_trim (nbdkit_next *next, void *handle,
                uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
   throttle_guards_thread_enter ();
+  throttle_pace_enter ();
   return serve (handle, next, THROTTLE_OP_TRIM, true, NULL, count, offset,
                 flags, err);
 }
@@ -688,6 +691,7 @@ throttle_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
   struct throttle_handle *h = handle;
 
   throttle_guards_thread_enter ();
+  throttle_pace_enter ();
   return reply (h, throttle_writeback_flush (&h->wb, next, flags, err));
 }
 
@@ -699,6 +703,7 @@ throttle_extents (nbdkit_next *next, void *handle, uint32_t count,
   struct throttle_handle *h = handle;
 
   throttle_guards_thread_enter ();
+  throttle_pace_enter ();
   return reply (h, throttle_writeback_extents (&h->wb, next, count, offset,
                                                flags, extents, err));
 }
