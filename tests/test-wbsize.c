@@ -13,8 +13,8 @@
 
 /* Under parallel, a full pool must drain at least as fast as one
  * writethrough connection writes: as many writers as nbdkit's request
- * threads (16 unless -t), not the old fixed 4 (0.59x of writethrough
- * in bench case 4).
+ * threads (16 unless -t): 4 writers drained at 0.59x of writethrough
+ * in bench case 4.
  */
 START_TEST (test_parallel_default)
 {
