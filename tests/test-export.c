@@ -2,8 +2,8 @@
  * without nbdkit: the budget a connection gets depends on its name
  * only, whatever was opened and closed before; a named budget lives
  * while a connection or a control command holds it; nothing is left
- * after the last close.  What the registry calls in nbdkit and in the
- * latency target's glue is stood in for here.
+ * after the last close; a feature's state is made and freed with each
+ * budget.  What the registry calls in nbdkit is stood in for here.
  *
  * THROTTLE_EXPORT_STEPS=N runs N random steps instead of 20000, and
  * THROTTLE_EXPORT_SEED=S replays the schedule of seed S (a failure
@@ -13,20 +13,19 @@
 #include <config.h>
 
 #include <check.h>
+#include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "throttle-adapt-glue.h"
 #include "throttle-export.h"
-#include "throttle-parse.h"
 
-/* --- nbdkit and the glue, as far as the registry uses them ----------- */
+/* --- nbdkit, as far as the registry and throttle-parse.c use it ------ */
 
 static int errors_logged;
-static long adapt_live;         /* adapt states made and not freed */
 
 void
 nbdkit_debug (const char *fmt, ...)
@@ -39,29 +38,59 @@ nbdkit_error (const char *fmt, ...)
   __atomic_add_fetch (&errors_logged, 1, __ATOMIC_RELAXED);
 }
 
-const char *
-throttle_errtext (int err)
+int64_t
+nbdkit_parse_size (const char *str)
 {
-  return "error";
+  abort ();                     /* the registry parses nothing */
 }
 
-struct throttle_adapt_export { int unused; };
-
-struct throttle_adapt_export *
-throttle_adapt_export_new (struct throttle_budget *budget, uint64_t capacity)
+int
+nbdkit_parse_unsigned (const char *what, const char *str, unsigned *rp)
 {
-  __atomic_add_fetch (&adapt_live, 1, __ATOMIC_RELAXED);
-  return calloc (1, sizeof (struct throttle_adapt_export));
+  abort ();
 }
 
-void
-throttle_adapt_export_free (struct throttle_adapt_export *ae)
+int
+nbdkit_parse_bool (const char *str)
 {
-  if (ae) {
-    __atomic_sub_fetch (&adapt_live, 1, __ATOMIC_RELAXED);
-    free (ae);
+  abort ();
+}
+
+/* --- a feature with state per export --------------------------------- */
+
+static long feature_live;       /* states attached and not detached */
+static bool feature_fails;      /* the next attach fails */
+
+static void *
+feature_attach (struct throttle_export *exp)
+{
+  long *state;
+
+  if (feature_fails) {
+    errno = ENOMEM;
+    return NULL;
   }
+  state = malloc (sizeof *state);
+  if (state) {
+    *state = (long) throttle_budget_get_capacity (&exp->budget);
+    __atomic_add_fetch (&feature_live, 1, __ATOMIC_RELAXED);
+  }
+  return state;
 }
+
+static void
+feature_detach (void *state)
+{
+  ck_assert_ptr_nonnull (state);
+  __atomic_sub_fetch (&feature_live, 1, __ATOMIC_RELAXED);
+  free (state);
+}
+
+static const struct throttle_export_feature feature = {
+  .attach = feature_attach,
+  .detach = feature_detach,
+};
+static unsigned feature_slot;
 
 /* --- helpers ------------------------------------------------------------ */
 
@@ -76,7 +105,7 @@ static void
 teardown (void)
 {
   throttle_export_free_all ();
-  ck_assert_int_eq (adapt_live, 0);
+  ck_assert_int_eq (feature_live, 0);
 }
 
 /* Whether 'name' has a budget now, without keeping it. */
@@ -148,7 +177,7 @@ START_TEST (test_named_lifetime)
   throttle_export_put (ctl);
   ck_assert_ptr_null (peek ("a"));
   ck_assert_uint_eq (throttle_export_count (), 1);
-  ck_assert_int_eq (adapt_live, 1);
+  ck_assert_int_eq (feature_live, 1);
   /* A new one starts at the configured capacity again. */
   a1 = throttle_export_open ("a");
   throttle_budget_set_capacity (&a1->budget, 4096);
@@ -281,7 +310,7 @@ START_TEST (test_random)
     nh--;
   }
   ck_assert_uint_eq (throttle_export_count (), 1);
-  ck_assert_int_eq (adapt_live, 1);
+  ck_assert_int_eq (feature_live, 1);
 }
 END_TEST
 
@@ -308,6 +337,30 @@ churn (void *arg)
   return NULL;
 }
 
+/* The state attached to a budget is made with it, at its capacity, and
+ * a budget whose state cannot be made is refused.
+ */
+START_TEST (test_feature)
+{
+  struct throttle_export *a = throttle_export_open ("a");
+
+  ck_assert_ptr_nonnull (a);
+  ck_assert_int_eq (feature_live, 2);
+  ck_assert_int_eq (*(long *) a->state[feature_slot], 1 << 20);
+  feature_fails = true;
+  errno = 0;
+  ck_assert_ptr_null (throttle_export_open ("b"));
+  ck_assert_int_eq (errno, ENOMEM);
+  ck_assert_ptr_eq (throttle_export_open ("a"), a);   /* made already */
+  feature_fails = false;
+  ck_assert_int_eq (feature_live, 2);
+  ck_assert_ptr_null (peek ("b"));
+  throttle_export_close (a);
+  throttle_export_close (a);
+  ck_assert_int_eq (feature_live, 1);
+}
+END_TEST
+
 START_TEST (test_threads)
 {
   pthread_t t[4];
@@ -319,7 +372,7 @@ START_TEST (test_threads)
   for (i = 0; i < 4; i++)
     pthread_join (t[i], NULL);
   ck_assert_uint_eq (throttle_export_count (), 1);
-  ck_assert_int_eq (adapt_live, 1);
+  ck_assert_int_eq (feature_live, 1);
 }
 END_TEST
 
@@ -331,12 +384,14 @@ main (void)
   SRunner *sr;
   int failed;
 
+  feature_slot = throttle_export_add_feature (&feature);
   tcase_add_checked_fixture (tc, setup, teardown);
   tcase_set_timeout (tc, 120);
   tcase_add_test (tc, test_default);
   tcase_add_test (tc, test_named_lifetime);
   tcase_add_test (tc, test_order);
   tcase_add_test (tc, test_random);
+  tcase_add_test (tc, test_feature);
   tcase_add_test (tc, test_threads);
   suite_add_tcase (s, tc);
   sr = srunner_create (s);

@@ -149,6 +149,22 @@ expect_ctl '"ok":true,"server_capacity":8388608,"previous":2097152' \
   'set server-capacity 8M'
 expect_ctl '"server":{"capacity":8388608' stats
 expect_ctl '"set server-capacity N"' help
+# The capacity commands' refusals, from the filter itself (the
+# protocol's unit test has its own commands).
+expect_ctl 'error.*capacity \\"100\\": below 4096, the smallest capacity under throttle-metric=bytes' \
+  'set capacity "" 100'
+expect_ctl 'error.*the capacity must be greater than 0' 'set capacity "" 0'
+expect_ctl 'error.*bad number \\"abc\\": expected a positive size' \
+  'set capacity "" abc'
+expect_ctl 'error.*unknown export \\"nosuch\\"' 'set capacity nosuch 1M'
+expect_ctl 'error.*usage: set capacity EXPORT N, or set latency-target EXPORT DURATION|off, or set server-capacity N, or set rt on|off|auto (the default export is' \
+  'set capacity ""'
+expect_ctl '"ok":true,"export":"","latency_target":"5ms","previous_ns":null' \
+  'set latency-target "" 5ms'
+expect_ctl '"ok":true,"export":"","latency_target":"off","previous_ns":5000000' \
+  'set latency-target "" off'
+expect_ctl 'error.*latency' 'set latency-target "" 5'
+expect_ctl '"stats \[EXPORT\]","stats from N","set capacity EXPORT N","set latency-target EXPORT DURATION|off","set server-capacity N","set rt on|off|auto","help"' help
 "$THROTTLE_CTL" "$ctl" set server-capacity 4M >"$tmp/out" ||
   { cat "$tmp/out"; fail "throttle-ctl set server-capacity 4M failed"; }
 grep -q "^server-wide capacity 4194304 (4M), was 8388608 (8M)$" "$tmp/out" ||

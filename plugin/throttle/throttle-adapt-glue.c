@@ -32,11 +32,11 @@
 
 #include <nbdkit-filter.h>
 
-#include "throttle.h"
+#include "throttle-config.h"
 #include "throttle-adapt.h"
 #include "throttle-adapt-glue.h"
 #include "throttle-clock.h"
-#include "throttle-control.h"
+#include "throttle-control-proto.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
 #include "throttle-parse.h"
@@ -148,6 +148,25 @@ throttle_adapt_config (const char *key, const char *value)
   return 0;
 }
 
+static void *adapt_attach (struct throttle_export *exp);
+static void adapt_detach (void *state);
+
+static const struct throttle_export_feature adapt_feature = {
+  .attach = adapt_attach,
+  .detach = adapt_detach,
+};
+
+/* The slot of the latency target's state in every export, set by
+ * throttle_adapt_config_complete before the first export is made.
+ */
+static unsigned adapt_slot;
+
+static struct throttle_adapt_export *
+adapt_of (struct throttle_export *exp)
+{
+  return exp->state[adapt_slot];
+}
+
 int
 throttle_adapt_config_complete (void)
 {
@@ -193,6 +212,7 @@ throttle_adapt_config_complete (void)
                   config_floor, ceiling,
                   throttle_writeback_enabled () ?
                   " (writeback: writes are not sampled)" : "");
+  adapt_slot = throttle_export_add_feature (&adapt_feature);
   throttle_control_add_extra_stats (throttle_adapt_stats_json);
   return 0;
 }
@@ -226,9 +246,14 @@ start_locked (struct throttle_adapt_export *ae, uint64_t target_ns)
   count_target (1);
 }
 
-struct throttle_adapt_export *
-throttle_adapt_export_new (struct throttle_budget *budget, uint64_t capacity)
+/* The state of a new export, whose budget starts at its capacity
+ * (throttle_export_feature's attach).
+ */
+static void *
+adapt_attach (struct throttle_export *exp)
 {
+  struct throttle_budget *budget = &exp->budget;
+  uint64_t capacity = throttle_budget_get_capacity (budget);
   struct throttle_adapt_export *ae = calloc (1, sizeof *ae);
 
   if (ae == NULL)
@@ -245,11 +270,11 @@ throttle_adapt_export_new (struct throttle_budget *budget, uint64_t capacity)
   return ae;
 }
 
-void
-throttle_adapt_export_free (struct throttle_adapt_export *ae)
+static void
+adapt_detach (void *state)
 {
-  if (ae == NULL)
-    return;
+  struct throttle_adapt_export *ae = state;
+
   /* A named export's budget goes with its last connection, target on
    * or not.
    */
@@ -264,7 +289,7 @@ throttle_adapt_export_free (struct throttle_adapt_export *ae)
 uint64_t
 throttle_adapt_start (struct throttle_export *exp)
 {
-  if (__atomic_load_n (&exp->adapt->target_ns, __ATOMIC_RELAXED) == 0)
+  if (__atomic_load_n (&adapt_of (exp)->target_ns, __ATOMIC_RELAXED) == 0)
     return 0;
   return throttle_now_ns ();
 }
@@ -279,7 +304,7 @@ void
 throttle_adapt_done (struct throttle_export *exp, uint64_t start,
                      enum throttle_op op, int r)
 {
-  struct throttle_adapt_export *ae = exp->adapt;
+  struct throttle_adapt_export *ae = adapt_of (exp);
   enum throttle_adapt_step step = THROTTLE_ADAPT_NONE;
   struct throttle_adapt_window w = { .judged = false };
   uint64_t now, before = 0, after = 0, target = 0;
@@ -351,7 +376,7 @@ throttle_adapt_done (struct throttle_export *exp, uint64_t start,
 static void
 tick_export (struct throttle_export *exp, void *opaque)
 {
-  struct throttle_adapt_export *ae = exp->adapt;
+  struct throttle_adapt_export *ae = adapt_of (exp);
   enum throttle_adapt_step step = THROTTLE_ADAPT_NONE;
   uint64_t before = 0, after = 0, waiters = 0, in_flight = 0;
 
@@ -478,7 +503,7 @@ throttle_adapt_export_set_target (struct throttle_export *exp,
                                   const char *value, uint64_t *previous,
                                   char *err, size_t errlen)
 {
-  struct throttle_adapt_export *ae = exp->adapt;
+  struct throttle_adapt_export *ae = adapt_of (exp);
   const char *why;
   uint64_t ns;
 
@@ -524,7 +549,7 @@ throttle_adapt_export_set_ceiling (struct throttle_export *exp,
                                    uint64_t ceiling, uint64_t *previous,
                                    char *err, size_t errlen)
 {
-  struct throttle_adapt_export *ae = exp->adapt;
+  struct throttle_adapt_export *ae = adapt_of (exp);
 
   pthread_mutex_lock (&ae->lock);
   *previous = ae->ceiling;
@@ -550,7 +575,7 @@ throttle_adapt_export_set_ceiling (struct throttle_export *exp,
 uint64_t
 throttle_adapt_export_ceiling (struct throttle_export *exp)
 {
-  struct throttle_adapt_export *ae = exp->adapt;
+  struct throttle_adapt_export *ae = adapt_of (exp);
   uint64_t ceiling;
 
   pthread_mutex_lock (&ae->lock);
@@ -562,7 +587,7 @@ throttle_adapt_export_ceiling (struct throttle_export *exp)
 void
 throttle_adapt_stats_json (struct throttle_export *exp, char *buf, size_t len)
 {
-  struct throttle_adapt_export *ae = exp ? exp->adapt : NULL;
+  struct throttle_adapt_export *ae = exp ? adapt_of (exp) : NULL;
   struct throttle_adapt_window w = { .judged = false };
   uint64_t target, floor, ceiling, down, up;
   char window[512] = "null";

@@ -15,7 +15,6 @@
 #include "throttle-metric.h"
 
 struct throttle_export;
-struct throttle_adapt_export;   /* per export, in struct throttle_export */
 
 /* -D throttle.adapt=1: log every step. */
 extern int throttle_debug_adapt;
@@ -38,15 +37,6 @@ extern void throttle_adapt_cleanup (void);
   "                            throttle-capacity to keep the latency of\n" \
   "                            reads within DURATION (default off).\n" \
   "throttle-min-capacity=SIZE  The floor (default throttle-capacity/16)."
-
-/* The state of a new export whose budget starts at 'capacity', or NULL
- * (errno set) on allocation failure.  Made with the export (by
- * throttle-export.c), so that it exists before the control socket can
- * find the export.
- */
-extern struct throttle_adapt_export *
-throttle_adapt_export_new (struct throttle_budget *budget, uint64_t capacity);
-extern void throttle_adapt_export_free (struct throttle_adapt_export *ae);
 
 /* When the request is admitted (or arrives, if it is not charged):
  * a timestamp for throttle_adapt_done, or 0 when the export has no

@@ -15,14 +15,10 @@
 
 #include <nbdkit-filter.h>
 
-#include "throttle.h"
-#include "throttle-adapt-glue.h"
-#include "throttle-control.h"
+#include "throttle-config.h"
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
-#include "throttle-guards.h"
 #include "throttle-json.h"
-#include "throttle-parse.h"
 
 /* Added before the control thread starts, read only by it. */
 static throttle_control_extra_stats_fn extra_stats[THROTTLE_CONTROL_MAX_EXTRA];
@@ -38,6 +34,18 @@ throttle_control_add_extra_stats (throttle_control_extra_stats_fn fn)
       return;
     }
   abort ();                   /* a new caller: raise the maximum */
+}
+
+/* Added before the control thread starts, read only by it. */
+static const struct throttle_control_setter *setters[THROTTLE_CONTROL_MAX_SETTERS];
+static size_t nr_setters;
+
+void
+throttle_control_add_setter (const struct throttle_control_setter *setter)
+{
+  if (nr_setters == THROTTLE_CONTROL_MAX_SETTERS)
+    abort ();                   /* a new command: raise the maximum */
+  setters[nr_setters++] = setter;
 }
 
 /* --- stats ------------------------------------------------------------- */
@@ -273,202 +281,61 @@ next_token (char **p, char **tok, const char **err)
 
 #define MAX_ARGS 4
 
-/* A capacity's value for "set": -1 after replying the error. */
-static int
-parse_capacity (FILE *out, const char *value, int64_t *r)
-{
-  switch (throttle_size_in (value, 1, INT64_MAX, r)) {
-  case -1:
-    throttle_control_reply_error (out, "bad number \"%s\": expected a "
-                                  "positive size (e.g. 4096, 64M)", value);
-    return -1;
-  case -2:
-    throttle_control_reply_error (out, "bad number \"%s\": the capacity "
-                                  "must be greater than 0", value);
-    return -1;
-  }
-  return 0;
-}
-
 static void
-set_capacity (FILE *out, struct throttle_export *exp, const char *name,
-              const char *value)
+reply_set_usage (FILE *out)
 {
-  uint64_t previous;
-  char err[512];
-  int64_t r;
+  char usage[1024];
+  size_t i, len = 0;
 
-  if (parse_capacity (out, value, &r) == -1)
-    return;
-  {
-    char what[256];
-
-    snprintf (what, sizeof what, "capacity \"%s\"", value);
-    if (throttle_capacity_check (&throttle_config.metric, r, what,
-                                 err, sizeof err) == -1) {
-      throttle_control_reply_error (out, "%s", err);
-      return;
-    }
-  }
-  /* Every export's capacity stays within the server's, so that the
-   * server-wide budget bounds the sum and never clamps an export's
-   * grant: above it, refused if throttle-server-capacity was given,
-   * else the server's follows, first.  (Only this thread sets either.)
-   */
-  if (throttle_config.server &&
-      (uint64_t) r > throttle_budget_get_capacity (throttle_config.server)) {
-    if (throttle_config.server_capacity_set) {
-      throttle_control_reply_error (out, "capacity \"%s\": above the "
-                                    "server-wide capacity %" PRIu64 ": "
-                                    "raise it first with set "
-                                    "server-capacity N", value,
-                                    throttle_budget_get_capacity
-                                    (throttle_config.server));
-      return;
-    }
-    nbdkit_debug ("throttle: control: server-wide capacity %" PRIu64
-                  " -> %" PRId64 ", following export \"%s\" (no "
-                  "throttle-server-capacity)", throttle_budget_get_capacity
-                  (throttle_config.server), r, name);
-    throttle_budget_set_capacity (throttle_config.server, r);
-  }
-  /* Through the latency target's glue: with a target, this is its
-   * ceiling, and the two must not race.
-   */
-  if (throttle_adapt_export_set_ceiling (exp, r, &previous,
-                                         err, sizeof err) == -1) {
-    throttle_control_reply_error (out, "%s", err);
-    return;
-  }
-  nbdkit_debug ("throttle: control: export \"%s\" capacity %" PRIu64
-                " -> %" PRId64, name, previous, r);
-  fputs ("{\"ok\":true,\"export\":", out);
-  throttle_json_string (out, name);
-  fprintf (out, ",\"capacity\":%" PRId64 ",\"previous\":%" PRIu64 "}\n",
-           r, previous);
+  usage[0] = '\0';
+  for (i = 0; i < nr_setters; i++)
+    len += snprintf (usage + len, len < sizeof usage ? sizeof usage - len : 0,
+                     "%s%s", i ? ", or " : "", setters[i]->usage);
+  throttle_control_reply_error (out, "usage: %s (the default export is "
+                                "\"\")", usage);
 }
 
-struct ceiling_ctx {
-  uint64_t max;
-  bool found;                   /* an export has the largest */
-  char name[256];               /* its name, cut: copied under the lock */
-};
-
-/* Called with the registry locked. */
-static void
-max_ceiling (struct throttle_export *exp, void *opaque)
-{
-  struct ceiling_ctx *ctx = opaque;
-  uint64_t c = throttle_adapt_export_ceiling (exp);
-
-  if (c > ctx->max || (c == ctx->max && !ctx->found)) {
-    ctx->max = c;
-    ctx->found = true;
-    snprintf (ctx->name, sizeof ctx->name, "%s", exp->name);
-  }
-}
-
-static void
-cmd_set_server_capacity (FILE *out, const char *value)
-{
-  struct ceiling_ctx ctx = { .max = throttle_config.capacity };
-  uint64_t previous;
-  char err[512], what[256];
-  int64_t r;
-
-  if (throttle_config.server == NULL) {
-    throttle_control_reply_error (out, "no server-wide budget");
-    return;
-  }
-  if (parse_capacity (out, value, &r) == -1)
-    return;
-  snprintf (what, sizeof what, "server-capacity \"%s\"", value);
-  if (throttle_capacity_check (&throttle_config.metric, r, what,
-                               err, sizeof err) == -1) {
-    throttle_control_reply_error (out, "%s", err);
-    return;
-  }
-  /* Not below an export's capacity, nor below throttle-capacity, at
-   * which every budget made from now on starts.
-   */
-  throttle_export_foreach (max_ceiling, &ctx);
-  if ((uint64_t) r < ctx.max) {
-    if (ctx.found)
-      throttle_control_reply_error (out, "server-capacity \"%s\": below "
-                                    "the capacity %" PRIu64 " of export "
-                                    "\"%s\": lower it first with set "
-                                    "capacity", value, ctx.max, ctx.name);
-    else
-      throttle_control_reply_error (out, "server-capacity \"%s\": below "
-                                    "throttle-capacity=%" PRIu64 ", at "
-                                    "which every export starts",
-                                    value, ctx.max);
-    return;
-  }
-  previous = throttle_budget_get_capacity (throttle_config.server);
-  throttle_budget_set_capacity (throttle_config.server, r);
-  /* Set now: it no longer follows the exports' capacities. */
-  throttle_config.server_capacity_set = true;
-  nbdkit_debug ("throttle: control: server capacity %" PRIu64 " -> %" PRId64,
-                previous, r);
-  fprintf (out, "{\"ok\":true,\"server_capacity\":%" PRId64
-           ",\"previous\":%" PRIu64 "}\n", r, previous);
-}
-
-static void
-set_latency_target (FILE *out, struct throttle_export *exp, const char *name,
-                    const char *value)
-{
-  uint64_t previous;
-  char err[256];
-
-  if (throttle_adapt_export_set_target (exp, value, &previous,
-                                        err, sizeof err) == -1) {
-    throttle_control_reply_error (out, "%s", err);
-    return;
-  }
-  nbdkit_debug ("throttle: control: export \"%s\" latency target %s",
-                name, value);
-  fputs ("{\"ok\":true,\"export\":", out);
-  throttle_json_string (out, name);
-  fputs (",\"latency_target\":", out);
-  throttle_json_string (out, value);
-  if (previous)
-    fprintf (out, ",\"previous_ns\":%" PRIu64 "}\n", previous);
-  else
-    fputs (",\"previous_ns\":null}\n", out);
-}
-
-/* The server's real-time mode (see throttle-guards.h). */
-static void
-cmd_set_rt (FILE *out, const char *value)
-{
-  char err[256], rt[1024];
-
-  if (throttle_guards_set_rt (value, err, sizeof err) == -1) {
-    throttle_control_reply_error (out, "%s", err);
-    return;
-  }
-  throttle_guards_rt_json (rt, sizeof rt);
-  fprintf (out, "{\"ok\":true%s%s}\n", rt[0] ? "," : "", rt);
-}
-
-/* The budget of 'name' for one command: an export whose last
- * connection closes meanwhile is freed only after it.
+/* The budget a per-export command names is held for the command: an
+ * export whose last connection closes meanwhile is freed only after it.
  */
 static void
-cmd_set (FILE *out, const char *name, const char *value,
-         void (*set) (FILE *, struct throttle_export *, const char *,
-                      const char *))
+cmd_set (FILE *out, int argc, char **argv)
 {
-  struct throttle_export *exp = throttle_export_get (name);
+  const struct throttle_control_setter *setter = NULL;
+  struct throttle_export *exp;
+  size_t i;
 
-  if (exp == NULL) {
-    reply_unknown_export (out, name);
+  for (i = 0; i < nr_setters && argc >= 2; i++)
+    if (strcmp (argv[1], setters[i]->name) == 0)
+      setter = setters[i];
+  if (setter == NULL || argc != (setter->per_export ? 4 : 3)) {
+    reply_set_usage (out);
     return;
   }
-  set (out, exp, name, value);
+  if (!setter->per_export) {
+    setter->set (out, NULL, argv[2]);
+    return;
+  }
+  exp = throttle_export_get (argv[2]);
+  if (exp == NULL) {
+    reply_unknown_export (out, argv[2]);
+    return;
+  }
+  setter->set (out, exp, argv[3]);
   throttle_export_put (exp);
+}
+
+static void
+reply_help (FILE *out)
+{
+  size_t i;
+
+  fputs ("{\"commands\":[\"stats [EXPORT]\",\"stats from N\"", out);
+  for (i = 0; i < nr_setters; i++) {
+    putc (',', out);
+    throttle_json_string (out, setters[i]->usage);
+  }
+  fputs (",\"help\"]}\n", out);
 }
 
 static void
@@ -529,30 +396,12 @@ throttle_control_execute (FILE *out, char *line)
     if (argc != 1)
       throttle_control_reply_error (out, "usage: help");
     else
-      fputs ("{\"commands\":[\"stats [EXPORT]\",\"stats from N\","
-             "\"set capacity EXPORT N\","
-             "\"set latency-target EXPORT DURATION|off\","
-             "\"set server-capacity N\",\"set rt on|off|auto\","
-             "\"help\"]}\n", out);
+      reply_help (out);
   }
   else if (strcmp (argv[0], "stats") == 0)
     cmd_stats (out, argc, argv);
-  else if (strcmp (argv[0], "set") == 0) {
-    if (argc == 4 && strcmp (argv[1], "capacity") == 0)
-      cmd_set (out, argv[2], argv[3], set_capacity);
-    else if (argc == 4 && strcmp (argv[1], "latency-target") == 0)
-      cmd_set (out, argv[2], argv[3], set_latency_target);
-    else if (argc == 3 && strcmp (argv[1], "server-capacity") == 0)
-      cmd_set_server_capacity (out, argv[2]);
-    else if (argc == 3 && strcmp (argv[1], "rt") == 0)
-      cmd_set_rt (out, argv[2]);
-    else
-      throttle_control_reply_error (out, "usage: set capacity EXPORT N, or "
-                                    "set latency-target EXPORT "
-                                    "DURATION|off, or set server-capacity "
-                                    "N (the default export is \"\"), or "
-                                    "set rt on|off|auto");
-  }
+  else if (strcmp (argv[0], "set") == 0)
+    cmd_set (out, argc, argv);
   else
     throttle_control_reply_error (out, "unknown command \"%s\": try help",
                                   argv[0]);

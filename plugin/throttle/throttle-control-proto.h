@@ -4,13 +4,14 @@
  * feeds it lines and sends what it writes.
  *
  * Everything here runs in the control thread, and takes no lock but
- * the export registry's and a budget's (or the latency target's), each
- * for the time of a copy.
+ * the export registry's and a budget's, and what the features' stats
+ * and set functions take, each for the time of a copy.
  */
 
 #ifndef THROTTLE_CONTROL_PROTO_H
 #define THROTTLE_CONTROL_PROTO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -41,5 +42,48 @@ extern void throttle_control_reply_error (FILE *out, const char *fmt, ...)
  */
 extern char *throttle_control_stats (struct throttle_export *exp,
                                      size_t from);
+
+/* What features add: the protocol names none of them, so that it
+ * depends on nothing but the export registry.
+ */
+
+/* Extra statistics: writeback mode's (pool use, pending writes, the
+ * sticky error), the latency target's.  Each function added is called,
+ * in the order added, from the control thread once
+ * with exp == NULL for members of the top-level object, then once per
+ * export.  It writes into buf (len bytes, at least 4096) zero or more
+ * complete JSON members separated by commas, without a leading or
+ * trailing comma, e.g.
+ *   "pool_used":1048576,"pending_writes":3,"error":null
+ * and NUL-terminates them.  Output that does not fit is dropped whole.
+ * It must not block: it may run while the export registry is locked.
+ * Add before after_fork (e.g. in config_complete); at most
+ * THROTTLE_CONTROL_MAX_EXTRA functions.  The thread is
+ * stopped by throttle_control_cleanup, so state the function reads may
+ * be freed after that.
+ */
+typedef void (*throttle_control_extra_stats_fn) (struct throttle_export *exp,
+                                                 char *buf, size_t len);
+#define THROTTLE_CONTROL_MAX_EXTRA 4
+extern void throttle_control_add_extra_stats (throttle_control_extra_stats_fn);
+
+/* A "set" command a feature serves: "set NAME EXPORT VALUE" if
+ * per_export, else "set NAME VALUE".  set writes the one reply line,
+ * {"ok":true,...} or throttle_control_reply_error's; exp is the named
+ * export's budget, held for the call (NULL unless per_export).  It
+ * runs in the control thread and must not block.  Add before
+ * after_fork; the commands are listed in help and in the usage of a
+ * bad set in the order added.
+ */
+struct throttle_control_setter {
+  const char *name;             /* "capacity" */
+  const char *usage;            /* "set capacity EXPORT N" */
+  bool per_export;
+  void (*set) (FILE *out, struct throttle_export *exp, const char *value);
+};
+
+#define THROTTLE_CONTROL_MAX_SETTERS 8
+extern void throttle_control_add_setter
+  (const struct throttle_control_setter *setter);
 
 #endif /* THROTTLE_CONTROL_PROTO_H */

@@ -29,7 +29,7 @@
 
 #include <nbdkit-filter.h>
 
-#include "throttle.h"
+#include "throttle-config.h"
 #include "throttle-control.h"
 #include "throttle-control-proto.h"
 #include "throttle-export.h"

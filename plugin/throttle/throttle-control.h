@@ -3,8 +3,8 @@
  *
  * Both are served by one thread of their own running a libev loop, so
  * that no operator, however slow or broken his client, can stall the
- * data path: the loop only ever takes the registry's and a budget's
- * locks for the time of a copy.
+ * data path: the loop takes locks only for the time of a copy (the
+ * locks of the stats and set commands: HACKING.md, "Locks").
  *
  * When each hook is called, and why then: throttle-lifecycle.h.
  */
@@ -14,7 +14,6 @@
 
 #include <stddef.h>
 
-#include "throttle-export.h"
 
 /* 1 if key is one of ours and its value is good, 0 if it is not ours,
  * -1 after the one error line of a bad value (throttle-parse.h).
@@ -33,25 +32,5 @@ extern void throttle_control_unload (void);
   "                            Unix socket (mode 0600).\n" \
   "throttle-stats-interval=SECS\n" \
   "                            Log stats every SECS seconds (with -v)."
-
-/* Extra statistics: writeback mode's (pool use, pending writes, the
- * sticky error), the latency target's.  Each function added is called,
- * in the order added, from the control thread once
- * with exp == NULL for members of the top-level object, then once per
- * export.  It writes into buf (len bytes, at least 4096) zero or more
- * complete JSON members separated by commas, without a leading or
- * trailing comma, e.g.
- *   "pool_used":1048576,"pending_writes":3,"error":null
- * and NUL-terminates them.  Output that does not fit is dropped whole.
- * It must not block: it may run while the export registry is locked.
- * Add before after_fork (e.g. in config_complete); at most
- * THROTTLE_CONTROL_MAX_EXTRA functions.  The thread is
- * stopped by throttle_control_cleanup, so state the function reads may
- * be freed after that.
- */
-typedef void (*throttle_control_extra_stats_fn) (struct throttle_export *exp,
-                                                 char *buf, size_t len);
-#define THROTTLE_CONTROL_MAX_EXTRA 4
-extern void throttle_control_add_extra_stats (throttle_control_extra_stats_fn);
 
 #endif /* THROTTLE_CONTROL_H */

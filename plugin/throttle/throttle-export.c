@@ -14,7 +14,8 @@
 
 #include <nbdkit-filter.h>
 
-#include "throttle-adapt-glue.h"
+#include "throttle-admit.h"
+#include "throttle-config.h"
 #include "throttle-export.h"
 #include "throttle-parse.h"
 
@@ -41,6 +42,27 @@ static size_t nr_exports;
 /* Set once by throttle_export_init, before any connection. */
 static uint64_t capacity;
 
+/* Added before throttle_export_init, read only after it. */
+static const struct throttle_export_feature *features[THROTTLE_EXPORT_MAX_FEATURES];
+static unsigned nr_features;
+
+unsigned
+throttle_export_add_feature (const struct throttle_export_feature *f)
+{
+  if (nr_features == THROTTLE_EXPORT_MAX_FEATURES)
+    abort ();                   /* a new feature: raise the maximum */
+  features[nr_features] = f;
+  return nr_features++;
+}
+
+/* Detach the features attached to exp, the last first. */
+static void
+detach_features (struct throttle_export *exp, unsigned n)
+{
+  while (n-- > 0)
+    features[n]->detach (exp->state[n]);
+}
+
 static unsigned
 hash (const char *s)
 {
@@ -62,13 +84,14 @@ find_locked (const char *name)
   return NULL;
 }
 
-/* Made outside the lock: a long name, a budget and the latency
- * target's state.  NULL with errno on allocation failure.
+/* Made outside the lock: a long name, a budget and the features'
+ * state.  NULL with errno on allocation failure.
  */
 static struct throttle_export *
 make (const char *name)
 {
   struct throttle_export *exp = calloc (1, sizeof *exp);
+  unsigned i;
 
   if (exp == NULL)
     return NULL;
@@ -80,15 +103,18 @@ make (const char *name)
     return NULL;
   }
   /* With the budget, so that the control socket never finds an export
-   * without it.
+   * without its features' state.
    */
-  exp->adapt = throttle_adapt_export_new (&exp->budget, capacity);
-  if (exp->adapt == NULL) {
-    throttle_budget_destroy (&exp->budget);
-    free (exp->name);
-    free (exp);
-    errno = ENOMEM;
-    return NULL;
+  for (i = 0; i < nr_features; i++) {
+    exp->state[i] = features[i]->attach (exp);
+    if (exp->state[i] == NULL) {
+      detach_features (exp, i);
+      throttle_budget_destroy (&exp->budget);
+      free (exp->name);
+      free (exp);
+      errno = ENOMEM;
+      return NULL;
+    }
   }
   return exp;
 }
@@ -99,7 +125,7 @@ unmake (struct throttle_export *exp)
 {
   throttle_budget_shutdown (&exp->budget);
   throttle_budget_destroy (&exp->budget);
-  throttle_adapt_export_free (exp->adapt);
+  detach_features (exp, nr_features);
   free (exp->name);
   free (exp);
 }
@@ -275,4 +301,10 @@ throttle_export_free_all (void)
   memset (buckets, 0, sizeof buckets);
   nr_exports = 0;
   pthread_mutex_unlock (&lock);
+}
+
+void
+throttle_export_credit (struct throttle_export *exp, uint64_t units)
+{
+  throttle_admit_credit (&exp->budget, throttle_config.server, units);
 }

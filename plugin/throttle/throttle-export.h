@@ -38,7 +38,9 @@
 #include "throttle-budget.h"
 
 struct throttle_wb;
-struct throttle_adapt_export;
+
+/* At most this many features keep state per export. */
+#define THROTTLE_EXPORT_MAX_FEATURES 2
 
 struct throttle_export {
   struct throttle_export *next;   /* in creation order; "" is first */
@@ -53,8 +55,30 @@ struct throttle_export {
   bool permanent;                 /* "": never freed before unload */
   struct throttle_budget budget;
   struct throttle_wb *wb;         /* throttle-mode=writeback, else NULL */
-  struct throttle_adapt_export *adapt;  /* the latency target's state */
+  /* Each feature's state (throttle_export_add_feature), made with the
+   * budget and freed with it.
+   */
+  void *state[THROTTLE_EXPORT_MAX_FEATURES];
 };
+
+/* A feature with state per export (the latency target), so that the
+ * registry calls it without naming it.  attach is called when a
+ * budget is made, before the control socket can find it, outside the
+ * registry's lock: it returns the state, or NULL with errno to refuse
+ * the budget (and so the connection, or the start for "").  detach is
+ * called with that state when the budget is freed: no connection and
+ * no control command holds it then.  Neither may call anything here.
+ */
+struct throttle_export_feature {
+  void *(*attach) (struct throttle_export *exp);
+  void (*detach) (void *state);
+};
+
+/* Register f, from .config_complete before throttle_export_init;
+ * returns the slot of its state in every export's state[].
+ */
+extern unsigned throttle_export_add_feature
+  (const struct throttle_export_feature *f);
 
 /* Create the default export's budget at 'capacity', which every
  * budget made later starts at too.  Call once, from .config_complete,
@@ -96,5 +120,12 @@ extern size_t throttle_export_count (void);
 
 /* Fail every wait, then free everything (at unload). */
 extern void throttle_export_free_all (void);
+
+/* Give back the units of one admission to exp's budget and to the
+ * server's: once per admission, from any thread (a writeback write's
+ * are given back by the writer once it is on the backend).
+ */
+extern void throttle_export_credit (struct throttle_export *exp,
+                                    uint64_t units);
 
 #endif /* THROTTLE_EXPORT_H */

@@ -37,7 +37,8 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-clock.h"
-#include "throttle-control.h"
+#include "throttle-config.h"
+#include "throttle-control-proto.h"
 #include "throttle-guards.h"
 #include "throttle-json.h"
 #include "throttle-parse.h"
@@ -138,6 +139,10 @@ static struct timespec rt_when;
 static atomic_int psi_tid;
 
 static void rt_stats_json (struct throttle_export *, char *, size_t);
+static void set_rt (FILE *out, struct throttle_export *, const char *value);
+static const struct throttle_control_setter rt_setter = {
+  "rt", "set rt on|off|auto", false, set_rt
+};
 
 /* /proc/self/task, opened in after_fork: walking it must not allocate
  * (opendir does), since memory pressure is one reason to walk it.
@@ -640,8 +645,9 @@ throttle_guards_get_ready (int thread_model)
       decide_mlock () == -1 ||
       size_reserve (thread_model) == -1)
     return -1;
-  /* Before the control thread exists (throttle-control.h). */
+  /* Before the control thread exists (throttle-control-proto.h). */
   throttle_control_add_extra_stats (rt_stats_json);
+  throttle_control_add_setter (&rt_setter);
   if (throttle_debug_verbose)
     nbdkit_debug ("throttle: guards planned: io-flusher %s, SCHED_FIFO %s, "
                   "oom_score_adj %s, mlock %s (%s), reserve %zu bytes",
@@ -964,8 +970,11 @@ throttle_guards_close (int peer)
   rt_wake_watcher ();
 }
 
-int
-throttle_guards_set_rt (const char *value, char *err, size_t len)
+/* The control socket's "set rt on|off|auto".  Returns 0, or -1 with
+ * the reply's error message in err.
+ */
+static int
+rt_set_mode (const char *value, char *err, size_t len)
 {
   char event[64];
   int i;
@@ -999,8 +1008,11 @@ throttle_guards_set_rt (const char *value, char *err, size_t len)
   return 0;
 }
 
-void
-throttle_guards_rt_json (char *buf, size_t len)
+/* The JSON member "rt":{...} (mode, whether on and why, the peers,
+ * the hold), NUL-terminated, or "" if it does not fit in len bytes.
+ */
+static void
+rt_json (char *buf, size_t len)
 {
   struct throttle_rt st;
   struct timespec now, when;
@@ -1053,6 +1065,20 @@ throttle_guards_rt_json (char *buf, size_t len)
     buf[0] = '\0';
 }
 
+/* The server's real-time mode (see throttle-guards.h). */
+static void
+set_rt (FILE *out, struct throttle_export *unused, const char *value)
+{
+  char err[256], rt[1024];
+
+  if (rt_set_mode (value, err, sizeof err) == -1) {
+    throttle_control_reply_error (out, "%s", err);
+    return;
+  }
+  rt_json (rt, sizeof rt);
+  fprintf (out, "{\"ok\":true%s%s}\n", rt[0] ? "," : "", rt);
+}
+
 /* The control socket's top-level stats member. */
 static void
 rt_stats_json (struct throttle_export *exp, char *buf, size_t len)
@@ -1060,7 +1086,7 @@ rt_stats_json (struct throttle_export *exp, char *buf, size_t len)
   if (len > 0)
     buf[0] = '\0';
   if (exp == NULL)
-    throttle_guards_rt_json (buf, len);
+    rt_json (buf, len);
 }
 
 /* The PSI trigger: a stall of 'some' task on memory for 10 ms within

@@ -18,9 +18,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* -D throttle.verbose=1, defined in throttle.c. */
-extern int throttle_debug_verbose;
-
 /* Returns 1 if key is a guard parameter and value was valid, 0 if key
  * is not a guard parameter, -1 after the one error line of a bad
  * value (throttle-parse.h).
@@ -54,17 +51,6 @@ extern int throttle_guards_after_fork (void);
  */
 extern int throttle_guards_open (void);
 extern void throttle_guards_close (int peer);
-
-/* The control socket's "set rt on|off|auto".  Returns 0, or -1 with
- * the reply's error message in err.
- */
-extern int throttle_guards_set_rt (const char *value, char *err,
-                                   size_t len);
-
-/* The JSON member "rt":{...} (mode, whether on and why, the peers,
- * the hold), NUL-terminated, or "" if it does not fit in len bytes.
- */
-extern void throttle_guards_rt_json (char *buf, size_t len);
 
 /* Applies the per-thread guards to the calling thread: once, and
  * again at its first call after the process switched real-time on or

@@ -109,6 +109,12 @@ throttle_quit_confirm (void)
   return false;
 }
 
+bool
+throttle_quit_cancelled (void *opaque)
+{
+  return throttle_quit_confirm ();
+}
+
 static void *
 probe (void *arg)
 {

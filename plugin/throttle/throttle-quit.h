@@ -29,6 +29,13 @@ extern void throttle_quit_stop (void);
  */
 extern bool throttle_quit_confirm (void);
 
+/* The throttle_cancel_fn of every wait: throttle_quit_confirm.  Only a
+ * server shutdown ends a wait: a client that sent NBD_CMD_DISC or shut
+ * down its write side still reads the replies of what it sent.  Asked
+ * by waiters every poll period and once more after a grant.
+ */
+extern bool throttle_quit_cancelled (void *opaque);
+
 /* Replies of a closing connection are gated only for nbdkit before
  * 1.33.10, which aborts when they race (raw_send_socket's assertion;
  * fixed upstream by commit 9d82aa4f): see throttle-quit.c.

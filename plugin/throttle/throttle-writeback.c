@@ -29,12 +29,13 @@
 
 #include <nbdkit-filter.h>
 
-#include "throttle.h"
+#include "throttle-config.h"
 #include "throttle-abort.h"
-#include "throttle-control.h"
+#include "throttle-control-proto.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
 #include "throttle-parse.h"
+#include "throttle-quit.h"
 #include "throttle-wbq.h"
 #include "throttle-wbsize.h"
 #include "throttle-writeback.h"
@@ -290,7 +291,7 @@ wb_retired (void *opaque, uint64_t charged)
   struct throttle_export *exp = opaque;
 
   throttle_abort_pending (-1);
-  throttle_credit (exp, charged);
+  throttle_export_credit (exp, charged);
 }
 
 /* A writer's flush: what it wrote may be lost if this fails, so every
@@ -661,14 +662,14 @@ throttle_writeback_pwrite (struct throttle_wb_conn *c,
   if (wb == NULL || (flags & NBDKIT_FLAG_FUA) ||
       !throttle_wbq_fits (wb->q, count)) {
     res = pwrite_direct (c, next, buf, count, offset, flags, err);
-    throttle_credit (exp, charged);
+    throttle_export_credit (exp, charged);
     return res;
   }
 
   throttle_abort_hold ();
   if (throttle_wbq_queue (wb->q, buf, count, offset, charged,
-                          throttle_cancelled, NULL) == -1) {
-    throttle_credit (exp, charged);
+                          throttle_quit_cancelled, NULL) == -1) {
+    throttle_export_credit (exp, charged);
     nbdkit_error ("throttle: writeback: write of %" PRIu32 " bytes at %"
                   PRIu64 " abandoned while waiting for pool buffers: "
                   "server shutting down", count, offset);

@@ -21,10 +21,11 @@
 
 #include <nbdkit-filter.h>
 
-#include "throttle.h"
+#include "throttle-config.h"
 #include "throttle-abort.h"
 #include "throttle-adapt-glue.h"
 #include "throttle-admit.h"
+#include "throttle-capacity.h"
 #include "throttle-control.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
@@ -32,12 +33,6 @@
 #include "throttle-quit.h"
 #include "throttle-writeback.h"
 
-/* -D throttle.verbose=1: log every admission that waited, and every
- * charge.
- */
-NBDKIT_DLL_PUBLIC int throttle_debug_verbose = 0;
-
-struct throttle_config throttle_config = { .split = true };
 static const char *metric_spec = "bytes";
 static const char *capacity_text;       /* as given, for its errors */
 static uint64_t server_capacity;        /* 0 = throttle-capacity */
@@ -143,7 +138,7 @@ throttle_config_complete (nbdkit_next_config_complete *next,
                            throttle_config.capacity) == -1)
     return -1;
   /* The server's bound: as one export's by default, following any
-   * capacity set higher (throttle.h), so that a server with one export
+   * capacity set higher (throttle-config.h), so that a server with one export
    * behaves as if there were none.  Every export starts at
    * throttle-capacity, so the server's is never below it.
    */
@@ -179,6 +174,7 @@ throttle_config_complete (nbdkit_next_config_complete *next,
                   throttle_errtext (errno));
     return -1;
   }
+  throttle_capacity_config_complete ();
   if (throttle_control_config_complete () == -1 ||
       throttle_writeback_config_complete () == -1)
     return -1;
@@ -294,17 +290,6 @@ throttle_unload (void)
     throttle_config.server = NULL;
   }
   throttle_metric_unload (&throttle_config.metric);
-}
-
-/* Only a server shutdown ends a wait: a client that sent NBD_CMD_DISC
- * or shut down its write side still reads the replies of what it sent
- * (see throttle-quit.c).  Asked by waiters every poll period and once
- * more after a grant.
- */
-bool
-throttle_cancelled (void *opaque)
-{
-  return throttle_quit_confirm ();
 }
 
 struct throttle_handle {
@@ -432,7 +417,7 @@ admit (struct throttle_handle *h, enum throttle_op op,
     if (throttle_debug_verbose)
       nbdkit_debug ("throttle: wait %s count=%" PRIu32 " offset=%" PRIu64
                     " units=%" PRIu64, op_name (op), count, offset, need);
-    r = throttle_admit_wait (&a, throttle_cancelled, NULL,
+    r = throttle_admit_wait (&a, throttle_quit_cancelled, NULL,
                              THROTTLE_WAIT_POLL_MS);
   }
   if (r == -1) {
@@ -535,16 +520,10 @@ too_large (const char *op, uint32_t count, uint64_t offset, int *err)
  * allocate, whether or not its request is charged.
  */
 
-void
-throttle_credit (struct throttle_export *exp, uint64_t units)
-{
-  throttle_admit_credit (&exp->budget, throttle_config.server, units);
-}
-
 static void
 done (struct throttle_handle *h, uint64_t charged)
 {
-  throttle_credit (h->exp, charged);
+  throttle_export_credit (h->exp, charged);
 }
 
 /* Every data callback returns through here: a reply of a closing

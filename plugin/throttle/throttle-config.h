@@ -1,7 +1,13 @@
-/* nbdkit-throttle filter: what the filter's files share. */
+/* nbdkit-throttle filter: the configuration every module reads.
+ *
+ * Set by throttle.c's .config and .config_complete; after that, read
+ * only, except the two fields whose comments say who writes them.  No
+ * lock: nbdkit calls .config_complete before any other thread of ours
+ * exists.
+ */
 
-#ifndef THROTTLE_H
-#define THROTTLE_H
+#ifndef THROTTLE_CONFIG_H
+#define THROTTLE_CONFIG_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -11,8 +17,6 @@
 
 /* -D throttle.verbose=1 */
 extern int throttle_debug_verbose;
-
-struct throttle_export;
 
 /* Configuration, fixed after config_complete. */
 struct throttle_config {
@@ -37,15 +41,4 @@ struct throttle_config {
 };
 extern struct throttle_config throttle_config;
 
-/* The throttle_cancel_fn of every wait: true once the server is
- * shutting down, never because of a client (see throttle-quit.c).
- */
-extern bool throttle_cancelled (void *opaque);
-
-/* Give back the units of one admission to exp's budget and to the
- * server's: once per admission, from any thread (a writeback write's
- * are given back by the writer once it is on the backend).
- */
-extern void throttle_credit (struct throttle_export *exp, uint64_t units);
-
-#endif /* THROTTLE_H */
+#endif /* THROTTLE_CONFIG_H */

@@ -1,0 +1,204 @@
+/* nbdkit-throttle filter: the control socket's capacity commands (see
+ * throttle-capacity.h).
+ */
+
+#include <config.h>
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <nbdkit-filter.h>
+
+#include "throttle-adapt-glue.h"
+#include "throttle-capacity.h"
+#include "throttle-config.h"
+#include "throttle-control-proto.h"
+#include "throttle-export.h"
+#include "throttle-json.h"
+#include "throttle-parse.h"
+
+/* A capacity's value for "set": -1 after replying the error. */
+static int
+parse_capacity (FILE *out, const char *value, int64_t *r)
+{
+  switch (throttle_size_in (value, 1, INT64_MAX, r)) {
+  case -1:
+    throttle_control_reply_error (out, "bad number \"%s\": expected a "
+                                  "positive size (e.g. 4096, 64M)", value);
+    return -1;
+  case -2:
+    throttle_control_reply_error (out, "bad number \"%s\": the capacity "
+                                  "must be greater than 0", value);
+    return -1;
+  }
+  return 0;
+}
+
+static void
+set_capacity (FILE *out, struct throttle_export *exp, const char *value)
+{
+  const char *name = exp->name;
+  uint64_t previous;
+  char err[512];
+  int64_t r;
+
+  if (parse_capacity (out, value, &r) == -1)
+    return;
+  {
+    char what[256];
+
+    snprintf (what, sizeof what, "capacity \"%s\"", value);
+    if (throttle_capacity_check (&throttle_config.metric, r, what,
+                                 err, sizeof err) == -1) {
+      throttle_control_reply_error (out, "%s", err);
+      return;
+    }
+  }
+  /* Every export's capacity stays within the server's, so that the
+   * server-wide budget bounds the sum and never clamps an export's
+   * grant: above it, refused if throttle-server-capacity was given,
+   * else the server's follows, first.  (Only this thread sets either.)
+   */
+  if (throttle_config.server &&
+      (uint64_t) r > throttle_budget_get_capacity (throttle_config.server)) {
+    if (throttle_config.server_capacity_set) {
+      throttle_control_reply_error (out, "capacity \"%s\": above the "
+                                    "server-wide capacity %" PRIu64 ": "
+                                    "raise it first with set "
+                                    "server-capacity N", value,
+                                    throttle_budget_get_capacity
+                                    (throttle_config.server));
+      return;
+    }
+    nbdkit_debug ("throttle: control: server-wide capacity %" PRIu64
+                  " -> %" PRId64 ", following export \"%s\" (no "
+                  "throttle-server-capacity)", throttle_budget_get_capacity
+                  (throttle_config.server), r, name);
+    throttle_budget_set_capacity (throttle_config.server, r);
+  }
+  /* Through the latency target's glue: with a target, this is its
+   * ceiling, and the two must not race.
+   */
+  if (throttle_adapt_export_set_ceiling (exp, r, &previous,
+                                         err, sizeof err) == -1) {
+    throttle_control_reply_error (out, "%s", err);
+    return;
+  }
+  nbdkit_debug ("throttle: control: export \"%s\" capacity %" PRIu64
+                " -> %" PRId64, name, previous, r);
+  fputs ("{\"ok\":true,\"export\":", out);
+  throttle_json_string (out, name);
+  fprintf (out, ",\"capacity\":%" PRId64 ",\"previous\":%" PRIu64 "}\n",
+           r, previous);
+}
+
+struct ceiling_ctx {
+  uint64_t max;
+  bool found;                   /* an export has the largest */
+  char name[256];               /* its name, cut: copied under the lock */
+};
+
+/* Called with the registry locked. */
+static void
+max_ceiling (struct throttle_export *exp, void *opaque)
+{
+  struct ceiling_ctx *ctx = opaque;
+  uint64_t c = throttle_adapt_export_ceiling (exp);
+
+  if (c > ctx->max || (c == ctx->max && !ctx->found)) {
+    ctx->max = c;
+    ctx->found = true;
+    snprintf (ctx->name, sizeof ctx->name, "%s", exp->name);
+  }
+}
+
+static void
+set_server_capacity (FILE *out, struct throttle_export *unused,
+                     const char *value)
+{
+  struct ceiling_ctx ctx = { .max = throttle_config.capacity };
+  uint64_t previous;
+  char err[512], what[256];
+  int64_t r;
+
+  if (throttle_config.server == NULL) {
+    throttle_control_reply_error (out, "no server-wide budget");
+    return;
+  }
+  if (parse_capacity (out, value, &r) == -1)
+    return;
+  snprintf (what, sizeof what, "server-capacity \"%s\"", value);
+  if (throttle_capacity_check (&throttle_config.metric, r, what,
+                               err, sizeof err) == -1) {
+    throttle_control_reply_error (out, "%s", err);
+    return;
+  }
+  /* Not below an export's capacity, nor below throttle-capacity, at
+   * which every budget made from now on starts.
+   */
+  throttle_export_foreach (max_ceiling, &ctx);
+  if ((uint64_t) r < ctx.max) {
+    if (ctx.found)
+      throttle_control_reply_error (out, "server-capacity \"%s\": below "
+                                    "the capacity %" PRIu64 " of export "
+                                    "\"%s\": lower it first with set "
+                                    "capacity", value, ctx.max, ctx.name);
+    else
+      throttle_control_reply_error (out, "server-capacity \"%s\": below "
+                                    "throttle-capacity=%" PRIu64 ", at "
+                                    "which every export starts",
+                                    value, ctx.max);
+    return;
+  }
+  previous = throttle_budget_get_capacity (throttle_config.server);
+  throttle_budget_set_capacity (throttle_config.server, r);
+  /* Set now: it no longer follows the exports' capacities. */
+  throttle_config.server_capacity_set = true;
+  nbdkit_debug ("throttle: control: server capacity %" PRIu64 " -> %" PRId64,
+                previous, r);
+  fprintf (out, "{\"ok\":true,\"server_capacity\":%" PRId64
+           ",\"previous\":%" PRIu64 "}\n", r, previous);
+}
+
+static void
+set_latency_target (FILE *out, struct throttle_export *exp,
+                    const char *value)
+{
+  const char *name = exp->name;
+  uint64_t previous;
+  char err[256];
+
+  if (throttle_adapt_export_set_target (exp, value, &previous,
+                                        err, sizeof err) == -1) {
+    throttle_control_reply_error (out, "%s", err);
+    return;
+  }
+  nbdkit_debug ("throttle: control: export \"%s\" latency target %s",
+                name, value);
+  fputs ("{\"ok\":true,\"export\":", out);
+  throttle_json_string (out, name);
+  fputs (",\"latency_target\":", out);
+  throttle_json_string (out, value);
+  if (previous)
+    fprintf (out, ",\"previous_ns\":%" PRIu64 "}\n", previous);
+  else
+    fputs (",\"previous_ns\":null}\n", out);
+}
+
+static const struct throttle_control_setter setters[] = {
+  { "capacity", "set capacity EXPORT N", true, set_capacity },
+  { "latency-target", "set latency-target EXPORT DURATION|off", true,
+    set_latency_target },
+  { "server-capacity", "set server-capacity N", false, set_server_capacity },
+};
+
+void
+throttle_capacity_config_complete (void)
+{
+  size_t i;
+
+  for (i = 0; i < sizeof setters / sizeof setters[0]; i++)
+    throttle_control_add_setter (&setters[i]);
+}
