@@ -11,7 +11,8 @@
 #   ./dev.sh check-nbdkit TARBALL
 #                     build that nbdkit release from its source tarball
 #                     into a cached prefix, build this project against
-#                     it, run the unit and integration tests
+#                     it, run the unit and integration tests, then
+#                     nbdkit's own tests with the filter in front
 #
 # Builds out of tree in ./build (THROTTLE_BUILDDIR to change).
 set -euo pipefail
@@ -112,9 +113,14 @@ package ()
 }
 
 # nbdkit built from a source tarball, cached by the tarball's sha256:
-# PREFIX is usable only once PREFIX/.complete exists, which is written
-# last, so an interrupted build is never taken for a good one.  Sets
-# nbdkit_prefix.
+# PREFIX (what this project builds against) and, beside it, PREFIX.tree,
+# nbdkit's build tree, kept for its own tests (tests/nbdkit-suite.sh
+# needs its ./nbdkit wrapper and tests/, which hold absolute paths into
+# the tree, so the tree is built where it stays).  Both are usable only
+# once PREFIX/.complete exists, which is written last, so an interrupted
+# build is never taken for a good one; a cache from before the tree was
+# kept (a prefix alone) is built again.  Sets nbdkit_prefix and
+# nbdkit_tree.
 NBDKIT_CONFIGURE=(
   --disable-static
   --disable-perl --disable-python --disable-ocaml --disable-rust --disable-tcl
@@ -127,7 +133,7 @@ NBDKIT_CONFIGURE=(
 
 nbdkit_from_tarball ()
 {
-  local tarball=$1 sums sum cache prefix work start
+  local tarball=$1 sums sum cache prefix tree start
   [ -f "$tarball" ] || { echo "dev.sh: $tarball: no such nbdkit tarball" >&2; exit 1; }
   sum=$(sha256sum "$tarball" | cut -d' ' -f1)
   # A SHA256SUMS beside the tarball must vouch for it.
@@ -147,47 +153,55 @@ nbdkit_from_tarball ()
     cache=${THROTTLE_NBDKIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nbdkit-throttle}
   fi
   prefix=$cache/nbdkit-$sum
+  tree=$prefix.tree
   mkdir -p -m 755 "$cache"
   # One build per tarball at a time; the others wait and reuse it.
   exec 9>"$prefix.lock"
   flock 9
-  if [ -f "$prefix/.complete" ]; then
+  if [ -f "$prefix/.complete" ] && [ -x "$tree/nbdkit" ]; then
     echo "dev.sh: nbdkit from $(basename "$tarball") (cached in $prefix)" >&2
   else
     start=$(date +%s)
     echo "dev.sh: building nbdkit from $(basename "$tarball") into $prefix" >&2
-    rm -rf "$prefix"
-    work=$(mktemp -d "${TMPDIR:-/var/tmp}/nbdkit-build.XXXXXX")
+    rm -rf "$prefix" "$tree" "$tree.log"
+    mkdir -p "$tree"
     if ! (set -e
           umask 022
-          tar -C "$work" -xzf "$tarball"
-          cd "$work"/*/
+          tar -C "$tree" --strip-components=1 -xzf "$tarball"
+          cd "$tree"
           autoreconf -i
           ./configure --prefix="$prefix" "${NBDKIT_CONFIGURE[@]}"
           make -j"$(nproc)"
-          make install) >"$work.log" 2>&1; then
-      tail -n 40 "$work.log" >&2
-      echo "dev.sh: building nbdkit from $tarball failed (log: $work.log)" >&2
-      rm -rf "$work" "$prefix"
+          make install
+          # Data that nbdkit's "make check" makes first, used by tests
+          # of the subset in tests/nbdkit-suite.sh.
+          make -C tests file-data) >"$tree.log" 2>&1; then
+      tail -n 40 "$tree.log" >&2
+      echo "dev.sh: building nbdkit from $tarball failed (log: $tree.log)" >&2
+      rm -rf "$tree" "$prefix"
       exit 1
     fi
-    rm -rf "$work" "$work.log"
+    rm -f "$tree.log"
     "$prefix/sbin/nbdkit" --version >/dev/null
     echo "$sum $(basename "$tarball")" >"$prefix/.complete"
     echo "dev.sh: nbdkit built in $(( $(date +%s) - start )) s" >&2
   fi
   exec 9>&-
   nbdkit_prefix=$prefix
+  nbdkit_tree=$tree
 }
 
 # This project built against PREFIX's nbdkit in a build directory of
 # its own, then its unit and integration tests (the swap guest test
-# stays with ./dev.sh check).
+# stays with ./dev.sh check), then the subset of nbdkit's own tests in
+# tests/nbdkit-suite.sh, plain and with the filter in front, in
+# nbdkit's build tree.
 check_nbdkit ()
 {
-  local prefix version dir start
+  local prefix tree version dir start
   nbdkit_from_tarball "$1"
   prefix=$nbdkit_prefix
+  tree=$nbdkit_tree
   version=$("$prefix/sbin/nbdkit" --version | awk '{ print $2; exit }')
   dir=${THROTTLE_BUILDDIR:-$top/build}-nbdkit-$version
   cd "$top"
@@ -205,6 +219,15 @@ check_nbdkit ()
   echo "== nbdkit $version: unit and integration tests"
   make check TESTS='$(UNIT_TESTS) $(INTEGRATION_TESTS)'
   echo "== nbdkit $version: tests passed in $(( $(date +%s) - start )) s"
+  start=$(date +%s)
+  echo "== nbdkit $version: nbdkit's own tests, plain and with the filter"
+  # The tests write their files into the tree's tests/: one run at a
+  # time in a tree.
+  exec 9>"$prefix.lock"
+  flock 9
+  make check-nbdkit-suite NBDKIT_SRCDIR="$tree"
+  exec 9>&-
+  echo "== nbdkit $version: nbdkit's own tests passed in $(( $(date +%s) - start )) s"
 }
 
 case "${1:-}" in
@@ -225,5 +248,5 @@ case "${1:-}" in
   check-nbdkit)
     [ $# -eq 2 ] || { echo "usage: ./dev.sh check-nbdkit NBDKIT-TARBALL" >&2; exit 2; }
     deps; check_nbdkit "$(realpath -m "$2")" ;;
-  *) sed -n '2,16p' "$0"; exit 2 ;;
+  *) sed -n '2,17p' "$0"; exit 2 ;;
 esac

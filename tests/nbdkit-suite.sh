@@ -108,6 +108,7 @@ nbdkit_builddir=$(cd "$nbdkit_builddir" && pwd) || exit 1
 : "${THROTTLE_SUITE_ARGS=throttle-max-request=plugin}"
 : "${NBDKIT_SUITE_OUT:=$PWD/nbdkit-suite}"
 : "${NBDKIT_SUITE_TIMEOUT:=1200}"
+: "${NBDKIT_SUITE_JOBS:=$(nproc)}"
 tests=${*:-$SUBSET}
 
 die ()
@@ -157,20 +158,25 @@ if [ -e /usr/lib/x86_64-linux-gnu/libc_malloc_debug.so.0 ] ||
                 GLIBC_TUNABLES=glibc.malloc.check=1:glibc.malloc.perturb=165)
 fi
 
+# Runs TEST in PASS; its result (PASS, SKIP, TIMEOUT, FAIL) and time go
+# to PASS/TEST.result.
 run_one ()
 {
-  local pass=$1 t=$2 path=$nbdkit_builddir:$NBDKIT_SUITE_OUT/python:$PATH
+  local pass=$1 t=$2 path=$nbdkit_builddir:$NBDKIT_SUITE_OUT/python:$PATH r t0
   [ "$pass" = filter ] && path=$NBDKIT_SUITE_OUT/wrap:$path
+  t0=$(date +%s)
   (cd "$nbdkit_builddir/tests" &&
      exec env LIBNBD_DEBUG=1 "${malloc_check[@]}" srcdir=. PATH="$path" \
        timeout -k 10 "$NBDKIT_SUITE_TIMEOUT" "./$t.sh" \
        </dev/null >"$NBDKIT_SUITE_OUT/$pass/$t.log" 2>&1)
   case $? in
-    0) echo PASS ;;
-    77) echo SKIP ;;
-    124|137) echo TIMEOUT ;;
-    *) echo FAIL ;;
+    0) r=PASS ;;
+    77) r=SKIP ;;
+    124|137) r=TIMEOUT ;;
+    *) r=FAIL ;;
   esac
+  echo "$r $(( $(date +%s) - t0 ))" >"$NBDKIT_SUITE_OUT/$pass/$t.result"
+  echo "$pass $t $r ($(( $(date +%s) - t0 )) s)"
 }
 
 # Error lines of a log that the filter can add: nbdkit_nanosleep's
@@ -180,15 +186,32 @@ errors ()
   grep -E 'error: (aborting sleep|throttle)' "$1" 2>/dev/null | wc -l
 }
 
+for t in $tests; do
+  [ -f "$nbdkit_builddir/tests/${t%.sh}.sh" ] || die "no test ${t%.sh}.sh in $nbdkit_builddir/tests"
+done
+
+# NBDKIT_SUITE_JOBS tests at a time, as nbdkit's "make -j check" runs
+# them: each test names its files after itself, so different tests do
+# not collide, but a test must not run beside itself: its two passes
+# run one after the other.
 start=$(date +%s)
+running=0
+for t in $tests; do
+  if [ "$running" -ge "$NBDKIT_SUITE_JOBS" ]; then
+    wait -n
+    running=$((running - 1))
+  fi
+  (run_one plain "${t%.sh}"; run_one filter "${t%.sh}") &
+  running=$((running + 1))
+done
+wait
+
 declare -A result
 for pass in plain filter; do
   for t in $tests; do
     t=${t%.sh}
-    [ -f "$nbdkit_builddir/tests/$t.sh" ] || die "no test $t.sh in $nbdkit_builddir/tests"
-    t0=$(date +%s)
-    result[$pass.$t]=$(run_one $pass "$t")
-    echo "$pass $t ${result[$pass.$t]} ($(( $(date +%s) - t0 )) s)"
+    read -r result[$pass.$t] _ <"$NBDKIT_SUITE_OUT/$pass/$t.result" ||
+      result[$pass.$t]=FAIL
   done
 done
 
@@ -226,6 +249,7 @@ count ()
 } >"$summary"
 
 rc=0
+bad=
 expected >"$NBDKIT_SUITE_OUT/expected.txt"
 while read -r t kind rest; do
   if grep -q "^$t $kind " "$NBDKIT_SUITE_OUT/expected.txt"; then
@@ -233,6 +257,7 @@ while read -r t kind rest; do
   else
     echo "UNEXPECTED difference: $t $kind $rest (logs: $NBDKIT_SUITE_OUT/{plain,filter}/$t.log)"
     rc=1
+    bad="$bad $t"
   fi
 done <"$diffs" >>"$summary"
 while read -r t kind why; do
@@ -240,7 +265,25 @@ while read -r t kind why; do
   if ! grep -q "^$t $kind " "$diffs"; then
     echo "EXPECTED difference did not happen: $t $kind ($why): correct the list"
     rc=1
+    bad="$bad $t"
   fi
 done <"$NBDKIT_SUITE_OUT/expected.txt" >>"$summary"
+# A hang fails even where both passes hang alike.
+for t in $tests; do
+  t=${t%.sh}
+  for pass in plain filter; do
+    [ "${result[$pass.$t]}" = TIMEOUT ] || continue
+    echo "TIMEOUT: $t ($pass) still running after $NBDKIT_SUITE_TIMEOUT s (log: $NBDKIT_SUITE_OUT/$pass/$t.log)"
+    rc=1
+    bad="$bad $t"
+  done
+done >>"$summary"
 cat "$summary"
+# What went wrong, in the output itself (a CI log may be all there is).
+for t in $(echo $bad | tr ' ' '\n' | sort -u); do
+  for pass in plain filter; do
+    echo "---- $pass/$t.log (last 40 lines)"
+    tail -n 40 "$NBDKIT_SUITE_OUT/$pass/$t.log"
+  done
+done
 exit $rc
