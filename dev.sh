@@ -116,11 +116,11 @@ package ()
 # PREFIX (what this project builds against) and, beside it, PREFIX.tree,
 # nbdkit's build tree, kept for its own tests (tests/nbdkit-suite.sh
 # needs its ./nbdkit wrapper and tests/, which hold absolute paths into
-# the tree, so the tree is built where it stays).  Both are usable only
-# once PREFIX/.complete exists, which is written last, so an interrupted
-# build is never taken for a good one; a cache from before the tree was
-# kept (a prefix alone) is built again.  Sets nbdkit_prefix and
-# nbdkit_tree.
+# the tree, so the tree is built where it stays).  Each is usable only
+# once its .complete exists, written last (the tree's first), so an
+# interrupted build is never taken for a good one; a cache from before
+# the tree was kept (a prefix alone) gets the tree built beside it.
+# Sets nbdkit_prefix and nbdkit_tree.
 NBDKIT_CONFIGURE=(
   --disable-static
   --disable-perl --disable-python --disable-ocaml --disable-rust --disable-tcl
@@ -133,7 +133,7 @@ NBDKIT_CONFIGURE=(
 
 nbdkit_from_tarball ()
 {
-  local tarball=$1 sums sum cache prefix tree start
+  local tarball=$1 sums sum cache prefix tree start install
   [ -f "$tarball" ] || { echo "dev.sh: $tarball: no such nbdkit tarball" >&2; exit 1; }
   sum=$(sha256sum "$tarball" | cut -d' ' -f1)
   # A SHA256SUMS beside the tarball must vouch for it.
@@ -158,12 +158,21 @@ nbdkit_from_tarball ()
   # One build per tarball at a time; the others wait and reuse it.
   exec 9>"$prefix.lock"
   flock 9
-  if [ -f "$prefix/.complete" ] && [ -x "$tree/nbdkit" ]; then
+  if [ -f "$prefix/.complete" ] && [ -f "$tree/.complete" ]; then
     echo "dev.sh: nbdkit from $(basename "$tarball") (cached in $prefix)" >&2
   else
     start=$(date +%s)
-    echo "dev.sh: building nbdkit from $(basename "$tarball") into $prefix" >&2
-    rm -rf "$prefix" "$tree" "$tree.log"
+    # A complete prefix stays as it is (other runs may be using it):
+    # only the tree is built, the same way, for the same prefix.
+    install=
+    if [ -f "$prefix/.complete" ]; then
+      echo "dev.sh: building nbdkit's tree from $(basename "$tarball") in $tree" >&2
+    else
+      echo "dev.sh: building nbdkit from $(basename "$tarball") into $prefix" >&2
+      rm -rf "$prefix"
+      install=yes
+    fi
+    rm -rf "$tree" "$tree.log"
     mkdir -p "$tree"
     if ! (set -e
           umask 022
@@ -172,18 +181,21 @@ nbdkit_from_tarball ()
           autoreconf -i
           ./configure --prefix="$prefix" "${NBDKIT_CONFIGURE[@]}"
           make -j"$(nproc)"
-          make install
+          [ -z "$install" ] || make install
           # Data that nbdkit's "make check" makes first, used by tests
           # of the subset in tests/nbdkit-suite.sh.
           make -C tests file-data) >"$tree.log" 2>&1; then
       tail -n 40 "$tree.log" >&2
       echo "dev.sh: building nbdkit from $tarball failed (log: $tree.log)" >&2
-      rm -rf "$tree" "$prefix"
+      rm -rf "$tree"
+      [ -z "$install" ] || rm -rf "$prefix"
       exit 1
     fi
     rm -f "$tree.log"
     "$prefix/sbin/nbdkit" --version >/dev/null
-    echo "$sum $(basename "$tarball")" >"$prefix/.complete"
+    "$tree/nbdkit" --version >/dev/null
+    echo "$sum $(basename "$tarball")" >"$tree/.complete"
+    [ -z "$install" ] || echo "$sum $(basename "$tarball")" >"$prefix/.complete"
     echo "dev.sh: nbdkit built in $(( $(date +%s) - start )) s" >&2
   fi
   exec 9>&-
