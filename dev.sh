@@ -237,7 +237,7 @@ check_nbdkit ()
   # time in a tree.
   exec 9>"$prefix.lock"
   flock 9
-  make check-nbdkit-suite NBDKIT_SRCDIR="$tree"
+  make -s -C tests check-nbdkit-suite NBDKIT_SRCDIR="$tree"
   exec 9>&-
   echo "== nbdkit $version: nbdkit's own tests passed in $(( $(date +%s) - start )) s"
 }
