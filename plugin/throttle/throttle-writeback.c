@@ -34,6 +34,7 @@
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
+#include "throttle-guards-config.h"
 #include "throttle-parse.h"
 #include "throttle-quit.h"
 #include "throttle-wbq.h"

@@ -29,8 +29,10 @@
 #include "throttle-control.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
+#include "throttle-guards-config.h"
 #include "throttle-parse.h"
 #include "throttle-quit.h"
+#include "throttle-realtime.h"
 #include "throttle-writeback.h"
 
 static const char *metric_spec = "bytes";
@@ -293,7 +295,7 @@ throttle_unload (void)
 }
 
 struct throttle_handle {
-  int rt_peer;                  /* for throttle_guards_close */
+  int rt_peer;                  /* for throttle_realtime_close */
   struct throttle_export *exp;
   struct throttle_wb_conn wb;
   struct throttle_pace pace;
@@ -306,31 +308,31 @@ throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
 {
   struct throttle_handle *h;
 
-  int rt_peer = throttle_guards_open ();
+  int rt_peer = throttle_realtime_open ();
 
   if (next (nxdata, readonly, exportname) == -1) {
-    throttle_guards_close (rt_peer);
+    throttle_realtime_close (rt_peer);
     return NULL;
   }
 
   h = malloc (sizeof *h);
   if (h == NULL) {
     nbdkit_error ("malloc: %s", throttle_errtext (errno));
-    throttle_guards_close (rt_peer);
+    throttle_realtime_close (rt_peer);
     return NULL;
   }
   h->rt_peer = rt_peer;
   /* The budget of the name, whatever other clients did before. */
   h->exp = throttle_export_open (exportname);
   if (h->exp == NULL) {
-    throttle_guards_close (rt_peer);
+    throttle_realtime_close (rt_peer);
     free (h);
     return NULL;
   }
   if (throttle_writeback_open (h->exp, nxdata, readonly, exportname,
                                &h->wb) == -1) {
     throttle_export_close (h->exp);
-    throttle_guards_close (rt_peer);
+    throttle_realtime_close (rt_peer);
     free (h);
     return NULL;
   }
@@ -354,7 +356,7 @@ throttle_close (void *handle)
   struct throttle_handle *h = handle;
 
   throttle_pace_destroy (&h->pace);
-  throttle_guards_close (h->rt_peer);
+  throttle_realtime_close (h->rt_peer);
   throttle_export_close (h->exp);
   free (h);
 }
