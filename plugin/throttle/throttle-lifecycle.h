@@ -9,7 +9,7 @@
  *
  * Modules: throttle.c (the filter), throttle-guards (with -realtime
  * and -memlock under it), -writeback, -control, -capacity, -export,
- * -quit, -abort, -adapt-glue; lib/ is called
+ * -quit, -pace, -abort, -adapt-glue; lib/ is called
  * through them.  Everything up to .after_fork, and .cleanup and
  * .unload, run in nbdkit's main thread with no connection thread.
  *
@@ -95,7 +95,7 @@
  *                               each of which starts with
  *                               throttle_guards_thread_enter and
  *                               throttle_abort_writer_thread.
- *                   quit        throttle_pace_init (nbdkit < 1.33.10).
+ *                   pace        throttle_pace_init (nbdkit < 1.33.10).
  *
  * .prepare          throttle.c  throttle_prepare: the layers' block size
  *                               constraints decide which requests may be
@@ -114,7 +114,7 @@
  *                               writeback mode: each passes a request
  *                               straight down when nothing is written
  *                               behind.
- *                   quit        throttle_pace_enter after the guards', and
+ *                   pace        throttle_pace_enter after the guards', and
  *                               throttle_pace_reply before returning,
  *                               whatever the result (nbdkit < 1.33.10).
  *
@@ -122,7 +122,7 @@
  *                               disconnect waits for the export's pending
  *                               writes.
  *
- * .close            quit        throttle_pace_destroy.
+ * .close            pace        throttle_pace_destroy.
  *                   realtime    throttle_realtime_close: the peer is no
  *                               longer counted (a hold may begin).
  *                   export      throttle_export_close: the last

@@ -21,15 +21,16 @@
 
 #include <nbdkit-filter.h>
 
-#include "throttle-config.h"
 #include "throttle-abort.h"
 #include "throttle-adapt-glue.h"
 #include "throttle-admit.h"
 #include "throttle-capacity.h"
+#include "throttle-config.h"
 #include "throttle-control.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
 #include "throttle-guards-config.h"
+#include "throttle-pace.h"
 #include "throttle-parse.h"
 #include "throttle-quit.h"
 #include "throttle-realtime.h"
