@@ -281,7 +281,7 @@ apply_guards (void)
  * CAP_SYS_RESOURCE, which the child has since nbdkit had it to set the
  * flag; raising oom_score_adj needs nothing.  Children of posix_spawn,
  * vfork or system () run no fork handlers: see "WHAT THE PLUGIN RUNS"
- * in nbdkit-throttle-filter(1).
+ * in nbdkit-throttle-design(1).
  */
 static void
 fork_child (void)

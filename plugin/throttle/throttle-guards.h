@@ -6,7 +6,7 @@
  * reserve), memory locking, OOM-killer protection, and a pre-grown,
  * locked, never-trimmed heap reserve for nbdkit's own per-thread
  * request buffers.  See "WHICH GUARD PREVENTS WHICH DEADLOCK" in
- * nbdkit-throttle-filter(1).
+ * nbdkit-throttle-design(1).
  *
  * When each hook is called, and why then: throttle-lifecycle.h.
  */

@@ -45,7 +45,7 @@ static bool permitted;
  * throttle-rt-hold after it left or after memory pressure while such
  * a peer was connected.  Real-time priority makes the request threads
  * preempt every ordinary process on the same CPUs at every request
- * (see "REAL-TIME PRIORITY" in nbdkit-throttle-filter(1)): "auto" pays
+ * (see "REAL-TIME PRIORITY" in nbdkit-throttle-design(1)): "auto" pays
  * that only where the server may be what the kernel waits for.
  *
  * Lock rule: rt_lock serializes every change of rt_state and rt_on

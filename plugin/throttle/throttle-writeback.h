@@ -4,7 +4,7 @@
  * locked, prefaulted pool, queued on its export and acknowledged at
  * once; the export's writer threads put it on the backend through
  * backend contexts of their own and credit its units then.  See
- * "WRITEBACK MODE" in nbdkit-throttle-filter(1) for what a client can
+ * "WRITEBACK MODE" in nbdkit-throttle-design(1) for what a client can
  * rely on.
  *
  * When each hook is called, and why then: throttle-lifecycle.h.
