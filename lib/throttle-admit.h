@@ -20,9 +20,9 @@
  * capacity is being changed.
  *
  * Pure: no nbdkit, no clock of its own.  Used by the filter
- * (plugin/throttle/throttle.c) and by the simulation test (tests/test-sim.c),
- * which steps it with throttle_admit_poll instead of sleeping in
- * throttle_admit_wait.
+ * (plugin/throttle/throttle-serve.c), by the simulation test
+ * (tests/test-sim.c), which steps it with throttle_admit_poll instead
+ * of sleeping in throttle_admit_wait, and by tests/test-admit.c.
  */
 
 #ifndef THROTTLE_ADMIT_H

@@ -393,9 +393,7 @@ throttle_block_size (nbdkit_next *next, void *handle,
 }
 
 /* What the layers below accept decides which requests may be split
- * (throttle_admit_in_parts): none larger than their maximum block
- * size, and none at all if their minimum is above a page, since a
- * part's boundaries are only page-aligned.
+ * (throttle_admit_split_max), before the connection's first request.
  */
 static int
 throttle_prepare (nbdkit_next *next, void *handle, int readonly)
