@@ -7,9 +7,10 @@
  * a hook does and what its caller must hold, not when it is called:
  * change the order here and in throttle.c together.
  *
- * Modules: throttle.c (the filter), throttle-guards (with -realtime
- * and -memlock under it), -writeback, -control, -capacity, -export,
- * -quit, -pace, -abort, -adapt-glue; lib/ is called
+ * Modules: throttle.c (the filter), throttle-serve (its data path),
+ * throttle-guards (with -realtime and -memlock under it), -writeback,
+ * -control, -capacity, -export, -quit, -pace, -abort, -adapt-glue;
+ * lib/ is called
  * through them.  Everything up to .after_fork, and .cleanup and
  * .unload, run in nbdkit's main thread with no connection thread.
  *
@@ -103,10 +104,11 @@
  *
  * data callbacks    guards      throttle_guards_thread_enter, FIRST: before
  *                               the thread can fault or allocate.
- *                   throttle.c  refuses above throttle-max-request, charges
- *                               the budget (lib/) and credits it when the
- *                               plugin has returned (a writeback write:
- *                               when it is on the backend).
+ *                   throttle.c  refuses above throttle-max-request.
+ *                   serve       throttle_serve: charges the budget (lib/)
+ *                               and credits it when the plugin has
+ *                               returned (a writeback write: when it is
+ *                               on the backend).
  *                   adapt-glue  throttle_adapt_start / throttle_adapt_done
  *                               around the plugin's call.
  *                   writeback   throttle_writeback_* in either mode, but
