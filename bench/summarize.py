@@ -518,7 +518,7 @@ def case4():
     p("in the budget); sustained: 4K random writes at queue depth 16 for the")
     p("whole run (writeback fills its pool in a fraction of a second, then")
     p("goes at the speed its writer threads drain it: 16 by default, 4 in")
-    p("the extra row (the default before), against nbdkit's 16 request")
+    p("the extra row (the default of serialize_requests), against nbdkit's 16 request")
     p("threads in writethrough).")
     p("Peak RSS: nbdkit's VmHWM, median over rounds.")
     p("")
