@@ -24,7 +24,8 @@
 #include "throttle-wait.h"
 
 struct throttle_mempool {
-  pthread_mutex_t lock;         /* the free stack, held[], the waiters */
+  pthread_mutex_t lock;         /* the free stack, held[], the waiters;
+                                   a leaf: HACKING.md, "Locks" */
   struct throttle_wait_queue queue;
   bool shutdown;
 

@@ -1,9 +1,8 @@
 /* nbdkit-throttle: the write-behind queue.
  *
- * Lock order: alloc_lock, then lock, then the pools' locks (inside
- * throttle_mempool_*) and whatever the hooks take (the caller's budget).
- * alloc_lock is held across a wait for pool buffers; lock never is, and
- * is dropped by every wait on work or done.
+ * Lock order: HACKING.md, "Locks".  alloc_lock is held across a wait
+ * for pool buffers; lock never is, and is dropped by every wait on work
+ * or done.
  *
  * Why it is shaped like this:
  *
@@ -66,7 +65,8 @@ struct wbq_writer {
 };
 
 struct throttle_wbq {
-  pthread_mutex_t lock;         /* everything below but what is marked */
+  pthread_mutex_t lock;         /* everything below but what is marked;
+                                   after alloc_lock, before the pools' */
   pthread_cond_t work;          /* writers: something may be startable */
   pthread_cond_t done;          /* a write finished, a writer flushed */
   struct throttle_wbq_rec *head, *tail;
@@ -76,7 +76,8 @@ struct throttle_wbq {
   uint64_t next_seq;
   bool stopping;
 
-  pthread_mutex_t alloc_lock;   /* see above; guards no field */
+  pthread_mutex_t alloc_lock;   /* one allocation at a time; guards no
+                                   field; first of the queue's locks */
   struct throttle_mempool *pool;        /* set at creation */
   struct throttle_mempool *bounce_pool; /* set at creation */
   size_t bounce_len;                    /* set at creation */

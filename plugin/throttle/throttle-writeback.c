@@ -5,9 +5,7 @@
  * nbdkit: the configuration, each export's writer threads and their
  * backend contexts, the request hooks and the stats.
  *
- * Lock order: create_lock, then all_lock, then the queue's locks
- * (inside throttle_wbq_*, see lib/throttle-wbq.h), then the budget's
- * lock (the queue's retired hook).  all_lock is held while the writers
+ * Lock order: HACKING.md, "Locks".  all_lock is held while the writers
  * of each export are joined at cleanup: a writer takes neither it nor
  * create_lock.
  *
