@@ -85,10 +85,11 @@ take (struct throttle_budget *b, uint64_t units, bool clamped)
 
 /* Called with the lock held (by acquire and charge_now, which check
  * it): how many of 'want' units a request of 'kind' may take now, or 0
- * if none; *clamped if it runs alone above the capacity.  Decided now, not when the request queued: the
- * capacity may have changed meanwhile.  With nothing in flight every
- * request gets something (the liveness invariant): a whole request at
- * most the capacity, a part at least one quantum.
+ * if none; *clamped if it runs alone above the capacity.  Decided now,
+ * not when the request queued: the capacity may have changed
+ * meanwhile.  With nothing in flight every request gets something (the
+ * liveness invariant): a whole request at most the capacity, a part at
+ * least one quantum.
  */
 static uint64_t
 grantable (const struct throttle_budget *b, enum throttle_budget_kind kind,

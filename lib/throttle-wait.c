@@ -109,11 +109,11 @@ throttle_wait_abandon (struct throttle_wait_queue *q,
                        throttle_acquire_fn acquire,
                        throttle_putback_fn putback, void *owner)
 {
+  throttle_lock_assert_held (q->lock);
   /* A grant that raced with the abandonment is put back rather than
    * handed to a caller that will not use it; either way our place is
    * free and the next waiter may now fit.
    */
-  throttle_lock_assert_held (q->lock);
   if (w->granted)
     putback (owner, w);
   else
