@@ -2,9 +2,7 @@
  * writable open of the export to cleanup.  See
  * throttle-writeback-writers.h.
  *
- * Lock order: create_lock, then all_lock, then the queue's locks
- * (inside throttle_wbq_*, see lib/throttle-wbq.h), then the budget's
- * lock (the queue's retired hook).  all_lock is held while the writers
+ * Lock order: HACKING.md, "Locks".  all_lock is held while the writers
  * of each export are joined at cleanup: a writer takes neither it nor
  * create_lock.
  *
