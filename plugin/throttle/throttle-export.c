@@ -27,12 +27,15 @@
  * refs are 0, so a holder of a reference may use it without the lock.
  *
  * Lock order: 'lock' is taken first of the filter's locks:
- * throttle_export_foreach_range calls its function with it held (the
- * control socket's stats), which takes an export's adapt lock
- * (throttle-adapt-glue.c), its write-behind queue's lock
- * (lib/throttle-wbq.c) and its budget's lock (lib/throttle-budget.c),
- * in that order; none of those calls back in here.  An export is torn
- * down after it has left the registry, without 'lock'.
+ * throttle_export_foreach{,_range} call their function with it held
+ * (the control socket's stats and the features' extra stats, the
+ * latency target's clock, set server-capacity), and
+ * throttle_export_free_all calls the features' detach with it held.
+ * Those take an export's adapt lock (throttle-adapt-glue.c), its
+ * write-behind queue's lock (lib/throttle-wbq.c) and its budget's lock
+ * (lib/throttle-budget.c), in that order; none of them calls back in
+ * here.  Otherwise an export is torn down after it has left the
+ * registry, without 'lock', and the features attach without it.
  */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct throttle_export *registry, **tail = &registry;
@@ -42,7 +45,9 @@ static size_t nr_exports;
 /* Set once by throttle_export_init, before any connection. */
 static uint64_t capacity;
 
-/* Added before throttle_export_init, read only after it. */
+/* Added before throttle_export_init in nbdkit's main thread, read only
+ * after it: no lock (throttle-export.h).
+ */
 static const struct throttle_export_feature *features[THROTTLE_EXPORT_MAX_FEATURES];
 static unsigned nr_features;
 
