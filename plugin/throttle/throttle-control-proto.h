@@ -46,12 +46,13 @@ extern char *throttle_control_stats (struct throttle_export *exp,
 /* What features add: the protocol names none of them, so that it
  * depends on nothing but the export registry.
  *
- * Who adds, and when: a feature, from .config_complete or .get_ready,
- * in nbdkit's main thread, before throttle_control_after_fork starts
- * the control thread (throttle-lifecycle.h), without a lock: until
- * then no thread reads the tables, and starting the thread publishes
- * them; nothing is added or removed after.  A setter must have static
- * storage: the table keeps the pointer until unload.
+ * Who adds, and when: a feature, in nbdkit's main thread, from
+ * .config_complete, .get_ready or .after_fork before
+ * throttle_control_after_fork starts the control thread
+ * (throttle-lifecycle.h), without a lock: only that thread reads the
+ * tables, and starting it publishes them; nothing is added or removed
+ * after.  A setter must have static storage: the table keeps the
+ * pointer until unload.
  */
 
 /* Extra statistics: writeback mode's (pool use, pending writes, the
