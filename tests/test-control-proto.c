@@ -248,16 +248,38 @@ extra (struct throttle_export *exp, char *buf, size_t len)
   snprintf (buf, len, "\"extra\":%d", exp ? 1 : 0);
 }
 
+static void
+second (struct throttle_export *exp, char *buf, size_t len)
+{
+  snprintf (buf, len, "\"second\":true");
+}
+
+/* Fills the whole buffer, leaving no room for the NUL. */
+static void
+too_long (struct throttle_export *exp, char *buf, size_t len)
+{
+  memset (buf, 'x', len);
+}
+
+/* The members each feature adds, in the order the features were added
+ * (one added twice counts once), after the protocol's own; a member
+ * that does not fit is left out whole.
+ */
 START_TEST (test_extra_stats)
 {
   char *r;
 
   throttle_control_add_extra_stats (extra);
+  throttle_control_add_extra_stats (too_long);
+  throttle_control_add_extra_stats (second);
+  throttle_control_add_extra_stats (extra);
   r = ask ("stats \"\"");
   ck_assert_ptr_null (strstr (r, "\"next\""));     /* one export: no page */
   ck_assert_ptr_nonnull (strstr (r, "\"exports_total\":2,\"extra\":0,"
-                                 "\"exports\":["));
-  ck_assert_ptr_nonnull (strstr (r, "\"kept\":\"until exit\",\"extra\":1}]}\n"));
+                                 "\"second\":true,\"exports\":["));
+  ck_assert_ptr_nonnull (strstr (r, "\"kept\":\"until exit\",\"extra\":1,"
+                                 "\"second\":true}]}\n"));
+  ck_assert_ptr_null (strstr (r, "xx"));
   free (r);
 }
 END_TEST

@@ -27,9 +27,12 @@
  * refs are 0, so a holder of a reference may use it without the lock.
  *
  * 'lock' is first in the filter's lock order (HACKING.md, "Locks"):
- * throttle_export_foreach_range calls its function with it held, and
- * nothing under it calls back in here.  An export is torn down after
- * it has left the registry, without 'lock' (but at unload).
+ * throttle_export_foreach{,_range} call their function with it held
+ * (the stats, the latency target's clock, set server-capacity), and
+ * throttle_export_free_all calls the features' detach with it held;
+ * nothing under it calls back in here.  Otherwise an export is torn
+ * down after it has left the registry, without 'lock', and the
+ * features attach without it.
  */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct throttle_export *registry, **tail = &registry;
@@ -39,7 +42,9 @@ static size_t nr_exports;
 /* Set once by throttle_export_init, before any connection. */
 static uint64_t capacity;
 
-/* Added before throttle_export_init, read only after it. */
+/* Added before throttle_export_init in nbdkit's main thread, read only
+ * after it: no lock (throttle-export.h).
+ */
 static const struct throttle_export_feature *features[THROTTLE_EXPORT_MAX_FEATURES];
 static unsigned nr_features;
 
