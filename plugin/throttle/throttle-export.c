@@ -17,6 +17,7 @@
 #include "throttle-admit.h"
 #include "throttle-config.h"
 #include "throttle-export.h"
+#include "throttle-lock.h"
 #include "throttle-parse.h"
 
 #define NR_BUCKETS 256
@@ -34,7 +35,7 @@
  * down after it has left the registry, without 'lock', and the
  * features attach without it.
  */
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t lock = THROTTLE_LOCK_INITIALIZER;
 static struct throttle_export *registry, **tail = &registry;
 static struct throttle_export *buckets[NR_BUCKETS];
 static size_t nr_exports;
@@ -80,6 +81,7 @@ find_locked (const char *name)
 {
   struct throttle_export *exp;
 
+  throttle_lock_assert_held (&lock);
   for (exp = buckets[hash (name)]; exp; exp = exp->hnext)
     if (strcmp (exp->name, name) == 0)
       return exp;
@@ -137,6 +139,7 @@ link_locked (struct throttle_export *exp)
 {
   unsigned h = hash (exp->name);
 
+  throttle_lock_assert_held (&lock);
   exp->pprev = tail;
   *tail = exp;
   tail = &exp->next;
@@ -150,6 +153,7 @@ unlink_locked (struct throttle_export *exp)
 {
   struct throttle_export **pp = &buckets[hash (exp->name)];
 
+  throttle_lock_assert_held (&lock);
   while (*pp != exp)
     pp = &(*pp)->hnext;
   *pp = exp->hnext;
@@ -171,9 +175,9 @@ throttle_export_init (uint64_t cap)
   if (exp == NULL)
     return -1;
   exp->permanent = true;
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   link_locked (exp);
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
   return 0;
 }
 
@@ -184,7 +188,7 @@ throttle_export_open (const char *name)
   bool made_here = false;
 
   for (;;) {
-    pthread_mutex_lock (&lock);
+    throttle_lock (&lock);
     exp = find_locked (name);
     if (exp == NULL && made) {
       link_locked (made);
@@ -197,7 +201,7 @@ throttle_export_open (const char *name)
       /* Atomic too: the control thread reads it holding a reference. */
       __atomic_add_fetch (&exp->conns, 1, __ATOMIC_RELAXED);
     }
-    pthread_mutex_unlock (&lock);
+    throttle_unlock (&lock);
     if (exp)
       break;
     made = make (name);
@@ -221,11 +225,11 @@ throttle_export_put (struct throttle_export *exp)
 {
   bool last;
 
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   last = --exp->refs == 0 && !exp->permanent;
   if (last)
     unlink_locked (exp);
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
   if (last) {
     nbdkit_debug ("throttle: export \"%s\": its last connection closed: "
                   "budget freed", exp->name);
@@ -245,11 +249,11 @@ throttle_export_get (const char *name)
 {
   struct throttle_export *exp;
 
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   exp = find_locked (name);
   if (exp)
     exp->refs++;
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
   return exp;
 }
 
@@ -266,14 +270,14 @@ throttle_export_foreach_range (size_t from, size_t max,
   struct throttle_export *exp;
   size_t i = 0, total;
 
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   for (exp = registry; exp && max > 0; exp = exp->next, i++)
     if (i >= from) {
       fn (exp, opaque);
       max--;
     }
   total = nr_exports;
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
   return total;
 }
 
@@ -282,9 +286,9 @@ throttle_export_count (void)
 {
   size_t n;
 
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   n = nr_exports;
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
   return n;
 }
 
@@ -294,7 +298,7 @@ throttle_export_free_all (void)
 {
   struct throttle_export *exp;
 
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   while ((exp = registry) != NULL) {
     registry = exp->next;
     unmake (exp);
@@ -302,7 +306,7 @@ throttle_export_free_all (void)
   tail = &registry;
   memset (buckets, 0, sizeof buckets);
   nr_exports = 0;
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
 }
 
 void

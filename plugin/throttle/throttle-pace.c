@@ -12,6 +12,7 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-clock.h"
+#include "throttle-lock.h"
 #include "throttle-pace.h"
 #include "throttle-quit.h"
 
@@ -56,10 +57,10 @@ pace_back (void *v)
 {
   struct throttle_pace *p = v;
 
-  pthread_mutex_lock (&p->lock);
+  throttle_lock (&p->lock);
   p->out = false;
   pthread_cond_broadcast (&p->cond);
-  pthread_mutex_unlock (&p->lock);
+  throttle_unlock (&p->lock);
 }
 
 static void
@@ -79,7 +80,7 @@ throttle_pace_init (struct throttle_pace *p)
   pthread_condattr_t attr;
 
   pthread_once (&pace_once, pace_key_create);
-  pthread_mutex_init (&p->lock, NULL);
+  throttle_lock_init (&p->lock);
   pthread_condattr_init (&attr);
   pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
   pthread_cond_init (&p->cond, &attr);
@@ -125,7 +126,7 @@ throttle_pace_reply (struct throttle_pace *p)
     pace_closing = true;
   }
 
-  pthread_mutex_lock (&p->lock);
+  throttle_lock (&p->lock);
   if (!p->first_done) {
     struct timespec ts = { .tv_sec = 0,
                            .tv_nsec = THROTTLE_PACE_FIRST_MS * 1000000L };
@@ -147,7 +148,7 @@ throttle_pace_reply (struct throttle_pace *p)
     }
   }
   p->out = true;
-  pthread_mutex_unlock (&p->lock);
+  throttle_unlock (&p->lock);
   pthread_setspecific (pace_key, p);
 }
 #endif /* THROTTLE_PACE_ERRORS */

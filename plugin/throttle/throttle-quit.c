@@ -28,6 +28,7 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-clock.h"
+#include "throttle-lock.h"
 #include "throttle-parse.h"
 #include "throttle-quit.h"
 
@@ -36,7 +37,7 @@ static bool quitting;           /* atomic: set once, never cleared */
 /* Lock rule: lock guards asked, answered and stop; cond is broadcast
  * whenever one of them changes.
  */
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t lock = THROTTLE_LOCK_INITIALIZER;
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static uint64_t asked, answered;
 static bool stop;
@@ -80,17 +81,17 @@ ask_prober (void)
 {
   uint64_t mine;
 
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   if (!prober_started) {
     /* Not yet after_fork, or after cleanup: no request runs then. */
-    pthread_mutex_unlock (&lock);
+    throttle_unlock (&lock);
     return true;
   }
   mine = ++asked;
   pthread_cond_broadcast (&cond);
   while (answered < mine && !stop)
     pthread_cond_wait (&cond, &lock);
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
   return throttle_quitting ();
 }
 
@@ -118,24 +119,24 @@ probe (void *arg)
 {
   uint64_t question;
 
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   for (;;) {
     while (!stop && answered == asked)
       pthread_cond_wait (&cond, &lock);
     if (stop)
       break;
     question = asked;
-    pthread_mutex_unlock (&lock);
+    throttle_unlock (&lock);
     /* No connection belongs to this thread: only nbdkit's quit pipe
      * makes this fail.
      */
     if (nbdkit_nanosleep (0, 1) == -1)
       __atomic_store_n (&quitting, true, __ATOMIC_RELEASE);
-    pthread_mutex_lock (&lock);
+    throttle_lock (&lock);
     answered = question;
     pthread_cond_broadcast (&cond);
   }
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
   return NULL;
 }
 
@@ -149,25 +150,25 @@ throttle_quit_start (void)
                   "pthread_create: %s", throttle_errtext (err));
     return -1;
   }
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   prober_started = true;
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
   return 0;
 }
 
 void
 throttle_quit_stop (void)
 {
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   if (!prober_started) {
-    pthread_mutex_unlock (&lock);
+    throttle_unlock (&lock);
     return;
   }
   stop = true;
   pthread_cond_broadcast (&cond);
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
   pthread_join (prober, NULL);
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   prober_started = false;
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
 }

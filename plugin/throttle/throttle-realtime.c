@@ -25,6 +25,7 @@
 #include "throttle-control-proto.h"
 #include "throttle-guards-config.h"
 #include "throttle-json.h"
+#include "throttle-lock.h"
 #include "throttle-parse.h"
 #include "throttle-peer.h"
 #include "throttle-realtime.h"
@@ -52,7 +53,7 @@ static bool permitted;
  * (rt_apply_locked: the walk over the tasks and its static buffer,
  * rt_why, rt_when).  rt_on and rt_gen are read without it.
  */
-static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t rt_lock = THROTTLE_LOCK_INITIALIZER;
 static struct throttle_rt rt_state;
 static atomic_bool rt_on;
 /* Bumped after every switch: a thread whose thread_gen differs sets
@@ -138,10 +139,12 @@ static uint64_t
 rt_apply_locked (uint64_t now, const char *event)
 {
   uint64_t recheck;
-  bool want = throttle_rt_wanted (&rt_state, now, &recheck);
   struct timespec wall;
   unsigned n;
+  bool want;
 
+  throttle_lock_assert_held (&rt_lock);
+  want = throttle_rt_wanted (&rt_state, now, &recheck);
   if (want == atomic_load (&rt_on))
     return recheck;
   atomic_store (&rt_on, want);
@@ -179,10 +182,10 @@ throttle_realtime_open (void)
   if (!permitted)
     return -1;
   c = throttle_peer_classify (why, sizeof why);
-  pthread_mutex_lock (&rt_lock);
+  throttle_lock (&rt_lock);
   throttle_rt_peer_open (&rt_state, c, throttle_now_ns ());
   rt_apply_locked (throttle_now_ns (), why);
-  pthread_mutex_unlock (&rt_lock);
+  throttle_unlock (&rt_lock);
   if (throttle_debug_verbose)
     nbdkit_debug ("throttle: guards: throttle-rt peer: %s: real-time %s",
                   why, atomic_load (&rt_on) ? "on" : "off");
@@ -194,10 +197,10 @@ throttle_realtime_close (int peer)
 {
   if (peer < 0)
     return;
-  pthread_mutex_lock (&rt_lock);
+  throttle_lock (&rt_lock);
   throttle_rt_peer_close (&rt_state, peer, throttle_now_ns ());
   rt_apply_locked (throttle_now_ns (), NULL);
-  pthread_mutex_unlock (&rt_lock);
+  throttle_unlock (&rt_lock);
   rt_wake_watcher ();
 }
 
@@ -226,7 +229,7 @@ rt_set_mode (const char *value, char *err, size_t len)
   }
   if (!permitted)
     return 0;
-  pthread_mutex_lock (&rt_lock);
+  throttle_lock (&rt_lock);
   throttle_rt_set_mode (&rt_state,
                         i == THROTTLE_GUARD_ON ? THROTTLE_RT_ON :
                         i == THROTTLE_GUARD_OFF ? THROTTLE_RT_OFF :
@@ -234,7 +237,7 @@ rt_set_mode (const char *value, char *err, size_t len)
                         throttle_now_ns ());
   snprintf (event, sizeof event, "set rt %s (control socket)", value);
   rt_apply_locked (throttle_now_ns (), event);
-  pthread_mutex_unlock (&rt_lock);
+  throttle_unlock (&rt_lock);
   nbdkit_debug ("throttle: guards: control: set rt %s", value);
   rt_wake_watcher ();
   return 0;
@@ -255,14 +258,14 @@ rt_json (char *buf, size_t len)
 
   if (len > 0)
     buf[0] = '\0';
-  pthread_mutex_lock (&rt_lock);
+  throttle_lock (&rt_lock);
   on = atomic_load (&rt_on);
   st = rt_state;
   if (permitted)
     throttle_rt_wanted (&st, throttle_now_ns (), &recheck);
   memcpy (why, rt_why, sizeof why);
   when = rt_when;
-  pthread_mutex_unlock (&rt_lock);
+  throttle_unlock (&rt_lock);
 
   fp = fmemopen (buf, len, "w");
   if (fp == NULL)
@@ -388,9 +391,9 @@ rt_watch (void *arg)
   atomic_store (&psi_tid, gettid ());
   snprintf (why, sizeof why, "memory pressure (PSI trigger \"%s\" on %s)",
             trigger ? trigger : "", gp->psi_path);
-  pthread_mutex_lock (&rt_lock);
+  throttle_lock (&rt_lock);
   deadline = rt_apply_locked (throttle_now_ns (), NULL);
-  pthread_mutex_unlock (&rt_lock);
+  throttle_unlock (&rt_lock);
   for (;;) {
     if (poll (fds, nfds, poll_timeout (deadline)) == -1) {
       if (errno == EINTR)
@@ -406,7 +409,7 @@ rt_watch (void *arg)
       if (r > 0 && memchr (buf, 'x', r) != NULL)
         break;
     }
-    pthread_mutex_lock (&rt_lock);
+    throttle_lock (&rt_lock);
     event = NULL;
     if (nfds == 2 && (fds[1].revents & POLLPRI)) {
       if (throttle_rt_pressure (&rt_state, throttle_now_ns ()))
@@ -427,7 +430,7 @@ rt_watch (void *arg)
                     "clients from now on");
     }
     deadline = rt_apply_locked (throttle_now_ns (), event);
-    pthread_mutex_unlock (&rt_lock);
+    throttle_unlock (&rt_lock);
   }
   return NULL;
 }
@@ -461,10 +464,10 @@ rt_start (void)
                   "clients of root or the server's uid count as kernel "
                   "clients", gp->psi_path, throttle_errtext (err));
   }
-  pthread_mutex_lock (&rt_lock);
+  throttle_lock (&rt_lock);
   rt_apply_locked (throttle_now_ns (), gp->rt == THROTTLE_GUARD_ON ?
                    "throttle-rt=on" : NULL);
-  pthread_mutex_unlock (&rt_lock);
+  throttle_unlock (&rt_lock);
 
   if (pipe2 (psi_stop, O_CLOEXEC | O_NONBLOCK) == -1) {
     throttle_warning ("throttle-rt: pipe: %s: real-time is switched off only "
@@ -490,9 +493,9 @@ rt_start (void)
                       "memory pressure is not watched, and real-time is "
                       "switched off only at a connection's open or close",
                       throttle_errtext (err));
-    pthread_mutex_lock (&rt_lock);
+    throttle_lock (&rt_lock);
     rt_state.no_pressure_signal = true;
-    pthread_mutex_unlock (&rt_lock);
+    throttle_unlock (&rt_lock);
     return;
   }
   pthread_setname_np (psi_thread, "throttle-psi");
@@ -583,7 +586,7 @@ throttle_realtime_stop (void)
   rt_stop ();
   if (!permitted)
     return;
-  pthread_mutex_lock (&rt_lock);
+  throttle_lock (&rt_lock);
   if (atomic_load (&rt_on)) {
     struct timespec now;
 
@@ -596,5 +599,5 @@ throttle_realtime_stop (void)
   else
     nbdkit_debug ("throttle: guards: at exit: not real-time: %s",
                   rt_why[0] ? rt_why : rt_state.reason);
-  pthread_mutex_unlock (&rt_lock);
+  throttle_unlock (&rt_lock);
 }

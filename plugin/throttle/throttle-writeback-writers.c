@@ -26,6 +26,7 @@
 #include "throttle-export.h"
 #include "throttle-guards.h"
 #include "throttle-guards-config.h"
+#include "throttle-lock.h"
 #include "throttle-parse.h"
 #include "throttle-wbq.h"
 #include "throttle-writeback-config.h"
@@ -35,7 +36,7 @@
 /* Every export's state, for cleanup.  Lock rule: all_lock guards
  * all_wbs and each state's next_all; see the lock order above.
  */
-static pthread_mutex_t all_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t all_lock = THROTTLE_LOCK_INITIALIZER;
 static struct throttle_wb *all_wbs;
 
 /* The queue's hooks, called with its lock held: an acknowledged write
@@ -313,7 +314,7 @@ throttle_writeback_open (struct throttle_export *exp, nbdkit_context *context,
   /* Lock rule: held from looking at exp->wb to publishing a new
    * state, so that an export gets one; see the lock order above.
    */
-  static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
+  static pthread_mutex_t create_lock = THROTTLE_LOCK_INITIALIZER;
   struct throttle_wb *wb;
   bool read_only = false;
 
@@ -340,13 +341,13 @@ throttle_writeback_open (struct throttle_export *exp, nbdkit_context *context,
   /* A read-only connection creates nothing, but still sees (through
    * c->exp) the pending writes of the export's other connections.
    */
-  pthread_mutex_lock (&create_lock);
+  throttle_lock (&create_lock);
   wb = exp->wb;
   if (wb == NULL && !readonly) {
     wb = wb_create (exp, nbdkit_context_get_backend (context), exportname,
                     &read_only);
     if (wb == NULL) {
-      pthread_mutex_unlock (&create_lock);
+      throttle_unlock (&create_lock);
       if (read_only) {
         nbdkit_debug ("throttle: writeback: export \"%s\" takes no writes",
                       exportname);
@@ -354,13 +355,13 @@ throttle_writeback_open (struct throttle_export *exp, nbdkit_context *context,
       }
       return -1;
     }
-    pthread_mutex_lock (&all_lock);
+    throttle_lock (&all_lock);
     wb->next_all = all_wbs;
     all_wbs = wb;
-    pthread_mutex_unlock (&all_lock);
+    throttle_unlock (&all_lock);
     __atomic_store_n (&exp->wb, wb, __ATOMIC_RELEASE);
   }
-  pthread_mutex_unlock (&create_lock);
+  throttle_unlock (&create_lock);
   if (wb == NULL)
     return 0;
 
@@ -392,7 +393,7 @@ throttle_writeback_cleanup (void)
   struct throttle_wb *wb;
   struct throttle_wbq_stats s;
 
-  pthread_mutex_lock (&all_lock);
+  throttle_lock (&all_lock);
   while ((wb = all_wbs) != NULL) {
     all_wbs = wb->next_all;
     throttle_wbq_get_stats (wb->q, &s);
@@ -402,5 +403,5 @@ throttle_writeback_cleanup (void)
     wb->exp->wb = NULL;
     wb_destroy (wb);            /* waits for the pending writes */
   }
-  pthread_mutex_unlock (&all_lock);
+  throttle_unlock (&all_lock);
 }
