@@ -24,9 +24,8 @@
 requires_file "$THROTTLE_FILTER"
 requires "$PY" -c 'import nbd'
 requires setpriv --version
-[ "$(id -u)" = 0 ] || fail "the test needs root (clients of other uids, cgroups)"
-[ "$(cat /proc/sys/kernel/sched_rt_runtime_us)" != -1 ] &&
-    chrt -f 1 true 2>/dev/null ||
+requires_root "clients of other uids, cgroups, SCHED_FIFO"
+probe_rt ||
     fail "SCHED_FIFO is refused here: the test needs CAP_SYS_NICE and real-time throttling on"
 [ -e /proc/pressure/memory ] ||
     fail "no /proc/pressure/memory (a kernel without PSI, or psi=0): boot with PSI"
@@ -237,14 +236,15 @@ release_client ()
   wait "$CLIENT_PID" 2>/dev/null || :
 }
 
-ctl_send ()
+# rt_ctl LINE...: the current server's control socket.
+rt_ctl ()
 {
-  "$PY" "$srcdir/control-client.py" send "$ctl" "$@"
+  ctl_send "$ctl" "$@"
 }
 # rt_field FIELD: a member of the stats' "rt" object, as JSON.
 rt_field ()
 {
-  ctl_send stats | "$PY" -c 'import json, sys; print(json.dumps(json.loads(sys.stdin.readline())["rt"][sys.argv[1]]))' "$1"
+  rt_ctl stats | "$PY" -c 'import json, sys; print(json.dumps(json.loads(sys.stdin.readline())["rt"][sys.argv[1]]))' "$1"
 }
 
 # wait_log PATTERN SECS: until the log has a line matching PATTERN.
@@ -341,7 +341,7 @@ MIN=2 expect 1 $(policies_now)
 release_client
 rc=0; "$THROTTLE_CTL" "$ctl" set rt maybe 2>/dev/null || rc=$?
 [ $rc = 2 ] || fail "throttle-ctl set rt maybe: exit $rc, not 2"
-ctl_send "set rt maybe" | grep -q 'set rt: bad mode \\"maybe\\": expected on, off or auto' ||
+rt_ctl "set rt maybe" | grep -q 'set rt: bad mode \\"maybe\\": expected on, off or auto' ||
   fail "set rt maybe: no error naming the mode"
 echo "set rt on, off, auto: done; bad modes refused"
 stop_nbdkit $pid
@@ -391,7 +391,7 @@ what="off"
 connect root "$pub/nbd-client"
 expect 0 $pols
 grep 'guards: real-time on:' "$log" && fail "off: real-time on"
-ctl_send "set rt on" | grep -q 'this server cannot be real-time' ||
+rt_ctl "set rt on" | grep -q 'this server cannot be real-time' ||
   fail "off: set rt on not refused"
 stop_nbdkit $pid
 echo "off: nbd-client: all threads SCHED_OTHER; set rt on refused"
