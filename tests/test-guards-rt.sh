@@ -147,6 +147,12 @@ expect ()
   }
 }
 
+# guards_set SOCK LOG: nbdkit serves SOCK and has logged its guards.
+guards_set ()
+{
+  [ -S "$1" ] && grep -q 'throttle: guards: io-flusher' "$2"
+}
+
 # start NAME [--as-nobody] ARGS...: nbdkit on $pub/NAME.sock (mode 0666:
 # any local user may connect), logging to $tmp/NAME.log; sets $pid,
 # $uri, $log, $ctl (its control socket) and $idle (its thread count).
@@ -195,12 +201,12 @@ start ()
   pid=$!
   _pids+=("$pid")
   # The guards are set in after_fork, after the socket exists.
-  for _ in $(seq 100); do
-    grep -q 'throttle: guards: io-flusher' "$log" && [ -S "$sock" ] && break
-    kill -0 $pid 2>/dev/null || { cat "$log"; fail "nbdkit $name exited"; }
-    sleep 0.1
-  done
-  grep -q 'throttle: guards: io-flusher' "$log" || { cat "$log"; fail "nbdkit $name: no guards line in 10 s"; }
+  local r=0
+  wait_until 10 "$pid" guards_set "$sock" "$log" || r=$?
+  case $r in
+    1) cat "$log"; fail "nbdkit $name exited" ;;
+    2) cat "$log"; fail "nbdkit $name: no guards line in 10 s" ;;
+  esac
   chmod 666 "$sock"
   uri="nbd+unix:///?socket=$sock"
   idle=$(ls /proc/$pid/task | wc -l)
