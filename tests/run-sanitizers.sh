@@ -2,9 +2,8 @@
 # run-sanitizers.sh: build the project twice out of tree, with
 # --enable-sanitizers=address,undefined and with =thread, run
 # 'make check' and 'make check-slow' in each (unit tests and
-# integration tests, nbdkit going
-# through nbdkit-sanitized.sh), and fail on any test failure or any
-# sanitizer report about our code.  .ci/run calls this.
+# integration tests, nbdkit going through nbdkit-sanitized.sh), and
+# fail on any test failure or any sanitizer report about our code.  .ci/run calls this.
 #
 # Environment: SANITIZER_BUILDS (default "address,undefined thread"),
 # SANITIZER_JOBS (make -j, default 2), THROTTLE_SOAK_SECS (the soak
