@@ -3,7 +3,9 @@
 # --enable-sanitizers=address,undefined and with =thread, run
 # 'make check' and 'make check-slow' in each (unit tests and
 # integration tests, nbdkit going through nbdkit-sanitized.sh), and
-# fail on any test failure or any sanitizer report about our code.  .ci/run calls this.
+# fail on any test failure or any sanitizer report about our code.
+# Both builds check the lock rules (--enable-lock-checks).  .ci/run
+# calls this.
 #
 # Environment: SANITIZER_BUILDS (default "address,undefined thread"),
 # SANITIZER_JOBS (make -j, default 2), THROTTLE_SOAK_SECS (the soak
@@ -32,7 +34,8 @@ for san in $builds; do
   mkdir -p "$b"
   start=$(date +%s)
   echo "=== --enable-sanitizers=$san in $b"
-  if ! (cd "$b" && "$srcdir/configure" -q --enable-sanitizers="$san" >configure.log 2>&1); then
+  if ! (cd "$b" && "$srcdir/configure" -q --enable-sanitizers="$san" \
+          --enable-lock-checks >configure.log 2>&1); then
     cat "$b/configure.log"; echo "run-sanitizers: configure failed ($san)"; exit 1
   fi
   if ! make -C "$b" -j"$jobs" >"$b/make.log" 2>&1; then

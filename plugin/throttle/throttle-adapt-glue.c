@@ -42,11 +42,7 @@
 #include "throttle-parse.h"
 #include "throttle-writeback.h"
 
-/* Lock order: an export's ae->lock is taken after the export
- * registry's lock (throttle-export.c) and before its budget's lock:
- * the controller reads the budget's stats and sets its capacity with
- * ae->lock held, and the budget calls nothing back.
- */
+/* Lock order (ae->lock, clock_lock): HACKING.md, "Locks". */
 
 /* As blk-wbt's default window. */
 #define WINDOW_NS (100 * 1000000ULL)
@@ -61,9 +57,7 @@ static const char *config_floor_text;   /* as given, for its errors */
 static bool said_reads_charged;
 
 /* The clock thread.  Lock rule: clock_lock guards the four fields
- * below; it is taken after an export's ae->lock (a target turned on
- * or off counts itself) and never held while the clock walks the
- * exports, so it is last in the filter's lock order.
+ * below; a leaf, never held while the clock walks the exports.
  */
 static pthread_mutex_t clock_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t clock_cond;       /* CLOCK_MONOTONIC */
@@ -74,8 +68,8 @@ static unsigned targets_on;             /* exports with a target */
 struct throttle_adapt_export {
   /* Lock rule: 'lock' guards every field below but 'target_ns', and is
    * taken by the request threads at each completion (only while a
-   * target is set) and by the control thread.  It is taken before the
-   * budget's lock, never after: the budget calls nothing outside it.
+   * target is set), by the clock and by the control thread; the
+   * budget's lock and clock_lock nest inside it.
    */
   pthread_mutex_t lock;
   struct throttle_budget *budget;

@@ -3,9 +3,8 @@
  * CONTROL SOCKET in nbdkit-throttle-filter(1)).  throttle-control.c
  * feeds it lines and sends what it writes.
  *
- * Everything here runs in the control thread, and takes no lock but
- * the export registry's and a budget's, and what the features' stats
- * and set functions take, each for the time of a copy.
+ * Everything here runs in the control thread; the locks it and the
+ * features' stats and set functions take: HACKING.md, "Locks".
  */
 
 #ifndef THROTTLE_CONTROL_PROTO_H

@@ -26,13 +26,10 @@
  * and wb never change after it is made, and it is freed only once its
  * refs are 0, so a holder of a reference may use it without the lock.
  *
- * Lock order: 'lock' is taken first of the filter's locks:
- * throttle_export_foreach_range calls its function with it held (the
- * control socket's stats), which takes an export's adapt lock
- * (throttle-adapt-glue.c), its write-behind queue's lock
- * (lib/throttle-wbq.c) and its budget's lock (lib/throttle-budget.c),
- * in that order; none of those calls back in here.  An export is torn
- * down after it has left the registry, without 'lock'.
+ * 'lock' is first in the filter's lock order (HACKING.md, "Locks"):
+ * throttle_export_foreach_range calls its function with it held, and
+ * nothing under it calls back in here.  An export is torn down after
+ * it has left the registry, without 'lock' (but at unload).
  */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct throttle_export *registry, **tail = &registry;
