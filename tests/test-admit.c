@@ -14,6 +14,7 @@
 
 #include "throttle-admit.h"
 #include "throttle-metric.h"
+#include "check-main.h"
 
 #define PAGE THROTTLE_PAGE_SIZE
 #define K 1024u
@@ -331,8 +332,8 @@ START_TEST (test_part_len)
 }
 END_TEST
 
-static Suite *
-admit_suite (void)
+Suite *
+throttle_test_suite (void)
 {
   Suite *s = suite_create ("admit");
   TCase *tc = tcase_create ("core");
@@ -349,16 +350,4 @@ admit_suite (void)
   tcase_add_test (tc, test_part_len);
   suite_add_tcase (s, tc);
   return s;
-}
-
-int
-main (void)
-{
-  SRunner *sr = srunner_create (admit_suite ());
-  int failed;
-
-  srunner_run_all (sr, CK_NORMAL);
-  failed = srunner_ntests_failed (sr);
-  srunner_free (sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -18,6 +18,7 @@
 #include "throttle-config.h"
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
+#include "check-main.h"
 
 /* A name that needs every kind of escape in JSON: a quote, a control
  * character and a byte that is not UTF-8.  Its budget is held by one
@@ -312,13 +313,11 @@ START_TEST (test_set)
 }
 END_TEST
 
-int
-main (void)
+Suite *
+throttle_test_suite (void)
 {
   Suite *s = suite_create ("control-proto");
   TCase *tc = tcase_create ("core");
-  SRunner *sr;
-  int failed;
 
   throttle_control_add_setter (&setters[0]);
   throttle_control_add_setter (&setters[1]);
@@ -328,9 +327,5 @@ main (void)
   tcase_add_test (tc, test_extra_stats);
   tcase_add_test (tc, test_set);
   suite_add_tcase (s, tc);
-  sr = srunner_create (s);
-  srunner_run_all (sr, CK_NORMAL);
-  failed = srunner_ntests_failed (sr);
-  srunner_free (sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return s;
 }

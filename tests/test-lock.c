@@ -31,6 +31,7 @@
 #include "throttle-lock.h"
 #include "throttle-wait.h"
 #include "throttle-wbq.h"
+#include "check-main.h"
 
 /* An error-checking mutex whatever lib/ was built with. */
 static pthread_mutex_t m = THROTTLE_LOCK_INITIALIZER;
@@ -167,14 +168,12 @@ START_TEST (test_wbq_hook_calls_back_aborts)
 }
 END_TEST
 
-int
-main (void)
+Suite *
+throttle_test_suite (void)
 {
   Suite *s = suite_create ("lock");
   TCase *tc = tcase_create ("helper");
   TCase *tl = tcase_create ("lib");
-  SRunner *sr;
-  int failed;
 
   tcase_set_timeout (tc, 60);
   tcase_add_test (tc, test_rules_kept);
@@ -196,10 +195,5 @@ main (void)
     printf ("SKIP: test_init_relock_aborts, test_wait_without_lock_aborts, "
             "test_wbq_hook_calls_back_aborts: lib/ was built without lock "
             "checks (./configure --enable-lock-checks)\n");
-
-  sr = srunner_create (s);
-  srunner_run_all (sr, CK_NORMAL);
-  failed = srunner_ntests_failed (sr);
-  srunner_free (sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return s;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "throttle-reserve.h"
+#include "check-main.h"
 
 #define K 1024ULL
 #define M (1024 * K)
@@ -57,21 +58,15 @@ START_TEST (test_fits)
 }
 END_TEST
 
-int
-main (void)
+Suite *
+throttle_test_suite (void)
 {
   Suite *s = suite_create ("reserve");
   TCase *tc = tcase_create ("core");
-  SRunner *sr;
-  int failed;
 
   tcase_add_test (tc, test_workers);
   tcase_add_test (tc, test_per_request);
   tcase_add_test (tc, test_fits);
   suite_add_tcase (s, tc);
-  sr = srunner_create (s);
-  srunner_run_all (sr, CK_NORMAL);
-  failed = srunner_ntests_failed (sr);
-  srunner_free (sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return s;
 }
