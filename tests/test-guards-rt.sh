@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Who may make nbdkit's threads real-time, and that they turn back (see
-# REAL-TIME PRIORITY in nbdkit-throttle-filter(1)):
+# REAL-TIME PRIORITY in nbdkit-throttle-design(1)):
 # - a client of root named nbd-client makes every thread SCHED_FIFO at
 #   once, before its first request; once it has gone they stay so for
 #   throttle-rt-hold, not less, and then every thread is SCHED_OTHER;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # throttle-mode=writeback against a real nbdkit: each promise of
-# "WRITEBACK MODE" in nbdkit-throttle-filter(1) is asserted here, with
+# "WRITEBACK MODE" in nbdkit-throttle-design(1) is asserted here, with
 # nbdkit's delay, pause and error filters below the throttle to make
 # the backend slow, stopped or failing, and the file plugin so that the
 # test can look at what the backend really has.
