@@ -230,6 +230,7 @@ check_nbdkit ()
   start=$(date +%s)
   echo "== nbdkit $version: unit and integration tests"
   make check TESTS='$(UNIT_TESTS) $(INTEGRATION_TESTS)'
+  make -C tests check-slow SLOW_TESTS='$(SLOW_INTEGRATION_TESTS)'
   echo "== nbdkit $version: tests passed in $(( $(date +%s) - start )) s"
   start=$(date +%s)
   echo "== nbdkit $version: nbdkit's own tests, plain and with the filter"
@@ -249,6 +250,7 @@ case "${1:-}" in
     deps; build
     cd "$builddir"
     make check
+    make check-slow
     # The short name --filter=throttle works once installed.
     make install >/dev/null
     make installcheck

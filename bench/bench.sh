@@ -525,7 +525,7 @@ fi
 # writes, less than the capacity, so writeback can absorb all of it;
 # sustained: a timed run, longer than the pool lasts.  Writeback runs
 # at its default, 16 writer threads (as many as nbdkit's request threads
-# that writethrough uses), and with 4, the default before, to show what
+# that writethrough uses), and with 4, the default over serialize_requests, to show what
 # the writer count does.  rate: 100M bits
 # = 12.5 MiB/s, what 16 threads at 5 ms can do with 4K writes.
 SPAN4=64M

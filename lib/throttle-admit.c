@@ -30,14 +30,32 @@ throttle_admit_in_parts (const struct throttle_admit_policy *p,
     need > 2 * throttle_budget_part_min (capacity, p->page_units);
 }
 
+uint32_t
+throttle_admit_split_max (uint32_t minimum, uint32_t maximum)
+{
+  if (minimum == 0)             /* no constraints */
+    return UINT32_MAX;
+  if (minimum > THROTTLE_PAGE_SIZE)
+    return 0;
+  return maximum;
+}
+
+uint32_t
+throttle_admit_part_len (const struct throttle_admit_policy *p, bool parts,
+                         uint32_t count, uint64_t need, uint64_t units)
+{
+  if (!parts || units >= need)
+    return count;
+  return units / p->page_units * THROTTLE_PAGE_SIZE;
+}
+
 /* The export granted 'units': record what they pay for. */
 static void
 export_granted (struct throttle_admit *a, uint64_t units)
 {
   a->charged = units;
-  a->len = a->count;
-  if (a->parts && units < a->need)
-    a->len = units / a->policy->page_units * THROTTLE_PAGE_SIZE;
+  a->len = throttle_admit_part_len (a->policy, a->parts, a->count, a->need,
+                                    units);
 }
 
 /* Charge the server what the export granted.  Returns as

@@ -20,9 +20,9 @@
  * capacity is being changed.
  *
  * Pure: no nbdkit, no clock of its own.  Used by the filter
- * (plugin/throttle/throttle.c) and by the simulation test (tests/test-sim.c),
- * which steps it with throttle_admit_poll instead of sleeping in
- * throttle_admit_wait.
+ * (plugin/throttle/throttle-serve.c), by the simulation test
+ * (tests/test-sim.c), which steps it with throttle_admit_poll instead
+ * of sleeping in throttle_admit_wait, and by tests/test-admit.c.
  */
 
 #ifndef THROTTLE_ADMIT_H
@@ -94,6 +94,24 @@ extern bool throttle_admit_in_parts (const struct throttle_admit_policy *p,
                                      uint64_t capacity, enum throttle_op op,
                                      uint32_t count, uint64_t offset,
                                      uint64_t need);
+
+/* The policy's split_max for layers below whose block size constraints
+ * are 'minimum' and 'maximum' (0 and 0: none): UINT32_MAX without
+ * constraints, 0 (nothing split) if their minimum is above a page,
+ * since a part's boundaries are only page-aligned, else their maximum,
+ * since every part must be a request they take.
+ */
+extern uint32_t throttle_admit_split_max (uint32_t minimum, uint32_t maximum);
+
+/* The bytes that 'units' granted to a request of 'count' bytes charged
+ * 'need' units pay for: all of count if it is not served in parts
+ * ('parts' as throttle_admit_in_parts decided) or units cover need,
+ * else the whole pages they pay for (a part granted by the budget is
+ * at least one page's units, throttle-budget.h).
+ */
+extern uint32_t throttle_admit_part_len (const struct throttle_admit_policy *p,
+                                         bool parts, uint32_t count,
+                                         uint64_t need, uint64_t units);
 
 /* Start admitting a request of 'count' bytes at 'offset' charged
  * 'need' units (from the metric; need > 0) to export budget 'exp' and

@@ -32,17 +32,25 @@
 
 #include "throttle-budget.h"
 #include "throttle-clock.h"
+#include "throttle-lock.h"
 #include "throttle-wait.h"
 
 int
 throttle_budget_init (struct throttle_budget *b, uint64_t capacity)
 {
+  int err;
+
   if (capacity == 0) {
     errno = EINVAL;
     return -1;
   }
   memset (b, 0, sizeof *b);
-  pthread_mutex_init (&b->lock, NULL);
+  err = throttle_lock_init (&b->lock);
+  if (err != 0) {
+    errno = err;
+    return -1;
+  }
+  throttle_wait_queue_init (&b->queue, &b->lock);
   b->capacity = capacity;
   return 0;
 }
@@ -61,9 +69,11 @@ throttle_budget_part_min (uint64_t capacity, uint64_t quantum)
   return min > quantum ? min : quantum;
 }
 
+/* Called with the lock held. */
 static void
 take (struct throttle_budget *b, uint64_t units, bool clamped)
 {
+  throttle_lock_assert_held (&b->lock);
   b->in_flight += units;
   b->stats.charged += units;
   b->stats.admitted++;
@@ -73,12 +83,13 @@ take (struct throttle_budget *b, uint64_t units, bool clamped)
     b->stats.peak = b->in_flight;
 }
 
-/* Called with the lock held: how many of 'want' units a request of
- * 'kind' may take now, or 0 if none; *clamped if it runs alone above
- * the capacity.  Decided now, not when the request queued: the
- * capacity may have changed meanwhile.  With nothing in flight every
- * request gets something (the liveness invariant): a whole request at
- * most the capacity, a part at least one quantum.
+/* Called with the lock held (by acquire and charge_now, which check
+ * it): how many of 'want' units a request of 'kind' may take now, or 0
+ * if none; *clamped if it runs alone above the capacity.  Decided now,
+ * not when the request queued: the capacity may have changed
+ * meanwhile.  With nothing in flight every request gets something (the
+ * liveness invariant): a whole request at most the capacity, a part at
+ * least one quantum.
  */
 static uint64_t
 grantable (const struct throttle_budget *b, enum throttle_budget_kind kind,
@@ -132,7 +143,7 @@ check_live (const struct throttle_budget *b)
   assert (b->shutdown || b->queue.head == NULL || b->in_flight > 0);
 }
 
-/* throttle_acquire_fn */
+/* throttle_acquire_fn: called with the lock held. */
 static bool
 acquire (void *owner, struct throttle_waiter *w)
 {
@@ -149,13 +160,16 @@ acquire (void *owner, struct throttle_waiter *w)
   return true;
 }
 
-/* throttle_putback_fn: undo a grant whose wait was abandoned. */
+/* throttle_putback_fn: undo a grant whose wait was abandoned.  Called
+ * with the lock held.
+ */
 static void
 putback (void *owner, struct throttle_waiter *w)
 {
   struct throttle_budget *b = owner;
   struct throttle_budget_waiter *bw = (struct throttle_budget_waiter *) w;
 
+  throttle_lock_assert_held (&b->lock);
   b->in_flight -= w->got;
   b->stats.charged -= w->got;
   b->stats.admitted--;
@@ -174,6 +188,7 @@ charge_now (struct throttle_budget *b, enum throttle_budget_kind kind,
   bool clamped;
   uint64_t n;
 
+  throttle_lock_assert_held (&b->lock);
   if (b->queue.head != NULL ||
       (n = grantable (b, kind, need, quantum, &clamped)) == 0)
     return -1;
@@ -197,7 +212,7 @@ throttle_budget_enqueue (struct throttle_budget *b,
   }
   if (need == 0)
     return 0;
-  pthread_mutex_lock (&b->lock);
+  throttle_lock (&b->lock);
   if (b->shutdown) {
     errno = ESHUTDOWN;
     r = -1;
@@ -214,7 +229,7 @@ throttle_budget_enqueue (struct throttle_budget *b,
     r = 1;
   }
   check_live (b);
-  pthread_mutex_unlock (&b->lock);
+  throttle_unlock (&b->lock);
   return r;
 }
 
@@ -225,6 +240,7 @@ count_wait (struct throttle_budget *b, struct throttle_budget_waiter *bw,
 {
   uint64_t waited = throttle_now_ns () - bw->start_ns;
 
+  throttle_lock_assert_held (&b->lock);
   *charged = bw->w.got;
   b->stats.waited++;
   b->stats.wait_ns_total += waited;
@@ -241,15 +257,15 @@ throttle_budget_wait (struct throttle_budget *b,
   int r;
 
   *charged = 0;
-  pthread_mutex_lock (&b->lock);
-  r = throttle_wait_sleep (&b->queue, &b->lock, &bw->w, &b->shutdown, cancel,
-                           opaque, poll_ms, acquire, putback, b);
+  throttle_lock (&b->lock);
+  r = throttle_wait_sleep (&b->queue, &bw->w, &b->shutdown, cancel, opaque,
+                           poll_ms, acquire, putback, b);
   if (r == 0)
     count_wait (b, bw, charged);
   else
     b->stats.cancelled++;
   check_live (b);
-  pthread_mutex_unlock (&b->lock);
+  throttle_unlock (&b->lock);
   return r;
 }
 
@@ -260,19 +276,19 @@ throttle_budget_poll (struct throttle_budget *b,
   int r = 1;
 
   *charged = 0;
-  pthread_mutex_lock (&b->lock);
+  throttle_lock (&b->lock);
   if (b->shutdown) {
     throttle_wait_abandon (&b->queue, &bw->w, acquire, putback, b);
     b->stats.cancelled++;
     r = -1;
   }
   else if (bw->w.granted) {
-    throttle_wait_release (&bw->w);
+    throttle_wait_release (&b->queue, &bw->w);
     count_wait (b, bw, charged);
     r = 0;
   }
   check_live (b);
-  pthread_mutex_unlock (&b->lock);
+  throttle_unlock (&b->lock);
   return r;
 }
 
@@ -280,11 +296,11 @@ void
 throttle_budget_abandon (struct throttle_budget *b,
                          struct throttle_budget_waiter *bw)
 {
-  pthread_mutex_lock (&b->lock);
+  throttle_lock (&b->lock);
   throttle_wait_abandon (&b->queue, &bw->w, acquire, putback, b);
   b->stats.cancelled++;
   check_live (b);
-  pthread_mutex_unlock (&b->lock);
+  throttle_unlock (&b->lock);
 }
 
 static int
@@ -328,7 +344,7 @@ throttle_budget_credit (struct throttle_budget *b, uint64_t units)
 {
   if (units == 0)
     return;
-  pthread_mutex_lock (&b->lock);
+  throttle_lock (&b->lock);
   /* Crediting more than is held is a caller bug that would silently
    * raise the effective capacity; refuse to underflow.
    */
@@ -338,7 +354,7 @@ throttle_budget_credit (struct throttle_budget *b, uint64_t units)
   if (b->queue.head != NULL)
     throttle_wait_grant (&b->queue, acquire, b);
   check_live (b);
-  pthread_mutex_unlock (&b->lock);
+  throttle_unlock (&b->lock);
 }
 
 int
@@ -348,21 +364,21 @@ throttle_budget_set_capacity (struct throttle_budget *b, uint64_t capacity)
     errno = EINVAL;
     return -1;
   }
-  pthread_mutex_lock (&b->lock);
+  throttle_lock (&b->lock);
   __atomic_store_n (&b->capacity, capacity, __ATOMIC_RELAXED);
   throttle_wait_grant (&b->queue, acquire, b);
   check_live (b);
-  pthread_mutex_unlock (&b->lock);
+  throttle_unlock (&b->lock);
   return 0;
 }
 
 void
 throttle_budget_shutdown (struct throttle_budget *b)
 {
-  pthread_mutex_lock (&b->lock);
+  throttle_lock (&b->lock);
   b->shutdown = true;
   throttle_wait_wake_all (&b->queue);
-  pthread_mutex_unlock (&b->lock);
+  throttle_unlock (&b->lock);
 }
 
 /* Without the lock: the filter asks on every request, and a value
@@ -379,10 +395,10 @@ void
 throttle_budget_get_stats (struct throttle_budget *b,
                            struct throttle_stats *stats)
 {
-  pthread_mutex_lock (&b->lock);
+  throttle_lock (&b->lock);
   *stats = b->stats;
   stats->capacity = b->capacity;
   stats->in_flight = b->in_flight;
   stats->waiters = b->queue.nr;
-  pthread_mutex_unlock (&b->lock);
+  throttle_unlock (&b->lock);
 }

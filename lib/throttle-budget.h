@@ -32,7 +32,8 @@ struct throttle_stats {
 };
 
 struct throttle_budget {
-  pthread_mutex_t lock;         /* everything below, and the waiters */
+  pthread_mutex_t lock;         /* everything below, and the waiters; a
+                                   leaf: HACKING.md, "Locks" */
   uint64_t capacity;            /* written under lock with an atomic store:
                                    get_capacity reads it without the lock */
   uint64_t in_flight;

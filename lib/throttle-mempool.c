@@ -19,11 +19,13 @@
 #include <unistd.h>
 #include <sys/mman.h>
 
+#include "throttle-lock.h"
 #include "throttle-mempool.h"
 #include "throttle-wait.h"
 
 struct throttle_mempool {
-  pthread_mutex_t lock;         /* the free stack, held[], the waiters */
+  pthread_mutex_t lock;         /* the free stack, held[], the waiters;
+                                   a leaf: HACKING.md, "Locks" */
   struct throttle_wait_queue queue;
   bool shutdown;
 
@@ -70,7 +72,6 @@ throttle_mempool_create (size_t nr, size_t size, bool lock)
   size_t page = page_l > 0 ? (size_t) page_l : 4096;
   size_t meta, buf_bytes, map_len, i;
   struct throttle_mempool *pool;
-  pthread_mutexattr_t ma;
   void *map;
   int err;
 
@@ -122,8 +123,6 @@ throttle_mempool_create (size_t nr, size_t size, bool lock)
   pool->map = map;
   pool->map_len = map_len;
   pool->locked = lock ? map_len : 0;
-  pool->queue.head = pool->queue.tail = NULL;
-  pool->queue.nr = 0;
   pool->shutdown = false;
 
   /* Pop order is ascending address: the first buffers handed out are
@@ -135,15 +134,13 @@ throttle_mempool_create (size_t nr, size_t size, bool lock)
   }
   pool->nr_free = nr;
 
-  pthread_mutexattr_init (&ma);
-  pthread_mutexattr_settype (&ma, PTHREAD_MUTEX_ERRORCHECK);
-  err = pthread_mutex_init (&pool->lock, &ma);
-  pthread_mutexattr_destroy (&ma);
+  err = throttle_lock_init (&pool->lock);
   if (err != 0) {
     munmap (map, map_len);
     errno = err;
     return NULL;
   }
+  throttle_wait_queue_init (&pool->queue, &pool->lock);
   return pool;
 }
 
@@ -187,8 +184,10 @@ index_of (struct throttle_mempool *pool, void *buf, const char *what)
 static void *
 pop (struct throttle_mempool *pool)
 {
-  void *buf = pool->free_stack[--pool->nr_free];
+  void *buf;
 
+  throttle_lock_assert_held (&pool->lock);
+  buf = pool->free_stack[--pool->nr_free];
   pool->held[index_of (pool, buf, "alloc")] = 1;
   return buf;
 }
@@ -197,11 +196,12 @@ pop (struct throttle_mempool *pool)
 static void
 push (struct throttle_mempool *pool, void *buf)
 {
+  throttle_lock_assert_held (&pool->lock);
   pool->held[index_of (pool, buf, "free")] = 0;
   pool->free_stack[pool->nr_free++] = buf;
 }
 
-/* throttle_acquire_fn */
+/* throttle_acquire_fn: called with the lock held (pop checks it). */
 static bool
 acquire (void *owner, struct throttle_waiter *w)
 {
@@ -213,7 +213,7 @@ acquire (void *owner, struct throttle_waiter *w)
   return true;
 }
 
-/* throttle_putback_fn */
+/* throttle_putback_fn: called with the lock held (push checks it). */
 static void
 putback (void *owner, struct throttle_waiter *w)
 {
@@ -228,7 +228,7 @@ throttle_mempool_alloc (struct throttle_mempool *pool,
   struct throttle_waiter w = { .want = 1 };
   void *buf = NULL;
 
-  pthread_mutex_lock (&pool->lock);
+  throttle_lock (&pool->lock);
   /* A free buffer implies an empty queue (free grants waiters first),
    * so taking it here overtakes nobody.
    */
@@ -236,11 +236,10 @@ throttle_mempool_alloc (struct throttle_mempool *pool,
     ;
   else if (pool->nr_free > 0)
     buf = pop (pool);
-  else if (throttle_wait (&pool->queue, &pool->lock, &w, &pool->shutdown,
-                          cancel, opaque, poll_ms, acquire, putback,
-                          pool) == 0)
+  else if (throttle_wait (&pool->queue, &w, &pool->shutdown, cancel, opaque,
+                          poll_ms, acquire, putback, pool) == 0)
     buf = w.item;
-  pthread_mutex_unlock (&pool->lock);
+  throttle_unlock (&pool->lock);
   return buf;
 }
 
@@ -249,10 +248,10 @@ throttle_mempool_try_alloc (struct throttle_mempool *pool)
 {
   void *buf = NULL;
 
-  pthread_mutex_lock (&pool->lock);
+  throttle_lock (&pool->lock);
   if (!pool->shutdown && pool->nr_free > 0)
     buf = pop (pool);
-  pthread_mutex_unlock (&pool->lock);
+  throttle_unlock (&pool->lock);
   return buf;
 }
 
@@ -263,7 +262,7 @@ throttle_mempool_free (struct throttle_mempool *pool, void *buf)
 
   if (buf == NULL)
     return;
-  pthread_mutex_lock (&pool->lock);
+  throttle_lock (&pool->lock);
   i = index_of (pool, buf, "free");
   if (!pool->held[i]) {
     fprintf (stderr, "throttle_mempool_free: buffer %p of pool %p freed "
@@ -272,16 +271,16 @@ throttle_mempool_free (struct throttle_mempool *pool, void *buf)
   }
   push (pool, buf);
   throttle_wait_grant (&pool->queue, acquire, pool);
-  pthread_mutex_unlock (&pool->lock);
+  throttle_unlock (&pool->lock);
 }
 
 void
 throttle_mempool_shutdown (struct throttle_mempool *pool)
 {
-  pthread_mutex_lock (&pool->lock);
+  throttle_lock (&pool->lock);
   pool->shutdown = true;
   throttle_wait_wake_all (&pool->queue);
-  pthread_mutex_unlock (&pool->lock);
+  throttle_unlock (&pool->lock);
 }
 
 size_t
@@ -301,9 +300,9 @@ throttle_mempool_in_use (struct throttle_mempool *pool)
 {
   size_t n;
 
-  pthread_mutex_lock (&pool->lock);
+  throttle_lock (&pool->lock);
   n = pool->nr - pool->nr_free;
-  pthread_mutex_unlock (&pool->lock);
+  throttle_unlock (&pool->lock);
   return n;
 }
 
@@ -312,9 +311,9 @@ throttle_mempool_waiters (struct throttle_mempool *pool)
 {
   size_t n;
 
-  pthread_mutex_lock (&pool->lock);
+  throttle_lock (&pool->lock);
   n = pool->queue.nr;
-  pthread_mutex_unlock (&pool->lock);
+  throttle_unlock (&pool->lock);
   return n;
 }
 

@@ -9,7 +9,7 @@
  * attached a kernel nbd client (root, or the server's own uid) turns
  * them on, and they are turned off again a hold time after the last
  * reason went away.  See "REAL-TIME PRIORITY" in
- * nbdkit-throttle-filter(1).
+ * nbdkit-throttle-design(1).
  */
 
 #ifndef THROTTLE_RTPOLICY_H

@@ -8,7 +8,16 @@
 #include <pthread.h>
 
 #include "throttle-clock.h"
+#include "throttle-lock.h"
 #include "throttle-wait.h"
+
+void
+throttle_wait_queue_init (struct throttle_wait_queue *q, pthread_mutex_t *lock)
+{
+  q->lock = lock;
+  q->head = q->tail = NULL;
+  q->nr = 0;
+}
 
 static void
 enqueue (struct throttle_wait_queue *q, struct throttle_waiter *w)
@@ -35,6 +44,7 @@ throttle_wait_grant (struct throttle_wait_queue *q,
 {
   struct throttle_waiter *w;
 
+  throttle_lock_assert_held (q->lock);
   while ((w = q->head) != NULL && acquire (owner, w)) {
     unlink_waiter (q, w);
     w->granted = true;
@@ -50,6 +60,7 @@ throttle_wait_wake_all (struct throttle_wait_queue *q)
 {
   struct throttle_waiter *w;
 
+  throttle_lock_assert_held (q->lock);
   for (w = q->head; w != NULL; w = w->next)
     pthread_cond_signal (&w->cond);
 }
@@ -64,9 +75,9 @@ ask (pthread_mutex_t *lock, throttle_cancel_fn cancel, void *opaque)
 {
   bool r;
 
-  pthread_mutex_unlock (lock);
+  throttle_unlock (lock);
   r = cancel (opaque);
-  pthread_mutex_lock (lock);
+  throttle_lock (lock);
   return r;
 }
 
@@ -75,6 +86,7 @@ throttle_wait_enqueue (struct throttle_wait_queue *q, struct throttle_waiter *w)
 {
   pthread_condattr_t attr;
 
+  throttle_lock_assert_held (q->lock);
   pthread_condattr_init (&attr);
   pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
   pthread_cond_init (&w->cond, &attr);
@@ -84,8 +96,10 @@ throttle_wait_enqueue (struct throttle_wait_queue *q, struct throttle_waiter *w)
 }
 
 void
-throttle_wait_release (struct throttle_waiter *w)
+throttle_wait_release (struct throttle_wait_queue *q,
+                       struct throttle_waiter *w)
 {
+  throttle_lock_assert_held (q->lock);
   pthread_cond_destroy (&w->cond);
 }
 
@@ -95,6 +109,7 @@ throttle_wait_abandon (struct throttle_wait_queue *q,
                        throttle_acquire_fn acquire,
                        throttle_putback_fn putback, void *owner)
 {
+  throttle_lock_assert_held (q->lock);
   /* A grant that raced with the abandonment is put back rather than
    * handed to a caller that will not use it; either way our place is
    * free and the next waiter may now fit.
@@ -108,14 +123,16 @@ throttle_wait_abandon (struct throttle_wait_queue *q,
 }
 
 int
-throttle_wait_sleep (struct throttle_wait_queue *q, pthread_mutex_t *lock,
-                     struct throttle_waiter *w, const bool *shutdown,
-                     throttle_cancel_fn cancel, void *opaque,
-                     unsigned poll_ms, throttle_acquire_fn acquire,
-                     throttle_putback_fn putback, void *owner)
+throttle_wait_sleep (struct throttle_wait_queue *q, struct throttle_waiter *w,
+                     const bool *shutdown, throttle_cancel_fn cancel,
+                     void *opaque, unsigned poll_ms,
+                     throttle_acquire_fn acquire, throttle_putback_fn putback,
+                     void *owner)
 {
+  pthread_mutex_t *lock = q->lock;
   bool cancelled = false;
 
+  throttle_lock_assert_held (lock);
   /* Whoever releases grants, so a wake-up without a grant only means
    * "look at shutdown" or a poll: there is nothing to re-check.
    */
@@ -141,7 +158,7 @@ throttle_wait_sleep (struct throttle_wait_queue *q, pthread_mutex_t *lock,
     cancelled = ask (lock, cancel, opaque);
 
   if (w->granted && !cancelled && !*shutdown) {
-    throttle_wait_release (w);
+    throttle_wait_release (q, w);
     return 0;
   }
   throttle_wait_abandon (q, w, acquire, putback, owner);
@@ -149,13 +166,12 @@ throttle_wait_sleep (struct throttle_wait_queue *q, pthread_mutex_t *lock,
 }
 
 int
-throttle_wait (struct throttle_wait_queue *q, pthread_mutex_t *lock,
-               struct throttle_waiter *w, const bool *shutdown,
-               throttle_cancel_fn cancel, void *opaque, unsigned poll_ms,
-               throttle_acquire_fn acquire, throttle_putback_fn putback,
-               void *owner)
+throttle_wait (struct throttle_wait_queue *q, struct throttle_waiter *w,
+               const bool *shutdown, throttle_cancel_fn cancel, void *opaque,
+               unsigned poll_ms, throttle_acquire_fn acquire,
+               throttle_putback_fn putback, void *owner)
 {
   throttle_wait_enqueue (q, w);
-  return throttle_wait_sleep (q, lock, w, shutdown, cancel, opaque, poll_ms,
+  return throttle_wait_sleep (q, w, shutdown, cancel, opaque, poll_ms,
                               acquire, putback, owner);
 }

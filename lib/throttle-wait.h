@@ -9,9 +9,11 @@
  * and the mempool (buffers) are its two users.
  *
  * The owner of a queue keeps its resource and the queue under one
- * mutex of its own; every function here is called with that mutex
- * held (throttle_wait itself drops it while it sleeps and while it
- * asks 'cancel').
+ * mutex of its own, made by throttle_lock_init and given to
+ * throttle_wait_queue_init; every other function here is called with
+ * that mutex held, which checking builds check (throttle-lock.h), and
+ * throttle_wait_sleep drops it only while it sleeps and while it asks
+ * 'cancel'.  The lock order: HACKING.md, "Locks".
  */
 
 #ifndef THROTTLE_WAIT_H
@@ -41,9 +43,14 @@ struct throttle_waiter {
 };
 
 struct throttle_wait_queue {
+  pthread_mutex_t *lock;        /* the owner's: held around every call */
   struct throttle_waiter *head, *tail;
   size_t nr;
 };
+
+/* An empty queue whose owner keeps it under 'lock'. */
+extern void throttle_wait_queue_init (struct throttle_wait_queue *q,
+                                      pthread_mutex_t *lock);
 
 /* Called with the owner's lock held: take what w wants from the
  * owner's resource, recording it in w->got or w->item, and return
@@ -81,11 +88,10 @@ extern void throttle_wait_enqueue (struct throttle_wait_queue *q,
  * throttle_wait_wake_all, ends the wait); it is asked every poll_ms
  * (0: THROTTLE_WAIT_POLL_MS), and once more after a grant, so that a
  * waiter granted units freed by a request that failed at shutdown does
- * not run.  Returns with *lock held and w done.  The one place where a
- * thread sleeps for a resource.
+ * not run.  Returns with the owner's lock held and w done.  The one
+ * place where a thread sleeps for a resource.
  */
 extern int throttle_wait_sleep (struct throttle_wait_queue *q,
-                                pthread_mutex_t *lock,
                                 struct throttle_waiter *w,
                                 const bool *shutdown,
                                 throttle_cancel_fn cancel, void *opaque,
@@ -101,10 +107,11 @@ extern void throttle_wait_abandon (struct throttle_wait_queue *q,
                                    throttle_putback_fn putback, void *owner);
 
 /* w was granted and its owner has taken what it got: w is done. */
-extern void throttle_wait_release (struct throttle_waiter *w);
+extern void throttle_wait_release (struct throttle_wait_queue *q,
+                                   struct throttle_waiter *w);
 
 /* Enqueue and sleep: see throttle_wait_enqueue, throttle_wait_sleep. */
-extern int throttle_wait (struct throttle_wait_queue *q, pthread_mutex_t *lock,
+extern int throttle_wait (struct throttle_wait_queue *q,
                           struct throttle_waiter *w, const bool *shutdown,
                           throttle_cancel_fn cancel, void *opaque,
                           unsigned poll_ms, throttle_acquire_fn acquire,

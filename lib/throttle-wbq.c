@@ -1,9 +1,8 @@
 /* nbdkit-throttle: the write-behind queue.
  *
- * Lock order: alloc_lock, then lock, then the pools' locks (inside
- * throttle_mempool_*) and whatever the hooks take (the caller's budget).
- * alloc_lock is held across a wait for pool buffers; lock never is, and
- * is dropped by every wait on work or done.
+ * Lock order: HACKING.md, "Locks".  alloc_lock is held across a wait
+ * for pool buffers; lock never is, and is dropped by every wait on work
+ * or done.
  *
  * Why it is shaped like this:
  *
@@ -34,6 +33,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "throttle-lock.h"
 #include "throttle-mempool.h"
 #include "throttle-wbq.h"
 
@@ -65,7 +65,8 @@ struct wbq_writer {
 };
 
 struct throttle_wbq {
-  pthread_mutex_t lock;         /* everything below but what is marked */
+  pthread_mutex_t lock;         /* everything below but what is marked;
+                                   after alloc_lock, before the pools' */
   pthread_cond_t work;          /* writers: something may be startable */
   pthread_cond_t done;          /* a write finished, a writer flushed */
   struct throttle_wbq_rec *head, *tail;
@@ -75,7 +76,8 @@ struct throttle_wbq {
   uint64_t next_seq;
   bool stopping;
 
-  pthread_mutex_t alloc_lock;   /* see above; guards no field */
+  pthread_mutex_t alloc_lock;   /* one allocation at a time; guards no
+                                   field; first of the queue's locks */
   struct throttle_mempool *pool;        /* set at creation */
   struct throttle_mempool *bounce_pool; /* set at creation */
   size_t bounce_len;                    /* set at creation */
@@ -144,8 +146,19 @@ throttle_wbq_create (size_t nr, size_t nr_writers, size_t bounce_len,
   q->nr = nr;
   q->nr_writers = nr_writers;
   q->free_link = NO_SLOT;
-  pthread_mutex_init (&q->lock, NULL);
-  pthread_mutex_init (&q->alloc_lock, NULL);
+  if ((err = throttle_lock_init (&q->lock)) != 0) {
+    free (q);
+    errno = err;
+    *failed = THROTTLE_WBQ_FAIL_ALLOC;
+    return NULL;
+  }
+  if ((err = throttle_lock_init (&q->alloc_lock)) != 0) {
+    pthread_mutex_destroy (&q->lock);
+    free (q);
+    errno = err;
+    *failed = THROTTLE_WBQ_FAIL_ALLOC;
+    return NULL;
+  }
   pthread_cond_init (&q->work, NULL);
   pthread_cond_init (&q->done, NULL);
 
@@ -235,6 +248,7 @@ pick (struct throttle_wbq *q)
   struct throttle_wbq_barrier *b;
   unsigned looked = 0;
 
+  throttle_lock_assert_held (&q->lock);
   for (r = q->head; r && looked < PICK_WINDOW; r = r->next) {
     uint64_t end = r->offset + r->count;
     bool blocked = false;
@@ -261,6 +275,7 @@ free_links (struct throttle_wbq *q, uint32_t first)
 {
   uint32_t l, next;
 
+  throttle_lock_assert_held (&q->lock);
   for (l = first; l != NO_SLOT; l = next) {
     next = q->links[l].next;
     throttle_mempool_free (q->pool, q->links[l].buf);
@@ -274,6 +289,7 @@ free_links (struct throttle_wbq *q, uint32_t first)
 static void
 retire (struct throttle_wbq *q, struct throttle_wbq_rec *r)
 {
+  throttle_lock_assert_held (&q->lock);
   if (r->prev) r->prev->next = r->next; else q->head = r->next;
   if (r->next) r->next->prev = r->prev; else q->tail = r->prev;
 
@@ -321,6 +337,7 @@ static void
 record_error (struct throttle_wbq *q, int err, uint32_t count,
               uint64_t offset)
 {
+  throttle_lock_assert_held (&q->lock);
   q->error_seq++;
   q->error_unreported = true;
   q->last.errnum = err;
@@ -337,6 +354,7 @@ wait_older (struct throttle_wbq *q, uint64_t seq, uint64_t offset,
 {
   struct throttle_wbq_rec *r;
 
+  throttle_lock_assert_held (&q->lock);
  again:
   for (r = q->head; r && r->seq < seq; r = r->next)
     if (rec_overlaps (r, offset, end)) {
@@ -351,6 +369,7 @@ wait_older (struct throttle_wbq *q, uint64_t seq, uint64_t offset,
 static void
 wait_all_older (struct throttle_wbq *q, uint64_t seq)
 {
+  throttle_lock_assert_held (&q->lock);
   while (q->head && q->head->seq < seq)
     pthread_cond_wait (&q->done, &q->lock);
 }
@@ -360,6 +379,7 @@ static void
 barrier_add (struct throttle_wbq *q, struct throttle_wbq_barrier *b,
              uint64_t offset, uint32_t count, bool freeze)
 {
+  throttle_lock_assert_held (&q->lock);
   b->offset = offset;
   b->end = offset + count;
   b->freeze = freeze;
@@ -374,6 +394,7 @@ barrier_remove (struct throttle_wbq *q, struct throttle_wbq_barrier *b)
 {
   struct throttle_wbq_barrier **p;
 
+  throttle_lock_assert_held (&q->lock);
   for (p = &q->barriers; *p != b; p = &(*p)->next)
     ;
   *p = b->next;
@@ -402,7 +423,7 @@ throttle_wbq_queue (struct throttle_wbq *q, const void *buf, uint32_t count,
    * link: holding a buffer guarantees a free link (there are as many
    * links as buffers), and nothing here needs stack beyond a few words.
    */
-  pthread_mutex_lock (&q->alloc_lock);
+  throttle_lock (&q->alloc_lock);
   for (i = 0; i < n; ++i) {
     size_t len = count - i * THROTTLE_WBQ_ELEM < THROTTLE_WBQ_ELEM
       ? count - i * THROTTLE_WBQ_ELEM : THROTTLE_WBQ_ELEM;
@@ -412,15 +433,15 @@ throttle_wbq_queue (struct throttle_wbq *q, const void *buf, uint32_t count,
       b = throttle_mempool_alloc (q->pool, cancel, opaque,
                                   THROTTLE_WAIT_POLL_MS);
     if (b == NULL) {
-      pthread_mutex_unlock (&q->alloc_lock);
-      pthread_mutex_lock (&q->lock);
+      throttle_unlock (&q->alloc_lock);
+      throttle_lock (&q->lock);
       free_links (q, first);
-      pthread_mutex_unlock (&q->lock);
+      throttle_unlock (&q->lock);
       return -1;
     }
     memcpy (b, src + i * THROTTLE_WBQ_ELEM, len);
 
-    pthread_mutex_lock (&q->lock);
+    throttle_lock (&q->lock);
     l = q->free_link;
     q->free_link = q->links[l].next;
     q->links[l].buf = b;
@@ -430,11 +451,11 @@ throttle_wbq_queue (struct throttle_wbq *q, const void *buf, uint32_t count,
     else
       q->links[last].next = l;
     last = l;
-    pthread_mutex_unlock (&q->lock);
+    throttle_unlock (&q->lock);
   }
-  pthread_mutex_unlock (&q->alloc_lock);
+  throttle_unlock (&q->alloc_lock);
 
-  pthread_mutex_lock (&q->lock);
+  throttle_lock (&q->lock);
   r = q->free_recs;             /* as many records as buffers, too */
   q->free_recs = r->next;
   r->offset = offset;
@@ -453,7 +474,7 @@ throttle_wbq_queue (struct throttle_wbq *q, const void *buf, uint32_t count,
   if (q->pending_bytes > q->peak_pending_bytes)
     q->peak_pending_bytes = q->pending_bytes;
   pthread_cond_signal (&q->work);
-  pthread_mutex_unlock (&q->lock);
+  throttle_unlock (&q->lock);
   return 0;
 }
 
@@ -462,27 +483,27 @@ throttle_wbq_barrier_begin (struct throttle_wbq *q,
                             struct throttle_wbq_barrier *b,
                             uint64_t offset, uint32_t count)
 {
-  pthread_mutex_lock (&q->lock);
+  throttle_lock (&q->lock);
   barrier_add (q, b, offset, count, false);
   wait_older (q, b->seq, b->offset, b->end);
-  pthread_mutex_unlock (&q->lock);
+  throttle_unlock (&q->lock);
 }
 
 void
 throttle_wbq_barrier_end (struct throttle_wbq *q,
                           struct throttle_wbq_barrier *b)
 {
-  pthread_mutex_lock (&q->lock);
+  throttle_lock (&q->lock);
   barrier_remove (q, b);
-  pthread_mutex_unlock (&q->lock);
+  throttle_unlock (&q->lock);
 }
 
 void
 throttle_wbq_count_direct (struct throttle_wbq *q)
 {
-  pthread_mutex_lock (&q->lock);
+  throttle_lock (&q->lock);
   q->direct++;
-  pthread_mutex_unlock (&q->lock);
+  throttle_unlock (&q->lock);
 }
 
 bool
@@ -494,11 +515,11 @@ throttle_wbq_read_begin (struct throttle_wbq *q,
   struct throttle_wbq_rec *r;
   bool any = false, busy;
 
-  pthread_mutex_lock (&q->lock);
+  throttle_lock (&q->lock);
   for (r = q->head; r && !any; r = r->next)
     any = rec_overlaps (r, offset, end);
   if (!any) {
-    pthread_mutex_unlock (&q->lock);
+    throttle_unlock (&q->lock);
     return false;
   }
 
@@ -511,7 +532,7 @@ throttle_wbq_read_begin (struct throttle_wbq *q,
     if (busy)
       pthread_cond_wait (&q->done, &q->lock);
   } while (busy);
-  pthread_mutex_unlock (&q->lock);
+  throttle_unlock (&q->lock);
   return true;
 }
 
@@ -521,7 +542,7 @@ throttle_wbq_read_end (struct throttle_wbq *q, struct throttle_wbq_barrier *b,
 {
   struct throttle_wbq_rec *r;
 
-  pthread_mutex_lock (&q->lock);
+  throttle_lock (&q->lock);
   if (ok) {
     for (r = q->head; r; r = r->next) {
       uint64_t lo, hi;
@@ -535,16 +556,16 @@ throttle_wbq_read_end (struct throttle_wbq *q, struct throttle_wbq_barrier *b,
     }
   }
   barrier_remove (q, b);
-  pthread_mutex_unlock (&q->lock);
+  throttle_unlock (&q->lock);
 }
 
 void
 throttle_wbq_flush_begin (struct throttle_wbq *q, struct throttle_wbq_flush *f)
 {
-  pthread_mutex_lock (&q->lock);
+  throttle_lock (&q->lock);
   f->seq = q->next_seq;
   f->errors = q->error_seq;
-  pthread_mutex_unlock (&q->lock);
+  throttle_unlock (&q->lock);
 }
 
 void
@@ -552,7 +573,7 @@ throttle_wbq_flush_wait (struct throttle_wbq *q,
                          const struct throttle_wbq_flush *f,
                          bool writers_flush)
 {
-  pthread_mutex_lock (&q->lock);
+  throttle_lock (&q->lock);
   wait_all_older (q, f->seq);
   if (writers_flush) {
     uint64_t gen = ++q->flush_gen;
@@ -568,7 +589,7 @@ throttle_wbq_flush_wait (struct throttle_wbq *q,
         pthread_cond_wait (&q->done, &q->lock);
     } while (waiting);
   }
-  pthread_mutex_unlock (&q->lock);
+  throttle_unlock (&q->lock);
 }
 
 uint64_t
@@ -578,7 +599,7 @@ throttle_wbq_flush_end (struct throttle_wbq *q,
 {
   uint64_t from, n = 0;
 
-  pthread_mutex_lock (&q->lock);
+  throttle_lock (&q->lock);
   from = *seen < f->errors ? *seen : f->errors;
   if (from != q->error_seq) {
     n = q->error_seq - from;
@@ -586,7 +607,7 @@ throttle_wbq_flush_end (struct throttle_wbq *q,
     q->error_unreported = false;
     *last = q->last;
   }
-  pthread_mutex_unlock (&q->lock);
+  throttle_unlock (&q->lock);
   return n;
 }
 
@@ -595,18 +616,18 @@ throttle_wbq_seen_at_open (struct throttle_wbq *q)
 {
   uint64_t seen;
 
-  pthread_mutex_lock (&q->lock);
+  throttle_lock (&q->lock);
   seen = q->error_seq - (q->error_unreported ? 1 : 0);
-  pthread_mutex_unlock (&q->lock);
+  throttle_unlock (&q->lock);
   return seen;
 }
 
 void
 throttle_wbq_drain (struct throttle_wbq *q)
 {
-  pthread_mutex_lock (&q->lock);
+  throttle_lock (&q->lock);
   wait_all_older (q, q->next_seq);
-  pthread_mutex_unlock (&q->lock);
+  throttle_unlock (&q->lock);
 }
 
 const void *
@@ -633,7 +654,7 @@ throttle_wbq_next (struct throttle_wbq *q, size_t writer,
   struct wbq_writer *w = &q->writers[writer];
   struct throttle_wbq_rec *r = NULL;
 
-  pthread_mutex_lock (&q->lock);
+  throttle_lock (&q->lock);
   for (;;) {
     if (w->flushed_gen < q->flush_gen) {
       job->kind = THROTTLE_WBQ_FLUSH;
@@ -656,7 +677,7 @@ throttle_wbq_next (struct throttle_wbq *q, size_t writer,
     }
     pthread_cond_wait (&q->work, &q->lock);
   }
-  pthread_mutex_unlock (&q->lock);
+  throttle_unlock (&q->lock);
   return job->kind;
 }
 
@@ -664,7 +685,7 @@ void
 throttle_wbq_write_done (struct throttle_wbq *q,
                          const struct throttle_wbq_job *job, int err)
 {
-  pthread_mutex_lock (&q->lock);
+  throttle_lock (&q->lock);
   if (err) {
     record_error (q, err, job->count, job->offset);
     q->failed++;
@@ -674,34 +695,34 @@ throttle_wbq_write_done (struct throttle_wbq *q,
     q->written_bytes += job->count;
   }
   retire (q, job->rec);
-  pthread_mutex_unlock (&q->lock);
+  throttle_unlock (&q->lock);
 }
 
 void
 throttle_wbq_flush_done (struct throttle_wbq *q, size_t writer,
                          const struct throttle_wbq_job *job, int err)
 {
-  pthread_mutex_lock (&q->lock);
+  throttle_lock (&q->lock);
   if (err)
     record_error (q, err, 0, 0);
   q->writers[writer].flushed_gen = job->gen;
   pthread_cond_broadcast (&q->done);
-  pthread_mutex_unlock (&q->lock);
+  throttle_unlock (&q->lock);
 }
 
 void
 throttle_wbq_stop (struct throttle_wbq *q)
 {
-  pthread_mutex_lock (&q->lock);
+  throttle_lock (&q->lock);
   q->stopping = true;
   pthread_cond_broadcast (&q->work);
-  pthread_mutex_unlock (&q->lock);
+  throttle_unlock (&q->lock);
 }
 
 void
 throttle_wbq_get_stats (struct throttle_wbq *q, struct throttle_wbq_stats *s)
 {
-  pthread_mutex_lock (&q->lock);
+  throttle_lock (&q->lock);
   s->pending = q->pending;
   s->pending_bytes = q->pending_bytes;
   s->peak_pending_bytes = q->peak_pending_bytes;
@@ -714,5 +735,5 @@ throttle_wbq_get_stats (struct throttle_wbq *q, struct throttle_wbq_stats *s)
   s->nr = q->nr;
   s->error_unreported = q->error_unreported;
   s->last = q->last;
-  pthread_mutex_unlock (&q->lock);
+  throttle_unlock (&q->lock);
 }

@@ -25,14 +25,13 @@
  *   reported by every flush waiting when it happened and by the next
  *   flush of every connection open then; see throttle_wbq_flush_end.
  *
- * Locks: each queue has two mutexes, taken only inside these functions,
- * in this order: the allocation lock (one multi-buffer allocation at a
- * time), then the queue's lock (everything else), then the pool's own
- * lock and whatever the hooks take.  No function here is called with
- * either held, nor from a hook.  Those that wait say for whose call;
- * they sleep with the queue's lock released (throttle_wbq_queue keeps
- * the allocation lock while it waits for buffers).  The others hold the
- * queue's lock briefly and never sleep.
+ * Locks: each queue has two mutexes, taken only inside these functions
+ * (their order among the filter's: HACKING.md, "Locks").  No function
+ * here is called with either held, nor from a hook: checking builds
+ * abort if one is (lib/throttle-lock.h).  Those that wait say for
+ * whose call; they sleep with the queue's lock released
+ * (throttle_wbq_queue keeps the allocation lock while it waits for
+ * buffers).  The others hold the queue's lock briefly and never sleep.
  */
 
 #ifndef THROTTLE_WBQ_H

@@ -7,6 +7,8 @@ set -o pipefail
 # The system python has the nbd module; a python earlier on PATH may not.
 PY=/usr/bin/python3
 srcdir="${abs_srcdir:-$(cd "$(dirname "$0")" && pwd)}"
+# The tests' python helpers (throttle_control) import from here.
+export PYTHONPATH="$srcdir${PYTHONPATH:+:$PYTHONPATH}"
 
 requires ()
 {
@@ -24,19 +26,54 @@ requires_file ()
   fi
 }
 
+# requires_root WHY: a test that cannot run without root skips (CI
+# runs as root, so there it runs).
+requires_root ()
+{
+  if [ "$(id -u)" != 0 ]; then
+    echo "$0: SKIP: needs root ($*)"
+    exit 77
+  fi
+}
+
 fail ()
 {
   echo "$0: FAIL: $*" >&2
   exit 1
 }
 
+# fail_later MSG: a failed check after which the test goes on with its
+# other checks; the test still fails at exit, with the servers' logs.
+_failures=0
+fail_later ()
+{
+  echo "$0: FAIL: $*" >&2
+  _failures=$((_failures + 1))
+}
+
+pass ()
+{
+  echo "ok: $*"
+}
+
 # A scratch directory removed at exit, and nbdkit servers killed at exit.
 tmp=$(mktemp -d /var/tmp/throttle-test.XXXXXX)
 _pids=()
+_at_exit=()
+# at_exit COMMAND: eval'd at exit, after the servers are killed.
+at_exit ()
+{
+  _at_exit+=("$1")
+}
 _cleanup ()
 {
   local rc=$? p
   for p in "${_pids[@]}"; do kill -9 "$p" 2>/dev/null || :; done
+  for p in "${_at_exit[@]}"; do eval "$p" || :; done
+  if [ "$_failures" != 0 ] && { [ "$rc" = 0 ] || [ "$rc" = 77 ]; }; then
+    echo "$0: FAIL: $_failures check(s) failed (above)" >&2
+    rc=1
+  fi
   if [ -n "${THROTTLE_SANITIZER_LOGS:-}" ] &&
      ! "$srcdir/sanitizer-reports.sh" "$THROTTLE_SANITIZER_LOGS" >&2; then
     echo "$0: FAIL: a sanitizer reported on our code (above)" >&2
@@ -73,33 +110,80 @@ fi
 start_nbdkit ()
 {
   local name=$1; shift
-  local sock=$tmp/$name.sock i
+  local sock=$tmp/$name.sock i=0
   rm -f "$sock"
   "$NBDKIT" -f -v -U "$sock" "$@" >"$tmp/$name.log" 2>&1 &
   pid=$!
   _pids+=("$pid")
-  for i in $(seq 100); do
-    [ -S "$sock" ] && break
-    if ! kill -0 "$pid" 2>/dev/null; then
-      cat "$tmp/$name.log"
-      fail "nbdkit $name did not start"
+  wait_for_socket "$sock" "$pid" || i=$?
+  case $i in
+    1) cat "$tmp/$name.log"; fail "nbdkit $name did not start" ;;
+    2) fail "nbdkit $name: no socket after 10 s" ;;
+  esac
+  uri="nbd+unix:///?socket=$sock"
+}
+
+# alive PID: running and not a zombie.
+alive ()
+{
+  local st
+  st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
+  [ -n "$st" ] && [ "$st" != Z ]
+}
+
+gone ()
+{
+  ! alive "$1"
+}
+
+# wait_until SECS PID COMMAND...: run COMMAND every 0.1 s until it
+# succeeds.  Returns 1 once PID (unless "") is gone without COMMAND
+# having succeeded, 2 after SECS seconds.
+wait_until ()
+{
+  local secs=$1 p=$2 i
+  shift 2
+  for i in $(seq $((secs * 10))); do
+    "$@" && return 0
+    if [ -n "$p" ] && ! alive "$p"; then
+      "$@" && return 0
+      return 1
     fi
     sleep 0.1
   done
-  [ -S "$sock" ] || fail "nbdkit $name: no socket after 10 s"
-  uri="nbd+unix:///?socket=$sock"
+  "$@" && return 0
+  return 2
+}
+
+# wait_for_socket SOCK [PID] [SECS]: wait until SOCK is a socket, for
+# at most SECS (10) seconds and no longer than PID (if given) lives.
+# Returns as wait_until does.
+wait_for_socket ()
+{
+  wait_until "${3:-10}" "${2:-}" test -S "$1"
+}
+
+# wait_exit PID [SECS]: fail unless PID exits within SECS (5).
+wait_exit ()
+{
+  local p=$1 secs=${2:-5}
+  wait_until "$secs" "" gone "$p" ||
+    fail "nbdkit (pid $p) still running $secs s after SIGTERM"
+  wait "$p" 2>/dev/null || :
 }
 
 # stop_nbdkit PID [SECS]: SIGTERM, and fail unless it exits in SECS (5).
 stop_nbdkit ()
 {
-  local p=$1 secs=${2:-5} i
-  kill -TERM "$p"
-  for i in $(seq $((secs * 10))); do
-    kill -0 "$p" 2>/dev/null || { wait "$p" 2>/dev/null || :; return 0; }
-    sleep 0.1
-  done
-  fail "nbdkit (pid $p) still running $secs s after SIGTERM"
+  kill -TERM "$1" || fail "nbdkit (pid $1) had exited before SIGTERM"
+  wait_exit "$@"
+}
+
+# ctl_send CTL LINE...: send each line to the control socket CTL, print
+# each reply.
+ctl_send ()
+{
+  $PY "$srcdir/throttle_control.py" send "$@"
 }
 
 # summary LOG FIELD: a field of the filter's unload summary.
@@ -116,15 +200,15 @@ statefield ()
 
 # The writeback cases must run: a filter that refuses
 # throttle-mode=writeback fails the test unless
-# THROTTLE_ALLOW_NO_WRITEBACK=1, which ends the test here instead.
+# THROTTLE_ALLOW_NO_WRITEBACK=1, which skips the test instead.
 requires_writeback ()
 {
   if ! "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M \
        throttle-mode=writeback --run true >"$tmp/wbprobe.log" 2>&1; then
     cat "$tmp/wbprobe.log"
     if [ "${THROTTLE_ALLOW_NO_WRITEBACK:-}" = 1 ]; then
-      echo "$0: the writeback case could not run (throttle-mode=writeback refused); allowed by THROTTLE_ALLOW_NO_WRITEBACK=1"
-      exit 0
+      echo "$0: SKIP: nbdkit refused throttle-mode=writeback (THROTTLE_ALLOW_NO_WRITEBACK=1 allows that)"
+      exit 77
     fi
     fail "the writeback case could not run: nbdkit refused throttle-mode=writeback"
   fi
@@ -138,7 +222,7 @@ hold_exports ()
 {
   local sock=$1 tag=$2 i
   shift 2
-  $PY "$srcdir/control-client.py" hold "$sock" "$tmp/$tag.ready" "$@" &
+  $PY "$srcdir/throttle_control.py" hold "$sock" "$tmp/$tag.ready" "$@" &
   held=$!
   _pids+=("$held")
   for i in $(seq 600); do
@@ -165,4 +249,31 @@ for line in sys.stdin:
     except ValueError:
         line = codecs.escape_decode(line.encode())[0].decode("utf-8")
     print(line)'
+}
+
+# Capability probes: each tries the real thing in a child, so that the
+# test's own shell stays as it was.  0 where this machine grants it.
+probe_io_flusher ()     # prctl(PR_SET_IO_FLUSHER)
+{
+  $PY -c 'import ctypes, sys
+sys.exit(ctypes.CDLL(None, use_errno=True).prctl(57, 1, 0, 0, 0) != 0)' 2>/dev/null
+}
+probe_oom_protect ()    # oom_score_adj -1000
+{
+  sh -c 'echo -1000 > /proc/self/oom_score_adj' 2>/dev/null
+}
+probe_rt ()             # SCHED_FIFO, with real-time throttling on
+{
+  [ "$(cat /proc/sys/kernel/sched_rt_runtime_us 2>/dev/null)" != -1 ] &&
+    chrt -f 1 true 2>/dev/null
+}
+probe_capsh_drop ()     # root, with capsh to drop capabilities
+{
+  [ "$(id -u)" = 0 ] && command -v capsh >/dev/null &&
+    capsh --drop=cap_sys_nice -- -c true 2>/dev/null
+}
+# yes_no COMMAND...: "yes" if COMMAND succeeds, else "no".
+yes_no ()
+{
+  if "$@"; then echo yes; else echo no; fi
 }

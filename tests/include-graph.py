@@ -3,9 +3,10 @@
 
 A module is NAME.c with NAME.h in one folder.  Fails (exit 1, naming
 what is wrong) when the modules of a folder include each other in a
-circle, when lib/ includes anything of nbdkit (nbdkit-*.h, except its
-own nbdkit-throttle-metric.h, which includes nothing of nbdkit) or
-anything of plugin/.
+circle (every set of modules that do, each with its shortest circle,
+so that one run shows all there is to untangle), when lib/ includes
+anything of nbdkit (nbdkit-*.h, except its own nbdkit-throttle-metric.h,
+which must itself include nothing of nbdkit) or anything of plugin/.
 
   include-graph.py TOP_SRCDIR
 """
@@ -37,31 +38,56 @@ def module_graph(folder):
     return graph
 
 
-def find_circle(graph):
-    """A list of modules that form a circle, or None."""
-    state = {}
-    stack = []
+def tangles(graph):
+    """The sets of modules that include each other (the strongly
+    connected components of more than one module), each sorted, in
+    the order of their first module."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
 
     def visit(m):
-        state[m] = 1
+        index[m] = low[m] = len(index)
         stack.append(m)
+        on_stack.add(m)
         for n in sorted(graph.get(m, ())):
-            if state.get(n) == 1:
-                return stack[stack.index(n):] + [n]
-            if n not in state:
-                c = visit(n)
-                if c:
-                    return c
-        stack.pop()
-        state[m] = 2
-        return None
+            if n not in index:
+                visit(n)
+                low[m] = min(low[m], low[n])
+            elif n in on_stack:
+                low[m] = min(low[m], index[n])
+        if low[m] == index[m]:
+            comp = []
+            while True:
+                n = stack.pop()
+                on_stack.discard(n)
+                comp.append(n)
+                if n == m:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
 
     for m in sorted(graph):
-        if m not in state:
-            c = visit(m)
-            if c:
-                return c
-    return None
+        if m not in index:
+            visit(m)
+    return sorted(found)
+
+
+def shortest_circle(graph, tangle):
+    """The shortest circle through the tangle's first module, as a
+    list that starts and ends with it."""
+    start, inside = tangle[0], set(tangle)
+    came_from = {start: None}
+    queue = [start]
+    for m in queue:
+        for n in sorted(graph[m] & inside):
+            if n == start:
+                path = [m]
+                while came_from[path[-1]] is not None:
+                    path.append(came_from[path[-1]])
+                return list(reversed(path)) + [start]
+            if n not in came_from:
+                came_from[n] = m
+                queue.append(n)
+    raise AssertionError("a tangle without a circle")
 
 
 def main(top):
@@ -71,10 +97,16 @@ def main(top):
         plugin_files |= set(os.listdir(os.path.join(top, folder)))
     for folder in FOLDERS:
         path = os.path.join(top, folder)
-        circle = find_circle(module_graph(path))
-        if circle:
+        graph = module_graph(path)
+        for tangle in tangles(graph):
+            circle = shortest_circle(graph, tangle)
             errors.append("%s: modules include each other in a circle: %s"
                           % (folder, " -> ".join(circle)))
+            # Breaking that circle may leave others among the rest.
+            if len(tangle) > len(circle) - 1:
+                errors.append("%s: these modules all lie on circles "
+                              "through each other: %s"
+                              % (folder, ", ".join(tangle)))
     lib = os.path.join(top, "lib")
     for f in sorted(os.listdir(lib)):
         if not f.endswith((".c", ".h")):

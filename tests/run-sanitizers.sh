@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
 # run-sanitizers.sh: build the project twice out of tree, with
 # --enable-sanitizers=address,undefined and with =thread, run
-# 'make check' in each (unit tests and integration tests, nbdkit going
-# through nbdkit-sanitized.sh), and fail on any test failure or any
-# sanitizer report about our code.  .ci/run calls this.
+# 'make check' and 'make check-slow' in each (unit tests and
+# integration tests, nbdkit going through nbdkit-sanitized.sh), and
+# fail on any test failure or any sanitizer report about our code.
+# Both builds check the lock rules (--enable-lock-checks).  .ci/run
+# calls this.
 #
 # Environment: SANITIZER_BUILDS (default "address,undefined thread"),
 # SANITIZER_JOBS (make -j, default 2), THROTTLE_SOAK_SECS (the soak
 # under sanitizers, default 20), KEEP=1 to keep the build directories.
-# The swap guest suite is not part of 'make check' (make check-swap);
-# THROTTLE_SKIP_SWAP=1 is exported in case it ever is.
+# The swap guest suite (in check-slow) skips itself in a sanitizer
+# build.
 
 set -uo pipefail
 
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
 builds=${SANITIZER_BUILDS:-address,undefined thread}
 jobs=${SANITIZER_JOBS:-2}
-export THROTTLE_SKIP_SWAP=1
 export THROTTLE_SOAK_SECS=${THROTTLE_SOAK_SECS:-20}
 
 if [ ! -x "$srcdir/configure" ]; then
@@ -33,7 +34,8 @@ for san in $builds; do
   mkdir -p "$b"
   start=$(date +%s)
   echo "=== --enable-sanitizers=$san in $b"
-  if ! (cd "$b" && "$srcdir/configure" -q --enable-sanitizers="$san" >configure.log 2>&1); then
+  if ! (cd "$b" && "$srcdir/configure" -q --enable-sanitizers="$san" \
+          --enable-lock-checks >configure.log 2>&1); then
     cat "$b/configure.log"; echo "run-sanitizers: configure failed ($san)"; exit 1
   fi
   if ! make -C "$b" -j"$jobs" >"$b/make.log" 2>&1; then
@@ -41,7 +43,10 @@ for san in $builds; do
   fi
   # TSan: Check's fork per test is fine (the parent has no threads);
   # CK_FORK=no would let one failing test end the others.
-  make -C "$b/tests" -j"$jobs" check >"$b/check.log" 2>&1
+  # check-slow too (one after the other: they share test-suite.log):
+  # the soak is where TSan sees the most.
+  { make -C "$b/tests" -j"$jobs" check &&
+      make -C "$b/tests" -j"$jobs" check-slow; } >"$b/check.log" 2>&1
   rc=$?
   grep -E '^(PASS|FAIL|SKIP|XFAIL|XPASS|ERROR):' "$b/check.log"
   if [ $rc -ne 0 ]; then

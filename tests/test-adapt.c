@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "throttle-adapt.h"
+#include "check-main.h"
 
 #define MS 1000000ULL
 #define S 1000000000ULL
@@ -697,8 +698,8 @@ START_TEST (test_set_ceiling_at_once)
 }
 END_TEST
 
-static Suite *
-adapt_suite (void)
+Suite *
+throttle_test_suite (void)
 {
   Suite *s = suite_create ("adapt");
   TCase *tc = tcase_create ("core");
@@ -719,16 +720,4 @@ adapt_suite (void)
   tcase_add_test (tc, test_set_ceiling_at_once);
   suite_add_tcase (s, tc);
   return s;
-}
-
-int
-main (void)
-{
-  SRunner *sr = srunner_create (adapt_suite ());
-  int failed;
-
-  srunner_run_all (sr, CK_NORMAL);
-  failed = srunner_ntests_failed (sr);
-  srunner_free (sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -56,13 +56,12 @@ start_nbdkit live --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
   throttle-latency-target=5ms throttle-rt=off throttle-control="$ctl" \
   -D throttle.adapt=1
 live=$pid
-for i in $(seq 50); do [ -S "$ctl" ] && break; sleep 0.1; done
-[ -S "$ctl" ] || fail "no control socket at $ctl"
+wait_for_socket "$ctl" "$pid" || fail "no control socket at $ctl"
 
 # ctl LINE...: send the lines, print the replies.
 ctl ()
 {
-  $PY "$srcdir/control-client.py" send "$ctl" "$@"
+  ctl_send "$ctl" "$@"
 }
 
 sock=$tmp/live.sock

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "throttle-budget.h"
+#include "check-main.h"
 
 static void
 msleep (unsigned ms)
@@ -759,8 +760,8 @@ START_TEST (test_capacity_changes)
 }
 END_TEST
 
-static Suite *
-budget_suite (void)
+Suite *
+throttle_test_suite (void)
 {
   Suite *s = suite_create ("budget");
   TCase *tc = tcase_create ("core");
@@ -787,16 +788,4 @@ budget_suite (void)
   tcase_add_test (tc, test_capacity_changes);
   suite_add_tcase (s, tc);
   return s;
-}
-
-int
-main (void)
-{
-  SRunner *sr = srunner_create (budget_suite ());
-  int failed;
-
-  srunner_run_all (sr, CK_NORMAL);
-  failed = srunner_ntests_failed (sr);
-  srunner_free (sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -18,6 +18,7 @@
 #include "throttle-config.h"
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
+#include "check-main.h"
 
 /* A name that needs every kind of escape in JSON: a quote, a control
  * character and a byte that is not UTF-8.  Its budget is held by one
@@ -248,16 +249,38 @@ extra (struct throttle_export *exp, char *buf, size_t len)
   snprintf (buf, len, "\"extra\":%d", exp ? 1 : 0);
 }
 
+static void
+second (struct throttle_export *exp, char *buf, size_t len)
+{
+  snprintf (buf, len, "\"second\":true");
+}
+
+/* Fills the whole buffer, leaving no room for the NUL. */
+static void
+too_long (struct throttle_export *exp, char *buf, size_t len)
+{
+  memset (buf, 'x', len);
+}
+
+/* The members each feature adds, in the order the features were added
+ * (one added twice counts once), after the protocol's own; a member
+ * that does not fit is left out whole.
+ */
 START_TEST (test_extra_stats)
 {
   char *r;
 
   throttle_control_add_extra_stats (extra);
+  throttle_control_add_extra_stats (too_long);
+  throttle_control_add_extra_stats (second);
+  throttle_control_add_extra_stats (extra);
   r = ask ("stats \"\"");
   ck_assert_ptr_null (strstr (r, "\"next\""));     /* one export: no page */
   ck_assert_ptr_nonnull (strstr (r, "\"exports_total\":2,\"extra\":0,"
-                                 "\"exports\":["));
-  ck_assert_ptr_nonnull (strstr (r, "\"kept\":\"until exit\",\"extra\":1}]}\n"));
+                                 "\"second\":true,\"exports\":["));
+  ck_assert_ptr_nonnull (strstr (r, "\"kept\":\"until exit\",\"extra\":1,"
+                                 "\"second\":true}]}\n"));
+  ck_assert_ptr_null (strstr (r, "xx"));
   free (r);
 }
 END_TEST
@@ -290,13 +313,11 @@ START_TEST (test_set)
 }
 END_TEST
 
-int
-main (void)
+Suite *
+throttle_test_suite (void)
 {
   Suite *s = suite_create ("control-proto");
   TCase *tc = tcase_create ("core");
-  SRunner *sr;
-  int failed;
 
   throttle_control_add_setter (&setters[0]);
   throttle_control_add_setter (&setters[1]);
@@ -306,9 +327,5 @@ main (void)
   tcase_add_test (tc, test_extra_stats);
   tcase_add_test (tc, test_set);
   suite_add_tcase (s, tc);
-  sr = srunner_create (s);
-  srunner_run_all (sr, CK_NORMAL);
-  failed = srunner_ntests_failed (sr);
-  srunner_free (sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return s;
 }

@@ -6,14 +6,14 @@
 # capacity takes effect both ways; bad input, silent, flooding and
 # vanishing clients get an error or are dropped while the server keeps
 # serving; throttle-stats-interval logs stats; the socket is removed at
-# exit.  The live part is tests/control-client.py.
+# exit.  The live part is tests/throttle_control.py.
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 requires_file "$THROTTLE_FILTER"
 requires_file "$TEST_PLUGIN"
 requires $PY -c 'import nbd'
 
 ctl=$tmp/ctl.sock
-client=$srcdir/control-client.py
+client=$srcdir/throttle_control.py
 
 # expect_refusal WHAT PATTERN ARGS...: nbdkit must exit non-zero at once
 # with an error matching PATTERN.
@@ -57,8 +57,7 @@ start_nbdkit live --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
   -D throttle.control_timeout=2
 umask "$old_umask"
 live=$pid
-for i in $(seq 50); do [ -S "$ctl" ] && break; sleep 0.1; done
-[ -S "$ctl" ] || fail "no control socket at $ctl"
+wait_for_socket "$ctl" "$pid" || fail "no control socket at $ctl"
 mode=$(stat -c %a "$ctl")
 [ "$mode" = 600 ] || fail "control socket mode is $mode, expected 600"
 echo "ok: control socket mode $mode under umask 000"

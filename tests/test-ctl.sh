@@ -90,8 +90,7 @@ fake ()
   rm -f "$tmp/fake.sock"
   $PY "$tmp/fake.py" "$mode" "$tmp/fake.sock" &
   _pids+=($!)
-  for i in $(seq 50); do [ -S "$tmp/fake.sock" ] && return; sleep 0.1; done
-  fail "the fake server did not start"
+  wait_for_socket "$tmp/fake.sock" $! || fail "the fake server did not start"
 }
 fake garbage
 expect 1 'the reply is not JSON (unexpected character at byte 0): "hello there"' \
@@ -121,8 +120,7 @@ start_nbdkit srv --filter="$THROTTLE_FILTER" \
   --filter=delay memory 1G delay-write=20ms throttle-capacity=256K \
   throttle-control="$ctl" throttle-rt=off
 srv=$pid
-for i in $(seq 50); do [ -S "$ctl" ] && break; sleep 0.1; done
-[ -S "$ctl" ] || fail "no control socket"
+wait_for_socket "$ctl" "$pid" || fail "no control socket"
 
 # The NBD socket is not the control socket.
 expect 1 'not a throttle control socket' "$tmp/srv.sock" stats

@@ -199,8 +199,8 @@ if strace -V >/dev/null 2>&1; then
     >"$tmp/strace.log" 2>&1 &
   spid=$!
   _pids+=("$spid")
-  for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
-  [ -S "$sock" ] || { cat "$tmp/strace.log"; fail "nbdkit under strace did not start"; }
+  wait_for_socket "$sock" "$spid" ||
+    { cat "$tmp/strace.log"; fail "nbdkit under strace did not start"; }
   "$PY" - "$sock" <<'EOF'
 import sys
 import nbd
@@ -262,8 +262,8 @@ GLIBC_TUNABLES=glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=0:g
   "$NBDKIT" -f -U "$sock" -t 1 "$plugin" file="$tmp/disk.img" >"$tmp/faults.log" 2>&1 &
 pid=$!
 _pids+=("$pid")
-for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
-[ -S "$sock" ] || { cat "$tmp/faults.log"; fail "nbdkit (faults) did not start"; }
+wait_for_socket "$sock" "$pid" ||
+  { cat "$tmp/faults.log"; fail "nbdkit (faults) did not start"; }
 
 "$PY" - "$sock" "$pid" 100 <<'EOF' | tee "$tmp/faults.out"
 import os, sys

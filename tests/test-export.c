@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "throttle-export.h"
+#include "check-main.h"
 
 /* --- nbdkit, as far as the registry and throttle-parse.c use it ------ */
 
@@ -376,13 +377,11 @@ START_TEST (test_threads)
 }
 END_TEST
 
-int
-main (void)
+Suite *
+throttle_test_suite (void)
 {
   Suite *s = suite_create ("export");
   TCase *tc = tcase_create ("core");
-  SRunner *sr;
-  int failed;
 
   feature_slot = throttle_export_add_feature (&feature);
   tcase_add_checked_fixture (tc, setup, teardown);
@@ -394,9 +393,5 @@ main (void)
   tcase_add_test (tc, test_feature);
   tcase_add_test (tc, test_threads);
   suite_add_tcase (s, tc);
-  sr = srunner_create (s);
-  srunner_run_all (sr, CK_NORMAL);
-  failed = srunner_ntests_failed (sr);
-  srunner_free (sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return s;
 }

@@ -35,14 +35,13 @@ start_nbdkit listed --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
   delay-ms=300 statefile="$tmp/listed.state" throttle-capacity=1M \
   export=a export=b throttle-control="$ctl"
 listed=$pid
-for i in $(seq 50); do [ -S "$ctl" ] && break; sleep 0.1; done
+wait_for_socket "$ctl" "$pid" || fail "no control socket at $ctl"
 # The backend's peak is checked even when a check here failed.
 rc=0
-$PY - "$tmp/listed.sock" "$ctl" "$srcdir" <<'EOF' || rc=$?
-import importlib, sys, threading, time
+$PY - "$tmp/listed.sock" "$ctl" <<'EOF' || rc=$?
+import sys, threading, time
 import nbd
-sys.path.insert(0, sys.argv[-1])
-cc = importlib.import_module("control-client")
+import throttle_control as cc
 sock, ctl = sys.argv[1], cc.Control(sys.argv[2])
 failed = []
 
@@ -178,13 +177,12 @@ start_nbdkit names --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
   delay-ms=100 statefile="$tmp/names.state" throttle-capacity=256K \
   throttle-reserve=0 throttle-control="$ctl"
 names=$pid
-for i in $(seq 50); do [ -S "$ctl" ] && break; sleep 0.1; done
+wait_for_socket "$ctl" "$pid" || fail "no control socket at $ctl"
 
-$PY - "$tmp/names.sock" "$ctl" "$names" "$srcdir" <<'EOF' || fail "invented names"
-import importlib, json, os, sys, threading, time
+$PY - "$tmp/names.sock" "$ctl" "$names" <<'EOF' || fail "invented names"
+import json, os, sys, threading, time
 import nbd
-sys.path.insert(0, sys.argv[4])
-cc = importlib.import_module("control-client")
+import throttle_control as cc
 sock, ctl_path, pid = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
 def fail(msg):
@@ -297,12 +295,11 @@ truncate -s 1M "$tmp/dir/f1" "$tmp/dir/f2"
 start_nbdkit dir --filter="$THROTTLE_FILTER" file dir="$tmp/dir" \
   throttle-capacity=256K throttle-control="$ctl"
 dir=$pid
-for i in $(seq 50); do [ -S "$ctl" ] && break; sleep 0.1; done
-$PY - "$tmp/dir.sock" "$ctl" "$tmp/dir" "$srcdir" <<'EOF' || fail "file dir="
-import importlib, os, sys
+wait_for_socket "$ctl" "$pid" || fail "no control socket at $ctl"
+$PY - "$tmp/dir.sock" "$ctl" "$tmp/dir" <<'EOF' || fail "file dir="
+import os, sys
 import nbd
-sys.path.insert(0, sys.argv[-1])
-cc = importlib.import_module("control-client")
+import throttle_control as cc
 sock, ctl, d = sys.argv[1], cc.Control(sys.argv[2]), sys.argv[3]
 
 def fail(msg):
@@ -356,12 +353,11 @@ stop_nbdkit $dir
 start_nbdkit many --threads=1 --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
   delay-ms=0 throttle-control="$ctl" throttle-stats-interval=0.3
 many=$pid
-for i in $(seq 50); do [ -S "$ctl" ] && break; sleep 0.1; done
+wait_for_socket "$ctl" "$pid" || fail "no control socket at $ctl"
 hold_exports "$tmp/many.sock" many $(seq -f 'n%g' 0 149)
-$PY - "$ctl" "$srcdir" <<'EOF' || fail "paged stats"
-import importlib, sys
-sys.path.insert(0, sys.argv[-1])
-cc = importlib.import_module("control-client")
+$PY - "$ctl" <<'EOF' || fail "paged stats"
+import sys
+import throttle_control as cc
 ctl = cc.Control(sys.argv[1])
 
 def fail(msg):

@@ -24,18 +24,14 @@ requires_file "$THROTTLE_FILTER"
 requires "$NBDKIT" eval --version
 requires "$PY" -c 'import nbd'
 
-can_io_flusher=no
-"$PY" -c 'import ctypes, sys
-sys.exit(ctypes.CDLL(None, use_errno=True).prctl(57, 1, 0, 0, 0) != 0)' \
-    2>/dev/null && can_io_flusher=yes
-can_oom=no
-sh -c 'echo -1000 > /proc/self/oom_score_adj' 2>/dev/null && can_oom=yes
-can_rt=no
-[ "$(cat /proc/sys/kernel/sched_rt_runtime_us)" != -1 ] &&
-    chrt -f 1 true 2>/dev/null && can_rt=yes
+requires_root "nbdkit's threads must be allowed SCHED_FIFO"
+
+can_io_flusher=$(yes_no probe_io_flusher)
+can_oom=$(yes_no probe_oom_protect)
+can_rt=$(yes_no probe_rt)
 echo "this machine: PR_SET_IO_FLUSHER $can_io_flusher, oom_score_adj -1000 $can_oom, SCHED_FIFO $can_rt"
 [ $can_rt = yes ] ||
-    fail "SCHED_FIFO is refused here: the test needs root (or CAP_SYS_NICE) and real-time throttling on"
+    fail "SCHED_FIFO is refused here although root: real-time throttling must be on"
 
 # nbdkit starts with oom_score_adj raised by one (raising needs no
 # privilege), so a child restored to a constant 0 would be caught.

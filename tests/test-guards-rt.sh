@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Who may make nbdkit's threads real-time, and that they turn back (see
-# REAL-TIME PRIORITY in nbdkit-throttle-filter(1)):
+# REAL-TIME PRIORITY in nbdkit-throttle-design(1)):
 # - a client of root named nbd-client makes every thread SCHED_FIFO at
 #   once, before its first request; once it has gone they stay so for
 #   throttle-rt-hold, not less, and then every thread is SCHED_OTHER;
@@ -24,9 +24,8 @@
 requires_file "$THROTTLE_FILTER"
 requires "$PY" -c 'import nbd'
 requires setpriv --version
-[ "$(id -u)" = 0 ] || fail "the test needs root (clients of other uids, cgroups)"
-[ "$(cat /proc/sys/kernel/sched_rt_runtime_us)" != -1 ] &&
-    chrt -f 1 true 2>/dev/null ||
+requires_root "clients of other uids, cgroups, SCHED_FIFO"
+probe_rt ||
     fail "SCHED_FIFO is refused here: the test needs CAP_SYS_NICE and real-time throttling on"
 [ -e /proc/pressure/memory ] ||
     fail "no /proc/pressure/memory (a kernel without PSI, or psi=0): boot with PSI"
@@ -148,6 +147,12 @@ expect ()
   }
 }
 
+# guards_set SOCK LOG: nbdkit serves SOCK and has logged its guards.
+guards_set ()
+{
+  [ -S "$1" ] && grep -q 'throttle: guards: io-flusher' "$2"
+}
+
 # start NAME [--as-nobody] ARGS...: nbdkit on $pub/NAME.sock (mode 0666:
 # any local user may connect), logging to $tmp/NAME.log; sets $pid,
 # $uri, $log, $ctl (its control socket) and $idle (its thread count).
@@ -196,12 +201,12 @@ start ()
   pid=$!
   _pids+=("$pid")
   # The guards are set in after_fork, after the socket exists.
-  for _ in $(seq 100); do
-    grep -q 'throttle: guards: io-flusher' "$log" && [ -S "$sock" ] && break
-    kill -0 $pid 2>/dev/null || { cat "$log"; fail "nbdkit $name exited"; }
-    sleep 0.1
-  done
-  grep -q 'throttle: guards: io-flusher' "$log" || { cat "$log"; fail "nbdkit $name: no guards line in 10 s"; }
+  local r=0
+  wait_until 10 "$pid" guards_set "$sock" "$log" || r=$?
+  case $r in
+    1) cat "$log"; fail "nbdkit $name exited" ;;
+    2) cat "$log"; fail "nbdkit $name: no guards line in 10 s" ;;
+  esac
   chmod 666 "$sock"
   uri="nbd+unix:///?socket=$sock"
   idle=$(ls /proc/$pid/task | wc -l)
@@ -237,14 +242,15 @@ release_client ()
   wait "$CLIENT_PID" 2>/dev/null || :
 }
 
-ctl_send ()
+# rt_ctl LINE...: the current server's control socket.
+rt_ctl ()
 {
-  "$PY" "$srcdir/control-client.py" send "$ctl" "$@"
+  ctl_send "$ctl" "$@"
 }
 # rt_field FIELD: a member of the stats' "rt" object, as JSON.
 rt_field ()
 {
-  ctl_send stats | "$PY" -c 'import json, sys; print(json.dumps(json.loads(sys.stdin.readline())["rt"][sys.argv[1]]))' "$1"
+  rt_ctl stats | "$PY" -c 'import json, sys; print(json.dumps(json.loads(sys.stdin.readline())["rt"][sys.argv[1]]))' "$1"
 }
 
 # wait_log PATTERN SECS: until the log has a line matching PATTERN.
@@ -341,7 +347,7 @@ MIN=2 expect 1 $(policies_now)
 release_client
 rc=0; "$THROTTLE_CTL" "$ctl" set rt maybe 2>/dev/null || rc=$?
 [ $rc = 2 ] || fail "throttle-ctl set rt maybe: exit $rc, not 2"
-ctl_send "set rt maybe" | grep -q 'set rt: bad mode \\"maybe\\": expected on, off or auto' ||
+rt_ctl "set rt maybe" | grep -q 'set rt: bad mode \\"maybe\\": expected on, off or auto' ||
   fail "set rt maybe: no error naming the mode"
 echo "set rt on, off, auto: done; bad modes refused"
 stop_nbdkit $pid
@@ -391,7 +397,7 @@ what="off"
 connect root "$pub/nbd-client"
 expect 0 $pols
 grep 'guards: real-time on:' "$log" && fail "off: real-time on"
-ctl_send "set rt on" | grep -q 'this server cannot be real-time' ||
+rt_ctl "set rt on" | grep -q 'this server cannot be real-time' ||
   fail "off: set rt on not refused"
 stop_nbdkit $pid
 echo "off: nbd-client: all threads SCHED_OTHER; set rt on refused"

@@ -19,7 +19,8 @@ requires $PY -c 'import nbd'
 cap=262144
 hc="$PY $srcdir/hostile-client.py"
 start_nbdkit hostile --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
-  delay-ms=300 statefile="$tmp/hostile.state" throttle-capacity=$cap \
+  delay-ms=300 gate="$tmp/gate" statefile="$tmp/hostile.state" \
+  throttle-capacity=$cap \
   throttle-control="$tmp/hostile.ctl"
 srv=$pid
 sock=$tmp/hostile.sock
@@ -57,18 +58,23 @@ other_client "partial requests"
 echo "1. two connections dropped mid-request; another client's writes completed"
 
 # 2. Dropped while waiting for credit: a 256K write holds the whole
-# capacity for 300 ms; three raw clients each send one 64K write, which
-# must wait, and close at once.
+# capacity (the backend holds it while $tmp/gate exists); three raw
+# clients each send one 64K write, which must wait, and close at once.
+# The control socket shows the three waiting before the holder's write
+# is let go.
+touch "$tmp/gate"
 $PY "$srcdir/client.py" "$uri" --conns 1 --depth 1 --size $cap --count 3 \
   --timeout 20 >/dev/null &
 holder=$!
-sleep 0.2
+wait_stat in_flight $cap 10 || fail "the holder's write did not take the whole capacity"
 vanished=()
 for i in 1 2 3; do
   $hc vanish "$sock" 65536 >/dev/null &
   vanished+=($!)
 done
 wait "${vanished[@]}"
+wait_stat waiters 3 10 || fail "the dropped clients' writes did not wait for credit"
+rm "$tmp/gate"
 other_client "clients dropped while waiting"
 wait $holder || fail "the holder's writes failed"
 wait_stat in_flight 0 10 || fail "credit did not come back after the dropped waiters"

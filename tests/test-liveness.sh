@@ -28,9 +28,7 @@ ctl=$tmp/ctl.sock
 
 wait_ctl ()
 {
-  local i
-  for i in $(seq 100); do [ -S "$ctl" ] && return 0; sleep 0.1; done
-  fail "no control socket at $ctl"
+  wait_for_socket "$ctl" "$pid" || fail "no control socket at $ctl"
 }
 
 # run_client ARGS...: liveness.py, turned into a failure if it hangs.
@@ -136,7 +134,7 @@ EOF
 expect_ctl ()
 {
   local pattern=$1 r; shift
-  r=$($PY "$srcdir/control-client.py" send "$ctl" "$@")
+  r=$(ctl_send "$ctl" "$@")
   echo "$* -> $r"
   echo "$r" | grep -q -- "$pattern" || fail "$*: expected '$pattern'"
 }

@@ -36,6 +36,7 @@ requires_file "$THROTTLE_FILTER"
 requires "$PY" -c 'import nbd'
 requires qemu-io --version
 requires "$NBDKIT" --filter=delay null --version
+requires_root "mlockall of all nbdkit's memory"
 
 sanitized=no
 case "${SANITIZERS:-no}" in no|"") ;; *) sanitized=yes ;; esac
@@ -45,10 +46,8 @@ start_nbdkit mem --filter="$THROTTLE_FILTER" --filter=delay \
 [ -n "$pid" ] || fail "no nbdkit pid"
 # The socket exists before the filter's after_fork grows the reserve:
 # measure after its debug line.
-for i in $(seq 50); do
-  grep -q 'throttle: guards: io-flusher' "$tmp/mem.log" && break
-  sleep 0.1
-done
+wait_until 5 "$pid" grep -q 'throttle: guards: io-flusher' "$tmp/mem.log" ||
+  fail "no guards line in nbdkit's log"
 
 status () { awk -v k="$1:" '$1 == k { print $2 }' "/proc/$pid/status"; }
 rss0=$(status VmRSS) lck0=$(status VmLck)

@@ -22,6 +22,7 @@
 #include <check.h>
 
 #include "throttle-mempool.h"
+#include "check-main.h"
 
 static void
 sleep_ms (unsigned ms)
@@ -644,14 +645,12 @@ START_TEST (test_prefaulted_under_onfault)
 }
 END_TEST
 
-int
-main (void)
+Suite *
+throttle_test_suite (void)
 {
   Suite *s = suite_create ("mempool");
   TCase *tc = tcase_create ("core");
-  SRunner *sr;
   const char *why = NULL;
-  int failed;
 
   tcase_set_timeout (tc, 120);
   tcase_add_test (tc, test_bad_args);
@@ -677,10 +676,5 @@ main (void)
     printf ("SKIP: test_locked, test_lock_failure, test_relock_after_fork: "
             "%s\n", why);
   suite_add_tcase (s, tc);
-
-  sr = srunner_create (s);
-  srunner_run_all (sr, CK_NORMAL);
-  failed = srunner_ntests_failed (sr);
-  srunner_free (sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return s;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "throttle-metric.h"
+#include "check-main.h"
 
 static uint64_t
 cost (throttle_metric_fn *fn, enum throttle_op op, uint32_t count,
@@ -136,13 +137,11 @@ START_TEST (test_load_user)
 }
 END_TEST
 
-int
-main (void)
+Suite *
+throttle_test_suite (void)
 {
   Suite *s = suite_create ("metric");
   TCase *tc = tcase_create ("core");
-  SRunner *sr;
-  int failed;
 
   tcase_add_test (tc, test_bytes);
   tcase_add_test (tc, test_pages);
@@ -152,9 +151,5 @@ main (void)
   tcase_add_test (tc, test_load_errors);
   tcase_add_test (tc, test_load_user);
   suite_add_tcase (s, tc);
-  sr = srunner_create (s);
-  srunner_run_all (sr, CK_NORMAL);
-  failed = srunner_ntests_failed (sr);
-  srunner_free (sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return s;
 }

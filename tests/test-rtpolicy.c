@@ -11,6 +11,7 @@
 #include <check.h>
 
 #include "throttle-rtpolicy.h"
+#include "check-main.h"
 
 #define S 1000000000ULL
 
@@ -188,13 +189,11 @@ START_TEST (test_tcp_table)
 }
 END_TEST
 
-int
-main (void)
+Suite *
+throttle_test_suite (void)
 {
   Suite *s = suite_create ("rtpolicy");
   TCase *tc = tcase_create ("core");
-  SRunner *sr;
-  int failed;
 
   tcase_add_test (tc, test_classify);
   tcase_add_test (tc, test_kernel_client_and_hold);
@@ -203,9 +202,5 @@ main (void)
   tcase_add_test (tc, test_modes);
   tcase_add_test (tc, test_tcp_table);
   suite_add_tcase (s, tc);
-  sr = srunner_create (s);
-  srunner_run_all (sr, CK_NORMAL);
-  failed = srunner_ntests_failed (sr);
-  srunner_free (sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return s;
 }

@@ -95,9 +95,9 @@ for server in "" 2M; do
     delay-ms=20 export=a export=b statefile="$tmp/bound.state" \
     throttle-capacity=1M throttle-rt=off throttle-control="$ctl" \
     ${server:+throttle-server-capacity=$server}
-  for i in $(seq 100); do [ -S "$ctl" ] && break; sleep 0.1; done
+  wait_for_socket "$ctl" "$pid" || fail "no control socket at $ctl"
   load "$tmp/bound.sock"
-  $PY "$srcdir/control-client.py" send "$ctl" stats >"$tmp/stats.json"
+  ctl_send "$ctl" stats >"$tmp/stats.json"
   "$THROTTLE_CTL" "$ctl" stats >"$tmp/table" || fail "throttle-ctl stats failed"
   cat "$tmp/table"
   stop_nbdkit $pid
@@ -129,11 +129,11 @@ rm -f "$ctl"
 start_nbdkit live --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" delay-ms=1 \
   export=a throttle-capacity=1M throttle-server-capacity=2M throttle-rt=off \
   throttle-control="$ctl"
-for i in $(seq 100); do [ -S "$ctl" ] && break; sleep 0.1; done
+wait_for_socket "$ctl" "$pid" || fail "no control socket at $ctl"
 expect_ctl ()
 {
   local pattern=$1 r; shift
-  r=$($PY "$srcdir/control-client.py" send "$ctl" "$@")
+  r=$(ctl_send "$ctl" "$@")
   echo "$* -> $r"
   echo "$r" | grep -q -- "$pattern" || fail "$*: expected '$pattern'"
 }
@@ -180,7 +180,7 @@ stop_nbdkit $pid
 rm -f "$ctl"
 start_nbdkit follow --filter="$THROTTLE_FILTER" memory 16M \
   throttle-capacity=1M throttle-rt=off throttle-control="$ctl"
-for i in $(seq 100); do [ -S "$ctl" ] && break; sleep 0.1; done
+wait_for_socket "$ctl" "$pid" || fail "no control socket at $ctl"
 expect_ctl '"server":{"capacity":1048576,' stats
 expect_ctl '"ok":true,"export":"","capacity":67108864,"previous":1048576' \
   'set capacity "" 64M'

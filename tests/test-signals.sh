@@ -160,7 +160,7 @@ for sig in TERM INT; do
   done
 done
 
-# An abort (nbdkit 1.32 can abort by itself, see BUGS in the man page)
+# An abort (nbdkit 1.32 can abort by itself, see BUGS in nbdkit-throttle-design(1))
 # skips every cleanup; the filter's SIGABRT handler waits for the
 # writers before the process dies.  Three runs.  The abort is raised in
 # one thread, as abort() does: nbdkit's main thread, waiting for

@@ -88,6 +88,7 @@
 #include "throttle-admit.h"
 #include "throttle-budget.h"
 #include "throttle-metric.h"
+#include "check-main.h"
 
 #define MAX_EXPORTS 3
 #define MAX_REQS 48
@@ -1008,8 +1009,8 @@ START_TEST (test_schedules)
 }
 END_TEST
 
-static Suite *
-sim_suite (void)
+Suite *
+throttle_test_suite (void)
 {
   Suite *s = suite_create ("sim");
   TCase *tc = tcase_create ("core");
@@ -1021,16 +1022,4 @@ sim_suite (void)
   tcase_add_test (tc, test_schedules);
   suite_add_tcase (s, tc);
   return s;
-}
-
-int
-main (void)
-{
-  SRunner *sr = srunner_create (sim_suite ());
-  int failed;
-
-  srunner_run_all (sr, CK_NORMAL);
-  failed = srunner_ntests_failed (sr);
-  srunner_free (sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

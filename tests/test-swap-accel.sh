@@ -9,7 +9,7 @@
 . "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 . "$srcdir/swap/common.sh"
 
-[ "$(id -u)" = 0 ] || fail "needs root (mknod for the stand-in device)"
+requires_root "mknod for the stand-in device"
 # Traversable: a case runs as nobody.
 chmod 711 "$tmp"
 mknod "$tmp/kvm" c 1 3

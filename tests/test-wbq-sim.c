@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #include "throttle-wbq.h"
+#include "check-main.h"
 
 #define DISK (32 * 1024)
 #define MAX_W 64              /* writes in the model at once */
@@ -690,20 +691,14 @@ START_TEST (test_schedules)
 }
 END_TEST
 
-int
-main (void)
+Suite *
+throttle_test_suite (void)
 {
   Suite *su = suite_create ("wbq-sim");
   TCase *tc = tcase_create ("core");
-  SRunner *sr;
-  int failed;
 
   tcase_set_timeout (tc, 120);
   tcase_add_test (tc, test_schedules);
   suite_add_tcase (su, tc);
-  sr = srunner_create (su);
-  srunner_run_all (sr, CK_NORMAL);
-  failed = srunner_ntests_failed (sr);
-  srunner_free (sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return su;
 }

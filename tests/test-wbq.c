@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "throttle-wbq.h"
+#include "check-main.h"
 
 static void
 msleep (unsigned ms)
@@ -987,8 +988,8 @@ START_TEST (test_hammer)
 }
 END_TEST
 
-static Suite *
-wbq_suite (void)
+Suite *
+throttle_test_suite (void)
 {
   Suite *s = suite_create ("wbq");
   TCase *tc = tcase_create ("core");
@@ -1010,16 +1011,4 @@ wbq_suite (void)
   tcase_add_test (tc, test_hammer);
   suite_add_tcase (s, tc);
   return s;
-}
-
-int
-main (void)
-{
-  SRunner *sr = srunner_create (wbq_suite ());
-  int failed;
-
-  srunner_run_all (sr, CK_NORMAL);
-  failed = srunner_ntests_failed (sr);
-  srunner_free (sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -10,6 +10,7 @@
 #include <check.h>
 
 #include "throttle-wbsize.h"
+#include "check-main.h"
 
 /* Under parallel, a full pool must drain at least as fast as one
  * writethrough connection writes: as many writers as nbdkit's request
@@ -96,8 +97,8 @@ START_TEST (test_bounce)
 }
 END_TEST
 
-static Suite *
-wbsize_suite (void)
+Suite *
+throttle_test_suite (void)
 {
   Suite *s = suite_create ("wbsize");
   TCase *tc = tcase_create ("core");
@@ -108,16 +109,4 @@ wbsize_suite (void)
   tcase_add_test (tc, test_bounce);
   suite_add_tcase (s, tc);
   return s;
-}
-
-int
-main (void)
-{
-  SRunner *sr = srunner_create (wbsize_suite ());
-  int failed;
-
-  srunner_run_all (sr, CK_NORMAL);
-  failed = srunner_ntests_failed (sr);
-  srunner_free (sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

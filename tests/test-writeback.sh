@@ -1,81 +1,49 @@
 #!/usr/bin/env bash
 # throttle-mode=writeback against a real nbdkit: each promise of
-# "WRITEBACK MODE" in nbdkit-throttle-filter(1) is asserted here, with
+# "WRITEBACK MODE" in nbdkit-throttle-design(1) is asserted here, with
 # nbdkit's delay, pause and error filters below the throttle to make
 # the backend slow, stopped or failing, and the file plugin so that the
 # test can look at what the backend really has.
 
-set -e
-set -o pipefail
+. "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 
-: "${NBDKIT:=nbdkit}"
-PY=/usr/bin/python3          # has the nbd module; a pyenv python may not
-srcdir="${abs_srcdir:-$(cd "$(dirname "$0")" && pwd)}"
 check="$srcdir/writeback-check.py"
-filter="${THROTTLE_FILTER:-}"
+filter=$THROTTLE_FILTER
 
-fail () { echo "$0: FAIL: $*" >&2; exit 1; }
-skip () { echo "$0: SKIP: $*"; exit 77; }
-
-[ -n "$filter" ] && [ -e "$filter" ] ||
-  skip "THROTTLE_FILTER (the built filter) is not set or not built"
-"$NBDKIT" --version >/dev/null 2>&1 || skip "no nbdkit"
-$PY -c 'import nbd' 2>/dev/null || skip "$PY has no nbd module (python3-libnbd)"
+requires_file "$filter"
+requires "$NBDKIT" --version
+requires $PY -c 'import nbd'
 for f in delay pause error noparallel; do
-  "$NBDKIT" --filter=$f null --dump-plugin >/dev/null 2>&1 ||
-    skip "nbdkit has no $f filter"
+  requires "$NBDKIT" --filter=$f null --dump-plugin
 done
+requires_writeback
 
-tmp=$(mktemp -d /var/tmp/throttle-wb.XXXXXX)
-pids=()
-cleanup ()
-{
-  local p
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || :; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-# start NAME ARGS...: nbdkit in the foreground of a background job,
-# serving $tmp/NAME.sock; sets $pid and $sock.
+# start NAME ARGS...: start_nbdkit, and $sock for writeback-check.py.
 start ()
 {
-  local name=$1 i; shift
-  sock=$tmp/$name.sock
-  rm -f "$sock"
-  "$NBDKIT" -f -v -U "$sock" "$@" >"$tmp/$name.log" 2>&1 &
-  pid=$!
-  pids+=("$pid")
-  for i in $(seq 100); do
-    [ -S "$sock" ] && return 0
-    kill -0 "$pid" 2>/dev/null || { cat "$tmp/$name.log"; fail "$name: nbdkit did not start"; }
-    sleep 0.1
-  done
-  fail "$name: no socket after 10 s"
+  start_nbdkit "$@"
+  sock=$tmp/$1.sock
 }
 
-# stop PID [SECS]: SIGTERM, and fail unless it exits within SECS.
+# stop PID: SIGTERM, and fail unless it exits within 10 s.
 stop ()
 {
-  kill -TERM "$1" 2>/dev/null || :
-  wait_exit "$@"
-}
-
-wait_exit ()
-{
-  local p=$1 secs=${2:-10} i
-  for i in $(seq $((secs * 10))); do
-    kill -0 "$p" 2>/dev/null || { wait "$p" 2>/dev/null || :; return 0; }
-    sleep 0.1
-  done
-  fail "nbdkit $p still running $secs s after SIGTERM"
+  stop_nbdkit "$1" 10
 }
 
 run () { echo "+ $*"; "$PY" "$check" "$@"; }
 
 newdisk () { rm -f "$1"; truncate -s 64M "$1"; }
 
-# TEST_WRITEBACK_ONLY="order flush" runs only those sections.
+# TEST_WRITEBACK_ONLY="order flush" runs only those sections; a name
+# that is no section fails, rather than running nothing and passing.
+sections="parameters latency overlay order zero trim flush fua errors extents named budget hammer drain"
+for s in ${TEST_WRITEBACK_ONLY:-}; do
+  case " $sections " in
+    *" $s "*) ;;
+    *) fail "TEST_WRITEBACK_ONLY: no section '$s' (the sections: $sections)" ;;
+  esac
+done
 section ()
 {
   case " ${TEST_WRITEBACK_ONLY:-$1} " in

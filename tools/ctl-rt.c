@@ -1,6 +1,6 @@
 /* throttle-ctl: the server's real-time mode (the "rt" member of the
  * stats and of the reply to "set rt"; see REAL-TIME PRIORITY in
- * nbdkit-throttle-filter(1)).
+ * nbdkit-throttle-design(1)).
  */
 
 #include <config.h>

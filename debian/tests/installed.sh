@@ -17,6 +17,7 @@ for f in /usr/bin/throttle-ctl /usr/bin/throttle-load \
          /usr/include/nbdkit-throttle-metric.h \
          /usr/share/man/man1/throttle-ctl.1.gz \
          /usr/share/man/man1/nbdkit-throttle-filter.1.gz \
+         /usr/share/man/man1/nbdkit-throttle-design.1.gz \
          /usr/share/man/man1/nbdkit-throttle-disk-plugin.1.gz \
          "$(nbdkit --dump-config | sed -n 's/^filterdir=//p')/nbdkit-throttle-filter.so" \
          "$(nbdkit --dump-config | sed -n 's/^plugindir=//p')/nbdkit-throttle-disk-plugin.so"; do

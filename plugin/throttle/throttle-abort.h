@@ -10,8 +10,9 @@
 /* Returns -1 after nbdkit_error. */
 extern int throttle_abort_install (void);
 extern void throttle_abort_uninstall (void);
-/* Called from throttle-writeback.c whenever an acknowledged write is
- * queued (+1) or is on the backend or has failed (-1).
+/* Called from the write-behind modules (throttle-writeback*.c)
+ * whenever an acknowledged write is queued (+1) or is on the backend
+ * or has failed (-1).
  */
 extern void throttle_abort_pending (long delta);
 /* Called before a write is acknowledged into the pool: once an abort

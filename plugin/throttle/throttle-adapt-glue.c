@@ -39,14 +39,11 @@
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
+#include "throttle-lock.h"
 #include "throttle-parse.h"
 #include "throttle-writeback.h"
 
-/* Lock order: an export's ae->lock is taken after the export
- * registry's lock (throttle-export.c) and before its budget's lock:
- * the controller reads the budget's stats and sets its capacity with
- * ae->lock held, and the budget calls nothing back.
- */
+/* Lock order (ae->lock, clock_lock): HACKING.md, "Locks". */
 
 /* As blk-wbt's default window. */
 #define WINDOW_NS (100 * 1000000ULL)
@@ -61,11 +58,9 @@ static const char *config_floor_text;   /* as given, for its errors */
 static bool said_reads_charged;
 
 /* The clock thread.  Lock rule: clock_lock guards the four fields
- * below; it is taken after an export's ae->lock (a target turned on
- * or off counts itself) and never held while the clock walks the
- * exports, so it is last in the filter's lock order.
+ * below; a leaf, never held while the clock walks the exports.
  */
-static pthread_mutex_t clock_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t clock_lock = THROTTLE_LOCK_INITIALIZER;
 static pthread_cond_t clock_cond;       /* CLOCK_MONOTONIC */
 static pthread_t clock_thread;
 static bool clock_started, clock_stop;
@@ -74,8 +69,8 @@ static unsigned targets_on;             /* exports with a target */
 struct throttle_adapt_export {
   /* Lock rule: 'lock' guards every field below but 'target_ns', and is
    * taken by the request threads at each completion (only while a
-   * target is set) and by the control thread.  It is taken before the
-   * budget's lock, never after: the budget calls nothing outside it.
+   * target is set), by the clock and by the control thread; the
+   * budget's lock and clock_lock nest inside it.
    */
   pthread_mutex_t lock;
   struct throttle_budget *budget;
@@ -225,10 +220,10 @@ throttle_adapt_config_complete (void)
 static void
 count_target (int d)
 {
-  pthread_mutex_lock (&clock_lock);
+  throttle_lock (&clock_lock);
   targets_on += d;
   pthread_cond_signal (&clock_cond);
-  pthread_mutex_unlock (&clock_lock);
+  throttle_unlock (&clock_lock);
 }
 
 /* Called with ae->lock held: start a controller at the ceiling. */
@@ -237,6 +232,7 @@ start_locked (struct throttle_adapt_export *ae, uint64_t target_ns)
 {
   struct throttle_stats s;
 
+  throttle_lock_assert_held (&ae->lock);
   throttle_adapt_init (&ae->ctl, ae->floor, ae->ceiling, target_ns,
                        WINDOW_NS, ae->ceiling, throttle_now_ns ());
   throttle_budget_get_stats (ae->budget, &s);
@@ -258,14 +254,14 @@ adapt_attach (struct throttle_export *exp)
 
   if (ae == NULL)
     return NULL;
-  pthread_mutex_init (&ae->lock, NULL);
+  throttle_lock_init (&ae->lock);
   ae->budget = budget;
   ae->floor = config_floor ? config_floor : 1;
   ae->ceiling = capacity;
   if (config_target_ns && ae->floor <= ae->ceiling) {
-    pthread_mutex_lock (&ae->lock);
+    throttle_lock (&ae->lock);
     start_locked (ae, config_target_ns);
-    pthread_mutex_unlock (&ae->lock);
+    throttle_unlock (&ae->lock);
   }
   return ae;
 }
@@ -313,7 +309,7 @@ throttle_adapt_done (struct throttle_export *exp, uint64_t start,
   if (start == 0 || r == -1)
     return;
 
-  pthread_mutex_lock (&ae->lock);
+  throttle_lock (&ae->lock);
   /* Read under the lock, so that the controller sees time go forward. */
   now = throttle_now_ns ();
   /* The target may have been turned off, or changed, since start:
@@ -345,7 +341,7 @@ throttle_adapt_done (struct throttle_export *exp, uint64_t start,
       target = ae->target_ns;
     }
   }
-  pthread_mutex_unlock (&ae->lock);
+  throttle_unlock (&ae->lock);
 
   /* Said at the first window, not at the start: real-time request
    * threads, set up in .get_ready, are what charge reads by default.
@@ -382,7 +378,7 @@ tick_export (struct throttle_export *exp, void *opaque)
 
   if (ae == NULL || __atomic_load_n (&ae->target_ns, __ATOMIC_RELAXED) == 0)
     return;
-  pthread_mutex_lock (&ae->lock);
+  throttle_lock (&ae->lock);
   if (ae->target_ns) {
     uint64_t window = ae->ctl.window_start_ns;
     struct throttle_stats s;
@@ -405,7 +401,7 @@ tick_export (struct throttle_export *exp, void *opaque)
         ae->steps_up++;
     }
   }
-  pthread_mutex_unlock (&ae->lock);
+  throttle_unlock (&ae->lock);
 
   if (step != THROTTLE_ADAPT_NONE && throttle_debug_adapt)
     nbdkit_debug ("throttle: adapt: export \"%s\": capacity %" PRIu64
@@ -421,7 +417,7 @@ clock_main (void *arg)
   uint64_t next = 0;
 
   throttle_guards_thread_enter ();
-  pthread_mutex_lock (&clock_lock);
+  throttle_lock (&clock_lock);
   while (!clock_stop) {
     uint64_t now;
 
@@ -437,12 +433,12 @@ clock_main (void *arg)
       pthread_cond_timedwait (&clock_cond, &clock_lock, &ts);
       continue;
     }
-    pthread_mutex_unlock (&clock_lock);
+    throttle_unlock (&clock_lock);
     throttle_export_foreach (tick_export, NULL);
-    pthread_mutex_lock (&clock_lock);
+    throttle_lock (&clock_lock);
     next = now + TICK_NS;
   }
-  pthread_mutex_unlock (&clock_lock);
+  throttle_unlock (&clock_lock);
   return NULL;
 }
 
@@ -454,7 +450,7 @@ start_clock (char *err, size_t errlen)
 {
   int r = 0;
 
-  pthread_mutex_lock (&clock_lock);
+  throttle_lock (&clock_lock);
   if (!clock_started) {
     r = pthread_create (&clock_thread, NULL, clock_main, NULL);
     if (r != 0)
@@ -463,7 +459,7 @@ start_clock (char *err, size_t errlen)
     else
       clock_started = true;
   }
-  pthread_mutex_unlock (&clock_lock);
+  throttle_unlock (&clock_lock);
   return r == 0 ? 0 : -1;
 }
 
@@ -486,11 +482,11 @@ throttle_adapt_cleanup (void)
 {
   bool started;
 
-  pthread_mutex_lock (&clock_lock);
+  throttle_lock (&clock_lock);
   started = clock_started;
   clock_stop = true;
   pthread_cond_signal (&clock_cond);
-  pthread_mutex_unlock (&clock_lock);
+  throttle_unlock (&clock_lock);
   if (started)
     pthread_join (clock_thread, NULL);
   clock_started = false;
@@ -512,10 +508,10 @@ throttle_adapt_export_set_target (struct throttle_export *exp,
     return -1;
   }
 
-  pthread_mutex_lock (&ae->lock);
+  throttle_lock (&ae->lock);
   *previous = ae->target_ns;
   if (ns && ae->floor > ae->ceiling) {
-    pthread_mutex_unlock (&ae->lock);
+    throttle_unlock (&ae->lock);
     snprintf (err, errlen, "cannot set a latency-target: the capacity %"
               PRIu64 " is below throttle-min-capacity=%" PRIu64
               ": raise it first with set capacity", ae->ceiling, ae->floor);
@@ -531,7 +527,7 @@ throttle_adapt_export_set_target (struct throttle_export *exp,
   else if (ae->target_ns == 0) {
     /* The first target set live: the clock was not needed before. */
     if (start_clock (err, errlen) == -1) {
-      pthread_mutex_unlock (&ae->lock);
+      throttle_unlock (&ae->lock);
       return -1;
     }
     start_locked (ae, ns);
@@ -540,7 +536,7 @@ throttle_adapt_export_set_target (struct throttle_export *exp,
     throttle_adapt_set_target (&ae->ctl, ns, throttle_now_ns ());
     __atomic_store_n (&ae->target_ns, ns, __ATOMIC_RELAXED);
   }
-  pthread_mutex_unlock (&ae->lock);
+  throttle_unlock (&ae->lock);
   return 0;
 }
 
@@ -551,12 +547,12 @@ throttle_adapt_export_set_ceiling (struct throttle_export *exp,
 {
   struct throttle_adapt_export *ae = adapt_of (exp);
 
-  pthread_mutex_lock (&ae->lock);
+  throttle_lock (&ae->lock);
   *previous = ae->ceiling;
   if (ae->target_ns) {
     if (throttle_adapt_set_ceiling (&ae->ctl, ceiling,
                                     throttle_now_ns ()) == -1) {
-      pthread_mutex_unlock (&ae->lock);
+      throttle_unlock (&ae->lock);
       snprintf (err, errlen, "capacity %" PRIu64 " is below "
                 "throttle-min-capacity=%" PRIu64 ", the floor of the "
                 "latency target (set latency-target EXPORT off first)",
@@ -568,7 +564,7 @@ throttle_adapt_export_set_ceiling (struct throttle_export *exp,
   else
     throttle_budget_set_capacity (ae->budget, ceiling);
   ae->ceiling = ceiling;
-  pthread_mutex_unlock (&ae->lock);
+  throttle_unlock (&ae->lock);
   return 0;
 }
 
@@ -578,9 +574,9 @@ throttle_adapt_export_ceiling (struct throttle_export *exp)
   struct throttle_adapt_export *ae = adapt_of (exp);
   uint64_t ceiling;
 
-  pthread_mutex_lock (&ae->lock);
+  throttle_lock (&ae->lock);
   ceiling = ae->ceiling;
-  pthread_mutex_unlock (&ae->lock);
+  throttle_unlock (&ae->lock);
   return ceiling;
 }
 
@@ -597,7 +593,7 @@ throttle_adapt_stats_json (struct throttle_export *exp, char *buf, size_t len)
     buf[0] = '\0';
   if (ae == NULL)
     return;
-  pthread_mutex_lock (&ae->lock);
+  throttle_lock (&ae->lock);
   target = ae->target_ns;
   if (target)
     w = ae->ctl.last;
@@ -605,7 +601,7 @@ throttle_adapt_stats_json (struct throttle_export *exp, char *buf, size_t len)
   ceiling = ae->ceiling;
   down = ae->steps_down;
   up = ae->steps_up;
-  pthread_mutex_unlock (&ae->lock);
+  throttle_unlock (&ae->lock);
 
   if (w.judged)
     snprintf (window, sizeof window,

@@ -20,7 +20,9 @@
 #include "throttle-export.h"
 #include "throttle-json.h"
 
-/* Added before the control thread starts, read only by it. */
+/* Added before the control thread starts, read only by it: no lock
+ * (throttle-control-proto.h).
+ */
 static throttle_control_extra_stats_fn extra_stats[THROTTLE_CONTROL_MAX_EXTRA];
 
 void
@@ -36,7 +38,9 @@ throttle_control_add_extra_stats (throttle_control_extra_stats_fn fn)
   abort ();                   /* a new caller: raise the maximum */
 }
 
-/* Added before the control thread starts, read only by it. */
+/* Added before the control thread starts, read only by it: no lock
+ * (throttle-control-proto.h).
+ */
 static const struct throttle_control_setter *setters[THROTTLE_CONTROL_MAX_SETTERS];
 static size_t nr_setters;
 

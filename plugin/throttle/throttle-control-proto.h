@@ -3,9 +3,8 @@
  * CONTROL SOCKET in nbdkit-throttle-filter(1)).  throttle-control.c
  * feeds it lines and sends what it writes.
  *
- * Everything here runs in the control thread, and takes no lock but
- * the export registry's and a budget's, and what the features' stats
- * and set functions take, each for the time of a copy.
+ * Everything here runs in the control thread; the locks it and the
+ * features' stats and set functions take: HACKING.md, "Locks".
  */
 
 #ifndef THROTTLE_CONTROL_PROTO_H
@@ -45,6 +44,14 @@ extern char *throttle_control_stats (struct throttle_export *exp,
 
 /* What features add: the protocol names none of them, so that it
  * depends on nothing but the export registry.
+ *
+ * Who adds, and when: a feature, in nbdkit's main thread, from
+ * .config_complete, .get_ready or .after_fork before
+ * throttle_control_after_fork starts the control thread
+ * (throttle-lifecycle.h), without a lock: only that thread reads the
+ * tables, and starting it publishes them; nothing is added or removed
+ * after.  A setter must have static storage: the table keeps the
+ * pointer until unload.
  */
 
 /* Extra statistics: writeback mode's (pool use, pending writes, the
@@ -56,11 +63,12 @@ extern char *throttle_control_stats (struct throttle_export *exp,
  * trailing comma, e.g.
  *   "pool_used":1048576,"pending_writes":3,"error":null
  * and NUL-terminates them.  Output that does not fit is dropped whole.
- * It must not block: it may run while the export registry is locked.
- * Add before after_fork (e.g. in config_complete); at most
- * THROTTLE_CONTROL_MAX_EXTRA functions.  The thread is
- * stopped by throttle_control_cleanup, so state the function reads may
- * be freed after that.
+ * It must not block, and must not call the registry: it may run with
+ * the registry's lock held (a lock it takes for a copy is ordered
+ * after that one: throttle-export.c).
+ * At most THROTTLE_CONTROL_MAX_EXTRA functions; adding one twice adds
+ * it once.  The thread is stopped by throttle_control_cleanup, so
+ * state the function reads may be freed after that.
  */
 typedef void (*throttle_control_extra_stats_fn) (struct throttle_export *exp,
                                                  char *buf, size_t len);
@@ -70,10 +78,10 @@ extern void throttle_control_add_extra_stats (throttle_control_extra_stats_fn);
 /* A "set" command a feature serves: "set NAME EXPORT VALUE" if
  * per_export, else "set NAME VALUE".  set writes the one reply line,
  * {"ok":true,...} or throttle_control_reply_error's; exp is the named
- * export's budget, held for the call (NULL unless per_export).  It
- * runs in the control thread and must not block.  Add before
- * after_fork; the commands are listed in help and in the usage of a
- * bad set in the order added.
+ * export's budget, held for the call (NULL unless per_export), without
+ * the registry's lock: set may call throttle_export_foreach.  It
+ * runs in the control thread and must not block.  The commands are
+ * listed in help and in the usage of a bad set in the order added.
  */
 struct throttle_control_setter {
   const char *name;             /* "capacity" */

@@ -5,10 +5,12 @@
  * file is the socket, throttle-control-proto.c the commands.  The
  * loop never blocks: sockets are non-blocking, each client has a
  * bounded input line and a bounded output, a client that stops reading
- * is no longer read from and is dropped when idle, and the only locks
- * taken are the export registry's and a budget's, each held for a copy.
- * So no operator's client can stall the data path or the other
- * operators.
+ * is no longer read from and is dropped when idle, and the commands
+ * take only locks that no thread holds across a plugin call or a wait:
+ * the registry's, then per export its adapt lock, its write-behind
+ * queue's and pool's and its budget's, and the server's budget, the
+ * clock's and the real-time lock (HACKING.md, "Locks").  So no
+ * operator's client can stall the data path or the other operators.
  */
 
 #include <config.h>

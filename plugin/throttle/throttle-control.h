@@ -3,8 +3,8 @@
  *
  * Both are served by one thread of their own running a libev loop, so
  * that no operator, however slow or broken his client, can stall the
- * data path: the loop takes locks only for the time of a copy (the
- * locks of the stats and set commands: HACKING.md, "Locks").
+ * data path: the loop takes only locks that no thread holds across a
+ * plugin call or a wait, and each briefly (which: HACKING.md, "Locks").
  *
  * When each hook is called, and why then: throttle-lifecycle.h.
  */

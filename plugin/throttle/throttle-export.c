@@ -17,6 +17,7 @@
 #include "throttle-admit.h"
 #include "throttle-config.h"
 #include "throttle-export.h"
+#include "throttle-lock.h"
 #include "throttle-parse.h"
 
 #define NR_BUCKETS 256
@@ -26,15 +27,15 @@
  * and wb never change after it is made, and it is freed only once its
  * refs are 0, so a holder of a reference may use it without the lock.
  *
- * Lock order: 'lock' is taken first of the filter's locks:
- * throttle_export_foreach_range calls its function with it held (the
- * control socket's stats), which takes an export's adapt lock
- * (throttle-adapt-glue.c), its write-behind queue's lock
- * (lib/throttle-wbq.c) and its budget's lock (lib/throttle-budget.c),
- * in that order; none of those calls back in here.  An export is torn
- * down after it has left the registry, without 'lock'.
+ * 'lock' is first in the filter's lock order (HACKING.md, "Locks"):
+ * throttle_export_foreach{,_range} call their function with it held
+ * (the stats, the latency target's clock, set server-capacity), and
+ * throttle_export_free_all calls the features' detach with it held;
+ * nothing under it calls back in here.  Otherwise an export is torn
+ * down after it has left the registry, without 'lock', and the
+ * features attach without it.
  */
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t lock = THROTTLE_LOCK_INITIALIZER;
 static struct throttle_export *registry, **tail = &registry;
 static struct throttle_export *buckets[NR_BUCKETS];
 static size_t nr_exports;
@@ -42,7 +43,9 @@ static size_t nr_exports;
 /* Set once by throttle_export_init, before any connection. */
 static uint64_t capacity;
 
-/* Added before throttle_export_init, read only after it. */
+/* Added before throttle_export_init in nbdkit's main thread, read only
+ * after it: no lock (throttle-export.h).
+ */
 static const struct throttle_export_feature *features[THROTTLE_EXPORT_MAX_FEATURES];
 static unsigned nr_features;
 
@@ -78,6 +81,7 @@ find_locked (const char *name)
 {
   struct throttle_export *exp;
 
+  throttle_lock_assert_held (&lock);
   for (exp = buckets[hash (name)]; exp; exp = exp->hnext)
     if (strcmp (exp->name, name) == 0)
       return exp;
@@ -135,6 +139,7 @@ link_locked (struct throttle_export *exp)
 {
   unsigned h = hash (exp->name);
 
+  throttle_lock_assert_held (&lock);
   exp->pprev = tail;
   *tail = exp;
   tail = &exp->next;
@@ -148,6 +153,7 @@ unlink_locked (struct throttle_export *exp)
 {
   struct throttle_export **pp = &buckets[hash (exp->name)];
 
+  throttle_lock_assert_held (&lock);
   while (*pp != exp)
     pp = &(*pp)->hnext;
   *pp = exp->hnext;
@@ -169,9 +175,9 @@ throttle_export_init (uint64_t cap)
   if (exp == NULL)
     return -1;
   exp->permanent = true;
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   link_locked (exp);
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
   return 0;
 }
 
@@ -182,7 +188,7 @@ throttle_export_open (const char *name)
   bool made_here = false;
 
   for (;;) {
-    pthread_mutex_lock (&lock);
+    throttle_lock (&lock);
     exp = find_locked (name);
     if (exp == NULL && made) {
       link_locked (made);
@@ -195,7 +201,7 @@ throttle_export_open (const char *name)
       /* Atomic too: the control thread reads it holding a reference. */
       __atomic_add_fetch (&exp->conns, 1, __ATOMIC_RELAXED);
     }
-    pthread_mutex_unlock (&lock);
+    throttle_unlock (&lock);
     if (exp)
       break;
     made = make (name);
@@ -219,11 +225,11 @@ throttle_export_put (struct throttle_export *exp)
 {
   bool last;
 
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   last = --exp->refs == 0 && !exp->permanent;
   if (last)
     unlink_locked (exp);
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
   if (last) {
     nbdkit_debug ("throttle: export \"%s\": its last connection closed: "
                   "budget freed", exp->name);
@@ -243,11 +249,11 @@ throttle_export_get (const char *name)
 {
   struct throttle_export *exp;
 
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   exp = find_locked (name);
   if (exp)
     exp->refs++;
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
   return exp;
 }
 
@@ -264,14 +270,14 @@ throttle_export_foreach_range (size_t from, size_t max,
   struct throttle_export *exp;
   size_t i = 0, total;
 
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   for (exp = registry; exp && max > 0; exp = exp->next, i++)
     if (i >= from) {
       fn (exp, opaque);
       max--;
     }
   total = nr_exports;
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
   return total;
 }
 
@@ -280,9 +286,9 @@ throttle_export_count (void)
 {
   size_t n;
 
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   n = nr_exports;
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
   return n;
 }
 
@@ -292,7 +298,7 @@ throttle_export_free_all (void)
 {
   struct throttle_export *exp;
 
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   while ((exp = registry) != NULL) {
     registry = exp->next;
     unmake (exp);
@@ -300,7 +306,7 @@ throttle_export_free_all (void)
   tail = &registry;
   memset (buckets, 0, sizeof buckets);
   nr_exports = 0;
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
 }
 
 void

@@ -64,18 +64,25 @@ struct throttle_export {
 /* A feature with state per export (the latency target), so that the
  * registry calls it without naming it.  attach is called when a
  * budget is made, before the control socket can find it, outside the
- * registry's lock: it returns the state, or NULL with errno to refuse
- * the budget (and so the connection, or the start for "").  detach is
- * called with that state when the budget is freed: no connection and
- * no control command holds it then.  Neither may call anything here.
+ * registry's lock (in .config_complete for "", else in the .open of
+ * the first connection to the name): it returns the state, or NULL
+ * with errno to refuse the budget (and so the connection, or the start
+ * for "").  detach is called with that state when the budget is
+ * freed: no connection and no control command holds it then, and at
+ * unload the registry's lock may be held.  Neither may call anything
+ * here, nor take a lock that is held while calling in here.  Its
+ * statistics go through throttle_control_add_extra_stats.
  */
 struct throttle_export_feature {
   void *(*attach) (struct throttle_export *exp);
   void (*detach) (void *state);
 };
 
-/* Register f, from .config_complete before throttle_export_init;
- * returns the slot of its state in every export's state[].
+/* Register f (static storage: the registry keeps the pointer) from
+ * .config_complete, in nbdkit's main thread before
+ * throttle_export_init, without a lock: no other thread exists yet,
+ * and the table is only read after.  Returns the slot of its state in
+ * every export's state[].
  */
 extern unsigned throttle_export_add_feature
   (const struct throttle_export_feature *f);

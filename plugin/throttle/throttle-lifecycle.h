@@ -7,8 +7,10 @@
  * a hook does and what its caller must hold, not when it is called:
  * change the order here and in throttle.c together.
  *
- * Modules: throttle.c (the filter), throttle-guards, -writeback,
- * -control, -export, -quit, -abort, -adapt-glue; lib/ is called
+ * Modules: throttle.c (the filter), throttle-serve (its data path),
+ * throttle-guards (with -realtime and -memlock under it), -writeback,
+ * -control, -capacity, -export, -quit, -pace, -abort, -adapt-glue;
+ * lib/ is called
  * through them.  Everything up to .after_fork, and .cleanup and
  * .unload, run in nbdkit's main thread with no connection thread.
  *
@@ -39,14 +41,17 @@
  *                               socket, so misuse is reported before nbdkit
  *                               forks.
  *                   writeback   throttle_writeback_config_complete.
- *                   (adapt-glue and writeback register their JSON with
- *                   throttle_control_add_extra_stats here, before the
- *                   control thread exists.)
+ *                   (adapt-glue registers its state per export with
+ *                   throttle_export_add_feature before the first
+ *                   export is made; adapt-glue and writeback their
+ *                   JSON with throttle_control_add_extra_stats, and
+ *                   capacity its set commands, before the control
+ *                   thread exists.)
  *
  * .get_ready        guards      throttle_guards_get_ready: tries each guard
  *                               and undoes it, while errors still reach the
- *                               user's terminal; registers the "rt" stats
- *                               (before the control thread exists).
+ *                               user's terminal; decides the memory
+ *                               locks and the reserve (memlock).
  *                   writeback   throttle_writeback_get_ready: refuses a
  *                               thread model that forbids background
  *                               writes; in writeback mode installs the
@@ -59,9 +64,12 @@
  *
  * .after_fork       guards      throttle_guards_after_fork, FIRST: every
  *                               thread started later inherits the guards;
- *                               mlockall, the heap reserve; where
- *                               real-time is permitted the watcher thread
- *                               (memory pressure, the end of a hold).
+ *                               mlockall, the heap reserve (memlock);
+ *                               throttle_realtime_start: set rt and the
+ *                               "rt" stats (before the control thread
+ *                               exists) and, where real-time is
+ *                               permitted, the watcher thread (memory
+ *                               pressure, the end of a hold).
  *                   quit        throttle_quit_start: the shutdown prober.
  *                   control     throttle_control_after_fork: the control
  *                               thread.
@@ -70,14 +78,14 @@
  *                               controllers' windows on time (a target first
  *                               set live starts it from the control thread).
  *
- * .open             guards      throttle_guards_open, FIRST: counts the
+ * .open             realtime    throttle_realtime_open, FIRST: counts the
  *                               peer; a kernel nbd client of root or
  *                               nbdkit's uid makes nbdkit real-time before
  *                               the plugin's open forks anything and
  *                               before nbdkit starts the connection's
  *                               workers (they inherit the policy).  Every
  *                               failure after it calls
- *                               throttle_guards_close.
+ *                               throttle_realtime_close.
  *                   throttle.c  the plugin's open (next), then the
  *                               export's budget (throttle_export_open,
  *                               made by a name's first connection with
@@ -88,7 +96,7 @@
  *                               each of which starts with
  *                               throttle_guards_thread_enter and
  *                               throttle_abort_writer_thread.
- *                   quit        throttle_pace_init (nbdkit < 1.33.10).
+ *                   pace        throttle_pace_init (nbdkit < 1.33.10).
  *
  * .prepare          throttle.c  throttle_prepare: the layers' block size
  *                               constraints decide which requests may be
@@ -96,10 +104,11 @@
  *
  * data callbacks    guards      throttle_guards_thread_enter, FIRST: before
  *                               the thread can fault or allocate.
- *                   throttle.c  refuses above throttle-max-request, charges
- *                               the budget (lib/) and credits it when the
- *                               plugin has returned (a writeback write:
- *                               when it is on the backend).
+ *                   throttle.c  refuses above throttle-max-request.
+ *                   serve       throttle_serve: charges the budget (lib/)
+ *                               and credits it when the plugin has
+ *                               returned (a writeback write: when it is
+ *                               on the backend).
  *                   adapt-glue  throttle_adapt_start / throttle_adapt_done
  *                               around the plugin's call.
  *                   writeback   throttle_writeback_* in either mode, but
@@ -107,7 +116,7 @@
  *                               writeback mode: each passes a request
  *                               straight down when nothing is written
  *                               behind.
- *                   quit        throttle_pace_enter after the guards', and
+ *                   pace        throttle_pace_enter after the guards', and
  *                               throttle_pace_reply before returning,
  *                               whatever the result (nbdkit < 1.33.10).
  *
@@ -115,8 +124,8 @@
  *                               disconnect waits for the export's pending
  *                               writes.
  *
- * .close            quit        throttle_pace_destroy.
- *                   guards      throttle_guards_close: the peer is no
+ * .close            pace        throttle_pace_destroy.
+ *                   realtime    throttle_realtime_close: the peer is no
  *                               longer counted (a hold may begin).
  *                   export      throttle_export_close: the last
  *                               connection to a name frees its budget.
@@ -135,7 +144,7 @@
  *                               to do after .cleanup): its thread reads the
  *                               budgets freed below.
  *                   guards      throttle_guards_unload: stops the
- *                               watcher.
+ *                               watcher (throttle_realtime_stop).
  *                   abort       throttle_abort_uninstall: the handler's code
  *                               goes with the filter.
  *                   throttle.c  the summary line of the server-wide budget,

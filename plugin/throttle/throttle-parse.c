@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,4 +141,16 @@ throttle_errtext (int err)
   const char *s = strerrordesc_np (err);
 
   return s ? s : "unknown error";
+}
+
+void
+throttle_warning (const char *fmt, ...)
+{
+  va_list ap;
+
+  fprintf (stderr, "nbdkit: throttle: warning: ");
+  va_start (ap, fmt);
+  vfprintf (stderr, fmt, ap);
+  va_end (ap);
+  fputc ('\n', stderr);
 }

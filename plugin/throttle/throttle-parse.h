@@ -80,4 +80,11 @@ extern int throttle_capacity_check (const struct throttle_metric *m,
  */
 extern const char *throttle_errtext (int err);
 
+/* "nbdkit: throttle: warning: " and the message, on stderr: nbdkit
+ * 1.32 has no warning call, and before nbdkit daemonizes stderr is
+ * still the user's terminal.
+ */
+extern void throttle_warning (const char *fmt, ...)
+  __attribute__ ((format (printf, 1, 2)));
+
 #endif /* THROTTLE_PARSE_H */

@@ -1,6 +1,5 @@
 /* nbdkit-throttle filter: server shutdown, told apart from a client
- * that is done, and (nbdkit < 1.33.10) a closing connection's
- * replies kept apart.
+ * that is done.
  *
  * In a request thread nbdkit_nanosleep fails when the server is
  * shutting down, but equally when the client has sent NBD_CMD_DISC,
@@ -29,6 +28,7 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-clock.h"
+#include "throttle-lock.h"
 #include "throttle-parse.h"
 #include "throttle-quit.h"
 
@@ -37,7 +37,7 @@ static bool quitting;           /* atomic: set once, never cleared */
 /* Lock rule: lock guards asked, answered and stop; cond is broadcast
  * whenever one of them changes.
  */
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t lock = THROTTLE_LOCK_INITIALIZER;
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static uint64_t asked, answered;
 static bool stop;
@@ -52,11 +52,10 @@ static bool prober_started;     /* only touched by after_fork, cleanup */
  */
 static __thread bool conn_closing __attribute__ ((tls_model ("initial-exec")));
 
-/* True once a request thread has learnt that nbdkit is shutting down
- * (a signal, or the end of --run); false before any asked.  Never true
- * because of what a client did.
+/* Learnt by a request thread that asked (a signal, or the end of
+ * --run); never because of what a client did.
  */
-static bool
+bool
 throttle_quitting (void)
 {
   return __atomic_load_n (&quitting, __ATOMIC_ACQUIRE);
@@ -82,17 +81,17 @@ ask_prober (void)
 {
   uint64_t mine;
 
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   if (!prober_started) {
     /* Not yet after_fork, or after cleanup: no request runs then. */
-    pthread_mutex_unlock (&lock);
+    throttle_unlock (&lock);
     return true;
   }
   mine = ++asked;
   pthread_cond_broadcast (&cond);
   while (answered < mine && !stop)
     pthread_cond_wait (&cond, &lock);
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
   return throttle_quitting ();
 }
 
@@ -120,24 +119,24 @@ probe (void *arg)
 {
   uint64_t question;
 
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   for (;;) {
     while (!stop && answered == asked)
       pthread_cond_wait (&cond, &lock);
     if (stop)
       break;
     question = asked;
-    pthread_mutex_unlock (&lock);
+    throttle_unlock (&lock);
     /* No connection belongs to this thread: only nbdkit's quit pipe
      * makes this fail.
      */
     if (nbdkit_nanosleep (0, 1) == -1)
       __atomic_store_n (&quitting, true, __ATOMIC_RELEASE);
-    pthread_mutex_lock (&lock);
+    throttle_lock (&lock);
     answered = question;
     pthread_cond_broadcast (&cond);
   }
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
   return NULL;
 }
 
@@ -151,162 +150,25 @@ throttle_quit_start (void)
                   "pthread_create: %s", throttle_errtext (err));
     return -1;
   }
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   prober_started = true;
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
   return 0;
 }
 
 void
 throttle_quit_stop (void)
 {
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   if (!prober_started) {
-    pthread_mutex_unlock (&lock);
+    throttle_unlock (&lock);
     return;
   }
   stop = true;
   pthread_cond_broadcast (&cond);
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
   pthread_join (prober, NULL);
-  pthread_mutex_lock (&lock);
+  throttle_lock (&lock);
   prober_started = false;
-  pthread_mutex_unlock (&lock);
+  throttle_unlock (&lock);
 }
-
-#if THROTTLE_PACE_ERRORS
-/* nbdkit before 1.33.10 (fixed upstream by commit 9d82aa4f) aborts
- * when a thread of a connection that has decided to send a reply (it
- * checked that the connection is not dead) finds the socket closed by
- * another thread of the same connection: a send that failed, under
- * nbdkit's write lock, or a read that failed, without it.  When a
- * client vanishes, replies of its connection come together (a backend
- * that sleeps with nbdkit_nanosleep fails every request of a vanished
- * client at once, and each failure credits the units the next waiter
- * is granted).
- *
- * So once the connection is closing its replies leave the filter one
- * at a time, and the next only when nbdkit is done with the one
- * before: the thread that carried it out is back in a data callback
- * (it has sent that reply and read a new request) or has exited (its
- * destructor runs after nbdkit's worker loop saw the connection
- * ending).  A failed send before marks the connection dead, and nbdkit
- * then sends nothing more.  A timing is left for threads that never
- * entered the filter: one blocked reading when the client vanished
- * closes the socket on its error at once, so the connection's first
- * reply waits THROTTLE_PACE_FIRST_MS for that.  No reply waits more
- * than THROTTLE_PACE_MAX_MS for the one before it, so a thread that
- * went on reading from a live client cannot hold the others.
- */
-
-/* The gate this thread last passed, until it is back or exits. */
-static pthread_key_t pace_key;
-static pthread_once_t pace_once = PTHREAD_ONCE_INIT;
-
-/* Per thread: this thread's connection was seen closing.  A worker
- * thread serves one connection, and once closing it stays closing:
- * asking nbdkit again would log an error line each time.
- * initial-exec: see thread_state in throttle-guards.c.
- */
-static __thread bool pace_closing __attribute__ ((tls_model ("initial-exec")));
-
-static void
-pace_back (void *v)
-{
-  struct throttle_pace *p = v;
-
-  pthread_mutex_lock (&p->lock);
-  p->out = false;
-  pthread_cond_broadcast (&p->cond);
-  pthread_mutex_unlock (&p->lock);
-}
-
-static void
-pace_key_create (void)
-{
-  /* Without the key no gate opens early: replies then wait their
-   * THROTTLE_PACE_MAX_MS each, slower but still apart.
-   */
-  if (pthread_key_create (&pace_key, pace_back) != 0)
-    nbdkit_debug ("throttle: pthread_key_create failed: replies of closing "
-                  "connections wait %d ms each", THROTTLE_PACE_MAX_MS);
-}
-
-void
-throttle_pace_init (struct throttle_pace *p)
-{
-  pthread_condattr_t attr;
-
-  pthread_once (&pace_once, pace_key_create);
-  pthread_mutex_init (&p->lock, NULL);
-  pthread_condattr_init (&attr);
-  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
-  pthread_cond_init (&p->cond, &attr);
-  pthread_condattr_destroy (&attr);
-  p->first_done = false;
-  p->out = false;
-}
-
-void
-throttle_pace_destroy (struct throttle_pace *p)
-{
-  /* Serial connections are closed by the thread that served them,
-   * which then exits: its destructor must not find the freed gate.
-   */
-  if (pthread_getspecific (pace_key) == p)
-    pthread_setspecific (pace_key, NULL);
-  pthread_cond_destroy (&p->cond);
-  pthread_mutex_destroy (&p->lock);
-}
-
-void
-throttle_pace_enter (void)
-{
-  struct throttle_pace *p = pthread_getspecific (pace_key);
-
-  if (p != NULL) {
-    pthread_setspecific (pace_key, NULL);
-    pace_back (p);
-  }
-}
-
-void
-throttle_pace_reply (struct throttle_pace *p)
-{
-  struct timespec until;
-
-  /* A live connection's replies go out as they come.  The probe costs
-   * a system call per reply, on these old nbdkit releases only.
-   */
-  if (!pace_closing) {
-    if (!throttle_quitting () && nbdkit_nanosleep (0, 1) == 0)
-      return;
-    pace_closing = true;
-  }
-
-  pthread_mutex_lock (&p->lock);
-  if (!p->first_done) {
-    struct timespec ts = { .tv_sec = 0,
-                           .tv_nsec = THROTTLE_PACE_FIRST_MS * 1000000L };
-
-    /* Not nbdkit_nanosleep: it would return at once, now.  The lock
-     * is held: the connection's other replies wait behind this one.
-     */
-    while (nanosleep (&ts, &ts) == -1 && errno == EINTR)
-      ;
-    p->first_done = true;
-  }
-  until = throttle_deadline_ms (THROTTLE_PACE_MAX_MS);
-  while (p->out) {
-    if (pthread_cond_timedwait (&p->cond, &p->lock, &until) == ETIMEDOUT) {
-      nbdkit_debug ("throttle: a reply of a closing connection waited "
-                    "%d ms for the one before it: sent anyway",
-                    THROTTLE_PACE_MAX_MS);
-      break;
-    }
-  }
-  p->out = true;
-  pthread_mutex_unlock (&p->lock);
-  pthread_setspecific (pace_key, p);
-}
-#endif /* THROTTLE_PACE_ERRORS */

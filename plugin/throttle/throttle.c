@@ -21,16 +21,20 @@
 
 #include <nbdkit-filter.h>
 
-#include "throttle-config.h"
 #include "throttle-abort.h"
 #include "throttle-adapt-glue.h"
 #include "throttle-admit.h"
 #include "throttle-capacity.h"
+#include "throttle-config.h"
 #include "throttle-control.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
+#include "throttle-guards-config.h"
+#include "throttle-pace.h"
 #include "throttle-parse.h"
 #include "throttle-quit.h"
+#include "throttle-realtime.h"
+#include "throttle-serve.h"
 #include "throttle-writeback.h"
 
 static const char *metric_spec = "bytes";
@@ -293,11 +297,9 @@ throttle_unload (void)
 }
 
 struct throttle_handle {
-  int rt_peer;                  /* for throttle_guards_close */
-  struct throttle_export *exp;
-  struct throttle_wb_conn wb;
+  int rt_peer;                  /* for throttle_realtime_close */
+  struct throttle_serve_conn conn;
   struct throttle_pace pace;
-  uint32_t split_max;         /* the admission policy's split_max */
 };
 
 static void *
@@ -306,36 +308,36 @@ throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
 {
   struct throttle_handle *h;
 
-  int rt_peer = throttle_guards_open ();
+  int rt_peer = throttle_realtime_open ();
 
   if (next (nxdata, readonly, exportname) == -1) {
-    throttle_guards_close (rt_peer);
+    throttle_realtime_close (rt_peer);
     return NULL;
   }
 
   h = malloc (sizeof *h);
   if (h == NULL) {
     nbdkit_error ("malloc: %s", throttle_errtext (errno));
-    throttle_guards_close (rt_peer);
+    throttle_realtime_close (rt_peer);
     return NULL;
   }
   h->rt_peer = rt_peer;
   /* The budget of the name, whatever other clients did before. */
-  h->exp = throttle_export_open (exportname);
-  if (h->exp == NULL) {
-    throttle_guards_close (rt_peer);
+  h->conn.exp = throttle_export_open (exportname);
+  if (h->conn.exp == NULL) {
+    throttle_realtime_close (rt_peer);
     free (h);
     return NULL;
   }
-  if (throttle_writeback_open (h->exp, nxdata, readonly, exportname,
-                               &h->wb) == -1) {
-    throttle_export_close (h->exp);
-    throttle_guards_close (rt_peer);
+  if (throttle_writeback_open (h->conn.exp, nxdata, readonly, exportname,
+                               &h->conn.wb) == -1) {
+    throttle_export_close (h->conn.exp);
+    throttle_realtime_close (rt_peer);
     free (h);
     return NULL;
   }
   throttle_pace_init (&h->pace);
-  h->split_max = 0;             /* until throttle_prepare */
+  h->conn.split_max = 0;        /* until throttle_prepare */
   return h;
 }
 
@@ -345,7 +347,7 @@ throttle_finalize (nbdkit_next *next, void *handle)
 {
   struct throttle_handle *h = handle;
 
-  return throttle_writeback_finalize (&h->wb);
+  return throttle_writeback_finalize (&h->conn.wb);
 }
 
 static void
@@ -354,89 +356,9 @@ throttle_close (void *handle)
   struct throttle_handle *h = handle;
 
   throttle_pace_destroy (&h->pace);
-  throttle_guards_close (h->rt_peer);
-  throttle_export_close (h->exp);
+  throttle_realtime_close (h->rt_peer);
+  throttle_export_close (h->conn.exp);
   free (h);
-}
-
-static const char *
-op_name (enum throttle_op op)
-{
-  switch (op) {
-  case THROTTLE_OP_READ: return "read";
-  case THROTTLE_OP_WRITE: return "write";
-  case THROTTLE_OP_ZERO: return "zero";
-  case THROTTLE_OP_TRIM: return "trim";
-  default: return "other";
-  }
-}
-
-static uint32_t
-map_flags (uint32_t flags)
-{
-  return (flags & NBDKIT_FLAG_FUA ? THROTTLE_FLAG_FUA : 0) |
-    (flags & NBDKIT_FLAG_MAY_TRIM ? THROTTLE_FLAG_MAY_TRIM : 0) |
-    (flags & NBDKIT_FLAG_FAST_ZERO ? THROTTLE_FLAG_FAST_ZERO : 0) |
-    (flags & NBDKIT_FLAG_REQ_ONE ? THROTTLE_FLAG_REQ_ONE : 0);
-}
-
-/* Charge a request, or its first part, waiting for credit.  On success
- * *charged holds the units to credit back, exactly once, when the
- * plugin has returned (done), and *len the bytes they pay for: all of
- * count, or a page-aligned first part of it (throttle_admit_in_parts);
- * the caller serves that part and admits the rest again.
- */
-static int
-admit (struct throttle_handle *h, enum throttle_op op,
-       uint32_t count, uint64_t offset, uint32_t flags,
-       uint64_t *charged, uint32_t *len, int *err)
-{
-  const struct throttle_request req = {
-    .op = op, .count = count, .offset = offset, .flags = map_flags (flags),
-    .exportname = h->exp->name,
-  };
-  const struct throttle_admit_policy policy = {
-    .page_units = throttle_config.metric.page_units,
-    .split = throttle_config.split,
-    .split_max = h->split_max,
-  };
-  struct throttle_admit a;
-  uint64_t need;
-  int r;
-
-  *charged = 0;
-  *len = count;
-  need = throttle_config.metric.fn (&req);
-  if (need == 0)
-    return 0;
-
-  r = throttle_admit_start (&a, &policy, &h->exp->budget,
-                            throttle_config.server, op, count,
-                            offset, need);
-  if (r == 1) {
-    if (throttle_debug_verbose)
-      nbdkit_debug ("throttle: wait %s count=%" PRIu32 " offset=%" PRIu64
-                    " units=%" PRIu64, op_name (op), count, offset, need);
-    r = throttle_admit_wait (&a, throttle_quit_cancelled, NULL,
-                             THROTTLE_WAIT_POLL_MS);
-  }
-  if (r == -1) {
-    nbdkit_error ("throttle: %s of %" PRIu32 " bytes at %" PRIu64
-                  " abandoned while waiting for credit: "
-                  "server shutting down",
-                  op_name (op), count, offset);
-    *err = ESHUTDOWN;
-    return -1;
-  }
-  *charged = a.charged;
-  *len = a.len;
-  if (throttle_debug_verbose)
-    nbdkit_debug ("throttle: admit %s count=%" PRIu32 " offset=%" PRIu64
-                  " units=%" PRIu64 "%s%s",
-                  op_name (op), *len, offset, *charged,
-                  a.waited ? " after waiting" : "",
-                  *len < count ? " (a part)" : "");
-  return 0;
 }
 
 /* Advertise throttle-max-request as the maximum block size, so that
@@ -474,9 +396,7 @@ throttle_block_size (nbdkit_next *next, void *handle,
 }
 
 /* What the layers below accept decides which requests may be split
- * (throttle_admit_in_parts): none larger than their maximum block
- * size, and none at all if their minimum is above a page, since a
- * part's boundaries are only page-aligned.
+ * (throttle_admit_split_max), before the connection's first request.
  */
 static int
 throttle_prepare (nbdkit_next *next, void *handle, int readonly)
@@ -486,12 +406,7 @@ throttle_prepare (nbdkit_next *next, void *handle, int readonly)
 
   if (next->block_size (next, &minimum, &preferred, &maximum) == -1)
     return -1;
-  if (minimum == 0)             /* no constraints */
-    h->split_max = UINT32_MAX;
-  else if (minimum > THROTTLE_PAGE_SIZE)
-    h->split_max = 0;
-  else
-    h->split_max = maximum;
+  h->conn.split_max = throttle_admit_split_max (minimum, maximum);
   return 0;
 }
 
@@ -520,99 +435,15 @@ too_large (const char *op, uint32_t count, uint64_t offset, int *err)
  * allocate, whether or not its request is charged.
  */
 
-static void
-done (struct throttle_handle *h, uint64_t charged)
-{
-  throttle_export_credit (h->exp, charged);
-}
-
 /* Every data callback returns through here: a reply of a closing
  * connection must not reach nbdkit together with another (see
- * throttle-quit.c).
+ * throttle-pace.c).
  */
 static int
 reply (struct throttle_handle *h, int r)
 {
   throttle_pace_reply (&h->pace);
   return r;
-}
-
-/* The backend call of a read, zero or trim, or of a write in
- * writethrough.  The throttle_writeback_* hooks pass a request straight
- * down when nothing is written behind (writethrough, named exports),
- * and otherwise order it among the pending writes.
- */
-static int
-backend_call (struct throttle_handle *h, nbdkit_next *next,
-              enum throttle_op op, void *buf, uint32_t count,
-              uint64_t offset, uint32_t flags, int *err)
-{
-  switch (op) {
-  case THROTTLE_OP_READ:
-    return throttle_writeback_pread (&h->wb, next, buf, count, offset, flags,
-                                     err);
-  case THROTTLE_OP_WRITE:
-    return next->pwrite (next, buf, count, offset, flags, err);
-  case THROTTLE_OP_ZERO:
-    return throttle_writeback_zero (&h->wb, next, count, offset, flags, err);
-  case THROTTLE_OP_TRIM:
-    return throttle_writeback_trim (&h->wb, next, count, offset, flags, err);
-  default:
-    abort ();
-  }
-}
-
-/* Serve one admitted part of a request; credits 'charged' once the
- * plugin has returned.  A write in writeback mode hands 'charged' over
- * instead, to be credited when it is on the backend, and its latency
- * is not sampled (its reply comes before the backend has it).
- */
-static int
-serve_part (struct throttle_handle *h, nbdkit_next *next,
-            enum throttle_op op, void *buf, uint32_t count, uint64_t offset,
-            uint32_t flags, uint64_t charged, int *err)
-{
-  uint64_t start;
-  int r;
-
-  if (op == THROTTLE_OP_WRITE && throttle_writeback_enabled ())
-    return throttle_writeback_pwrite (&h->wb, h->exp, next, buf, count, offset,
-                                      flags, charged, err);
-  start = throttle_adapt_start (h->exp);
-  r = backend_call (h, next, op, buf, count, offset, flags, err);
-  throttle_adapt_done (h->exp, start, op, r);
-  done (h, charged);
-  return r;
-}
-
-/* A request admitted and served part after part (usually in one part;
- * only reads and writes are split, see throttle_admit_in_parts).  Each
- * part carries the request's flags, so a FUA write is on stable
- * storage whole when it returns; a failed part fails the request,
- * which the NBD protocol allows to have written some of it.  Every
- * data callback returns through reply.
- */
-static int
-serve (struct throttle_handle *h, nbdkit_next *next, enum throttle_op op,
-       bool charge, void *buf, uint32_t count, uint64_t offset,
-       uint32_t flags, int *err)
-{
-  for (;;) {
-    uint64_t charged = 0;
-    uint32_t len = count;
-
-    if (charge &&
-        admit (h, op, count, offset, flags, &charged, &len, err) == -1)
-      return reply (h, -1);
-    if (serve_part (h, next, op, buf, len, offset, flags, charged,
-                    err) == -1)
-      return reply (h, -1);
-    if (len == count)
-      return reply (h, 0);
-    buf = (char *) buf + len;
-    offset += len;
-    count -= len;
-  }
 }
 
 static int
@@ -625,8 +456,9 @@ throttle_pread (nbdkit_next *next, void *handle, void *buf,
   throttle_pace_enter ();
   if (too_large ("read", count, offset, err) == -1)
     return reply (h, -1);
-  return serve (h, next, THROTTLE_OP_READ, throttle_config.charge_reads,
-                buf, count, offset, flags, err);
+  return reply (h, throttle_serve (&h->conn, next, THROTTLE_OP_READ,
+                                   throttle_config.charge_reads, buf, count,
+                                   offset, flags, err));
 }
 
 static int
@@ -639,29 +471,33 @@ throttle_pwrite (nbdkit_next *next, void *handle, const void *buf,
   throttle_pace_enter ();
   if (too_large ("write", count, offset, err) == -1)
     return reply (h, -1);
-  /* The buffer is only read (serve_part passes it on as const). */
-  return serve (h, next, THROTTLE_OP_WRITE, true, (void *) buf, count, offset,
-                flags, err);
+  /* The buffer is only read (throttle_serve passes it on as const). */
+  return reply (h, throttle_serve (&h->conn, next, THROTTLE_OP_WRITE, true,
+                                   (void *) buf, count, offset, flags, err));
 }
 
 static int
 throttle_zero (nbdkit_next *next, void *handle,
                uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
+  struct throttle_handle *h = handle;
+
   throttle_guards_thread_enter ();
   throttle_pace_enter ();
-  return serve (handle, next, THROTTLE_OP_ZERO, true, NULL, count, offset,
-                flags, err);
+  return reply (h, throttle_serve (&h->conn, next, THROTTLE_OP_ZERO, true,
+                                   NULL, count, offset, flags, err));
 }
 
 static int
 throttle_trim (nbdkit_next *next, void *handle,
                uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
+  struct throttle_handle *h = handle;
+
   throttle_guards_thread_enter ();
   throttle_pace_enter ();
-  return serve (handle, next, THROTTLE_OP_TRIM, true, NULL, count, offset,
-                flags, err);
+  return reply (h, throttle_serve (&h->conn, next, THROTTLE_OP_TRIM, true,
+                                   NULL, count, offset, flags, err));
 }
 
 static int
@@ -671,7 +507,7 @@ throttle_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
 
   throttle_guards_thread_enter ();
   throttle_pace_enter ();
-  return reply (h, throttle_writeback_flush (&h->wb, next, flags, err));
+  return reply (h, throttle_writeback_flush (&h->conn.wb, next, flags, err));
 }
 
 static int
@@ -683,8 +519,8 @@ throttle_extents (nbdkit_next *next, void *handle, uint32_t count,
 
   throttle_guards_thread_enter ();
   throttle_pace_enter ();
-  return reply (h, throttle_writeback_extents (&h->wb, next, count, offset,
-                                               flags, extents, err));
+  return reply (h, throttle_writeback_extents (&h->conn.wb, next, count,
+                                               offset, flags, extents, err));
 }
 
 static struct nbdkit_filter filter = {

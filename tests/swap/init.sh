@@ -72,7 +72,7 @@ echo "SYSCTL min_free_kbytes=$(cat /proc/sys/vm/min_free_kbytes) hung_task_timeo
 [ -b /dev/vda ] || fail "no /dev/vda"
 
 # thr.forkcheck=1: what a plugin forks must not inherit the guards
-# (nbdkit-throttle-filter(1), WHAT THE PLUGIN RUNS), checked here where
+# (nbdkit-throttle-design(1), WHAT THE PLUGIN RUNS), checked here where
 # nbdkit really gets PR_SET_IO_FLUSHER and oom_score_adj -1000.  The
 # filter at its defaults over the eval plugin, whose pread script
 # records its own task flags (field 9 of stat), policy (41) and

@@ -1,21 +1,24 @@
 #!/usr/bin/python3
 """The throttle filter's control socket, for tests and operators.
 
-  control-client.py send CTL_SOCKET LINE...
+A module (import throttle_control: functions.sh puts tests/ on
+PYTHONPATH) and a command line:
+
+  throttle_control.py send CTL_SOCKET LINE...
       send each line, print each reply (one line each)
 
-  control-client.py odd-name
+  throttle_control.py odd-name
       print the export name with quotes, a backslash, a control
       character and a non-ASCII letter that the live test expects the
       plugin to list
 
-  control-client.py hold NBD_SOCKET READY_FILE NAME...
+  throttle_control.py hold NBD_SOCKET READY_FILE NAME...
       open one connection per NAME (each writes 4K at offset 0), then
       write READY_FILE and keep them open until killed: a budget other
       than the default one exists only while a connection to its name
       is open
 
-  control-client.py live NBD_SOCKET CTL_SOCKET
+  throttle_control.py live NBD_SOCKET CTL_SOCKET
       the test of tests/test-control.sh: drive the control socket while
       several connections keep writes queued, and check that the stats
       agree with what the clients did, that a capacity change takes

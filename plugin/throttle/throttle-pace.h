@@ -1,0 +1,79 @@
+/* nbdkit-throttle filter: the replies of a closing connection, one at
+ * a time, for nbdkit before 1.33.10.
+ *
+ * When each hook is called, and why then: throttle-lifecycle.h.
+ */
+
+#ifndef THROTTLE_PACE_H
+#define THROTTLE_PACE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include <nbdkit-filter.h>
+
+/* Replies of a closing connection are gated only for nbdkit before
+ * 1.33.10, which aborts when they race (raw_send_socket's assertion;
+ * fixed upstream by commit 9d82aa4f): see throttle-pace.c.
+ * -DTHROTTLE_PACE_ERRORS=1 forces it on, to measure what it costs.
+ */
+#ifndef THROTTLE_PACE_ERRORS
+#if NBDKIT_VERSION_MAJOR == 1 && \
+  (NBDKIT_VERSION_MINOR < 33 || \
+   (NBDKIT_VERSION_MINOR == 33 && NBDKIT_VERSION_MICRO < 10))
+#define THROTTLE_PACE_ERRORS 1
+#else
+#define THROTTLE_PACE_ERRORS 0
+#endif
+#endif
+
+/* How long the first reply of a closing connection waits for nbdkit's
+ * threads blocked reading to see the close, and the longest a reply
+ * waits for the one before it.
+ */
+#define THROTTLE_PACE_FIRST_MS 100
+#define THROTTLE_PACE_MAX_MS 1000
+
+#if THROTTLE_PACE_ERRORS
+/* Per connection: the gate its replies pass one at a time once it is
+ * closing.  Lock rule: lock guards out and first_done; cond is
+ * broadcast when out is cleared.
+ */
+struct throttle_pace {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool first_done;              /* the first reply has waited */
+  bool out;                     /* a reply passed, its thread not yet back */
+};
+
+/* Call in .open and .close (in .close no thread of the connection is
+ * in the filter, and nbdkit has joined its worker threads).
+ */
+extern void throttle_pace_init (struct throttle_pace *p);
+extern void throttle_pace_destroy (struct throttle_pace *p);
+
+/* Call at the start of every data callback: this thread has finished
+ * sending the reply it last carried out of the filter, if any.
+ */
+extern void throttle_pace_enter (void);
+
+/* Call in a request thread just before a data callback returns,
+ * whatever it returns.  Returns at once unless the connection is
+ * closing or the server is shutting down; then it returns once the
+ * thread that carried the connection's previous reply out of the
+ * filter is back in it or has exited (so nbdkit has sent or dropped
+ * that reply), or after THROTTLE_PACE_MAX_MS.
+ */
+extern void throttle_pace_reply (struct throttle_pace *p);
+#else
+struct throttle_pace {
+  char unused;
+};
+
+static inline void throttle_pace_init (struct throttle_pace *p) { }
+static inline void throttle_pace_destroy (struct throttle_pace *p) { }
+static inline void throttle_pace_enter (void) { }
+static inline void throttle_pace_reply (struct throttle_pace *p) { }
+#endif
+
+#endif /* THROTTLE_PACE_H */

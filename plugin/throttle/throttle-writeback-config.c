@@ -1,0 +1,247 @@
+/* nbdkit-throttle filter: write-behind's parameters and sizes.
+ *
+ * throttle-mode, throttle-writeback-pool and throttle-writeback-threads
+ * are read here; config_complete sizes each export's pool (refusing one
+ * that RAM cannot hold) and get_ready the writer threads per export.
+ * Both are fixed before the first connection, so the values below are
+ * read without a lock.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <nbdkit-filter.h>
+
+#include "throttle-config.h"
+#include "throttle-abort.h"
+#include "throttle-control-proto.h"
+#include "throttle-parse.h"
+#include "throttle-wbq.h"
+#include "throttle-wbsize.h"
+#include "throttle-writeback-config.h"
+#include "throttle-writeback-stats.h"
+
+/* The names the configuration uses (see lib/throttle-wbq.h). */
+#define WB_ELEM THROTTLE_WBQ_ELEM
+#define WB_MAX_WRITE THROTTLE_WBQ_MAX_WRITE
+#define NO_SLOT (THROTTLE_WBQ_MAX_BUFS + 1)   /* buffers are below it */
+
+/* throttle-writeback-threads: 0, the default, sizes the writers from
+ * the thread model in get_ready (throttle_wbsize_writers).
+ */
+#define WB_DEFAULT_THREADS 0
+#define WB_MAX_THREADS THROTTLE_WBSIZE_MAX
+
+static bool writeback;
+static uint64_t pool_param;      /* throttle-writeback-pool, 0 = default */
+static unsigned nr_threads = WB_DEFAULT_THREADS;
+static unsigned nr_writers;      /* decided in get_ready */
+static uint64_t pool_bytes;      /* decided in config_complete */
+
+int
+throttle_writeback_config (const char *key, const char *value)
+{
+  static const char *const modes[] = { "writethrough", "writeback", NULL };
+  int64_t size;
+  int i;
+
+  if (strcmp (key, "throttle-mode") == 0) {
+    if (throttle_parse_word (key, value, modes,
+                             "expected writethrough or writeback", &i) == -1)
+      return -1;
+    writeback = i == 1;
+    return 1;
+  }
+  if (strcmp (key, "throttle-writeback-pool") == 0) {
+    if (throttle_parse_size (key, value, 1, INT64_MAX,
+                             "expected a size greater than 0 (e.g. 16M)",
+                             &size) == -1)
+      return -1;
+    pool_param = size;
+    return 1;
+  }
+  if (strcmp (key, "throttle-writeback-threads") == 0)
+    return throttle_parse_unsigned (key, value, 1, WB_MAX_THREADS,
+                                    "", &nr_threads);
+  return 0;
+}
+
+/* The writers' count for sizing, before get_ready has decided it:
+ * the parameter, else the largest default.
+ */
+static unsigned
+wb_sizing_writers (void)
+{
+  if (nr_writers)
+    return nr_writers;
+  return nr_threads ? nr_threads : THROTTLE_WBSIZE_NBDKIT_THREADS;
+}
+
+size_t
+throttle_writeback_bounce_size (void)
+{
+  return throttle_wbsize_bounce_size (wb_sizing_writers (),
+                                      throttle_wbq_max_write (pool_bytes));
+}
+
+/* Bytes an export's writeback state takes, all of it touched and
+ * (unless throttle-mlock=off) locked: the pool, with its free stack
+ * and its records and links, and the writers' bounce buffers.  The
+ * caller ensures pool is at most half of RAM, so nothing here
+ * overflows.
+ */
+static uint64_t
+wb_memory (uint64_t pool)
+{
+  return throttle_wbq_memory (pool, wb_sizing_writers (),
+                              throttle_writeback_bounce_size ());
+}
+
+int
+throttle_writeback_config_complete (void)
+{
+  char why_metric[128], fix_key[96];
+  const char *why, *fix;
+  uint64_t ram, need;
+
+  if (!writeback) {
+    if (pool_param || nr_threads != WB_DEFAULT_THREADS)
+      nbdkit_debug ("throttle: throttle-writeback-* ignored: "
+                    "throttle-mode is writethrough");
+    return 0;
+  }
+
+  /* Cover the whole budget where the metric says how many bytes it
+   * holds, at the most it can be set to (the server-wide bound);
+   * other metrics do not, so the pool is then a second bound of its
+   * own (a write waits for buffers as it waits for units).
+   * The parameter that decided the size is named in every error.
+   */
+  if (pool_param) {
+    pool_bytes = pool_param;
+    why = "throttle-writeback-pool";
+    fix = "lower throttle-writeback-pool";
+  }
+  else if (throttle_config.metric.page_units != 0) {
+    /* Bytes per unit: 1 under bytes, 4096 under pages. */
+    uint64_t unit = THROTTLE_PAGE_SIZE / throttle_config.metric.page_units;
+    /* The most the export can ever have in flight: its capacity can
+     * be raised live up to the server-wide bound, never above.
+     */
+    uint64_t bound = throttle_budget_get_capacity (throttle_config.server);
+    const char *key = bound == throttle_config.capacity ?
+      "throttle-capacity" : "throttle-server-capacity";
+
+    if (__builtin_mul_overflow (bound, unit, &pool_bytes)) {
+      nbdkit_error ("%s: %" PRIu64 " %s of %" PRIu64 " bytes "
+                    "overflow a 64-bit writeback pool size: lower "
+                    "%s, or set throttle-writeback-pool",
+                    key, bound, throttle_config.metric.name, unit, key);
+      return -1;
+    }
+    if (unit == 1)
+      snprintf (why_metric, sizeof why_metric, "%s (the "
+                "pool's default under throttle-metric=%s)",
+                key, throttle_config.metric.name);
+    else
+      snprintf (why_metric, sizeof why_metric, "%s (the "
+                "pool's default under throttle-metric=%s is capacity x %"
+                PRIu64 ")", key, throttle_config.metric.name, unit);
+    why = why_metric;
+    snprintf (fix_key, sizeof fix_key, "lower %s, or set "
+              "throttle-writeback-pool", key);
+    fix = fix_key;
+  }
+  else {
+    pool_bytes = 16 * 1024 * 1024;
+    why = "the default throttle-writeback-pool";
+    fix = "set a smaller throttle-writeback-pool";
+  }
+  /* Cannot overflow: a size nbdkit parsed is below 2^63, and a
+   * product of pages a multiple of WB_ELEM already.
+   */
+  pool_bytes = (pool_bytes + WB_ELEM - 1) / WB_ELEM * WB_ELEM;
+
+  /* Refused here, before nbdkit starts: each pool is allocated,
+   * touched and locked at the first connection, where a pool RAM
+   * cannot hold fails every connection or wakes the OOM killer.  Half
+   * of RAM, as throttle-reserve is judged.
+   */
+  ram = (uint64_t) sysconf (_SC_PHYS_PAGES) * sysconf (_SC_PAGESIZE);
+  if (pool_bytes > ram / 2 || (need = wb_memory (pool_bytes)) > ram / 2) {
+    nbdkit_error ("%s: a writeback pool of %" PRIu64 " bytes per export "
+                  "(plus its records and %u writers' buffers) needs more "
+                  "than half of RAM, %" PRIu64 " of %" PRIu64 " bytes: %s",
+                  why, pool_bytes, wb_sizing_writers (), ram / 2, ram, fix);
+    return -1;
+  }
+  if (pool_bytes / WB_ELEM >= NO_SLOT) {     /* 16 TiB */
+    nbdkit_error ("%s: a writeback pool of %" PRIu64 " bytes is more "
+                  "than the %" PRIu32 " buffers of %d bytes a pool can "
+                  "have: %s", why, pool_bytes, NO_SLOT - 1, WB_ELEM, fix);
+    return -1;
+  }
+  nbdkit_debug ("throttle: writeback: pool %" PRIu64 " bytes per export "
+                "in %d-byte buffers (%" PRIu64 " bytes in all with records "
+                "and writers' buffers), writes above "
+                "%d bytes go through directly",
+                pool_bytes, WB_ELEM, need,
+                (int) (pool_bytes < WB_MAX_WRITE ? pool_bytes : WB_MAX_WRITE));
+  throttle_control_add_extra_stats (throttle_writeback_stats_json);
+  return 0;
+}
+
+bool
+throttle_writeback_enabled (void)
+{
+  return writeback;
+}
+
+int
+throttle_writeback_get_ready (int thread_model)
+{
+  const char *why;
+
+  if (!writeback)
+    return 0;
+  /* The writers are extra plugin handles used from threads serving no
+   * connection.  SERIALIZE_REQUESTS allows that (each writer owns its
+   * handle); the two stricter models promise the plugin something a
+   * background writer would break.
+   */
+  if (thread_model == NBDKIT_THREAD_MODEL_SERIALIZE_CONNECTIONS ||
+      thread_model == NBDKIT_THREAD_MODEL_SERIALIZE_ALL_REQUESTS) {
+    nbdkit_error ("throttle-mode=writeback: the backend's thread model is "
+                  "%s, which forbids writing from background threads "
+                  "alongside the connections; use throttle-mode="
+                  "writethrough with this plugin or filter stack",
+                  thread_model == NBDKIT_THREAD_MODEL_SERIALIZE_CONNECTIONS
+                  ? "serialize_connections" : "serialize_all_requests");
+    return -1;
+  }
+  nr_writers = throttle_wbsize_writers (
+    thread_model == NBDKIT_THREAD_MODEL_SERIALIZE_REQUESTS
+    ? THROTTLE_WBSIZE_SERIALIZE_REQUESTS : THROTTLE_WBSIZE_PARALLEL,
+    nr_threads, &why);
+  nbdkit_debug ("throttle: writeback: %u writer threads per export (%s), "
+                "each with a bounce buffer of %zu bytes", nr_writers, why,
+                throttle_writeback_bounce_size ());
+  return throttle_abort_install ();
+}
+
+uint64_t
+throttle_writeback_pool_bytes (void)
+{
+  return pool_bytes;
+}
+
+unsigned
+throttle_writeback_writers (void)
+{
+  return nr_writers;
+}

@@ -1,0 +1,51 @@
+/* nbdkit-throttle filter: write-behind's parameters and sizes
+ * (throttle-mode, throttle-writeback-pool, throttle-writeback-threads).
+ *
+ * When each hook is called, and why then: throttle-lifecycle.h.  The
+ * sizes are fixed before the first connection: whoever reads them
+ * later needs no lock.
+ */
+
+#ifndef THROTTLE_WRITEBACK_CONFIG_H
+#define THROTTLE_WRITEBACK_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* 1 if key is ours and its value good, 0 if not ours, -1 after the
+ * one error line of a bad value (throttle-parse.h).
+ */
+extern int throttle_writeback_config (const char *key, const char *value);
+/* After the metric, the capacities and the server's budget are known
+ * (throttle_config): sizes the pool, refusing one RAM cannot hold.
+ */
+extern int throttle_writeback_config_complete (void);
+extern bool throttle_writeback_enabled (void);
+/* Refuses writeback over a backend whose thread model forbids a write
+ * from a thread that is not serving the connection; otherwise decides
+ * the writers per export.
+ */
+extern int throttle_writeback_get_ready (int thread_model);
+
+/* The sizes of each export's write-behind state, for
+ * throttle-writeback-writers.c: its pool's bytes (a multiple of
+ * THROTTLE_WBQ_ELEM; set by config_complete), its writer threads (set
+ * by get_ready) and each writer's bounce buffer (the writers' together
+ * stay within THROTTLE_WBSIZE_BOUNCE_BYTES, whatever their number).
+ * Only after get_ready.
+ */
+extern uint64_t throttle_writeback_pool_bytes (void);
+extern unsigned throttle_writeback_writers (void);
+extern size_t throttle_writeback_bounce_size (void);
+
+#define throttle_writeback_config_help \
+  "throttle-mode=writethrough|writeback\n" \
+  "                            Acknowledge writes once the backend has\n" \
+  "                            them, or once copied (default writethrough).\n" \
+  "throttle-writeback-pool=SIZE  Bytes of payload the writeback pool holds\n" \
+  "                            per export (default: the capacity).\n" \
+  "throttle-writeback-threads=N  Writer threads per export (default 16,\n" \
+  "                            4 under serialize_requests)."
+
+#endif /* THROTTLE_WRITEBACK_CONFIG_H */

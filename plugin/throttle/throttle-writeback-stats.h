@@ -1,0 +1,23 @@
+/* nbdkit-throttle filter: write-behind's members of the control
+ * socket's stats.
+ */
+
+#ifndef THROTTLE_WRITEBACK_STATS_H
+#define THROTTLE_WRITEBACK_STATS_H
+
+#include <stddef.h>
+
+#include "throttle-export.h"
+
+/* JSON members for the control socket (throttle_control_extra_stats_fn):
+ *   "writeback":{"pending_writes":N,"pending_bytes":N,
+ *   "peak_pending_bytes":N,"pool_used":N,"pool_size":N,"written":N,
+ *   "direct":N,"failed":N,"error":"EIO"|null}
+ * Nothing for exp == NULL or an export in writethrough, and nothing
+ * (never half a member) if buf's len bytes cannot hold it all.  exp
+ * must stay valid for the call; any thread.
+ */
+extern void throttle_writeback_stats_json (struct throttle_export *exp,
+                                           char *buf, size_t len);
+
+#endif /* THROTTLE_WRITEBACK_STATS_H */

@@ -1,0 +1,407 @@
+/* nbdkit-throttle filter: each export's writer threads, from the first
+ * writable open of the export to cleanup.  See
+ * throttle-writeback-writers.h.
+ *
+ * Lock order: HACKING.md, "Locks".  all_lock is held while the writers
+ * of each export are joined at cleanup: a writer takes neither it nor
+ * create_lock.
+ *
+ * Writers write through backend contexts of their own, opened shared:
+ * a connection's context may be gone before its writes are, and one
+ * context per writer thread keeps nbdkit's SERIALIZE_REQUESTS promise
+ * (one request at a time per plugin handle) to the plugin.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include <nbdkit-filter.h>
+
+#include "throttle-config.h"
+#include "throttle-abort.h"
+#include "throttle-export.h"
+#include "throttle-guards.h"
+#include "throttle-guards-config.h"
+#include "throttle-lock.h"
+#include "throttle-parse.h"
+#include "throttle-wbq.h"
+#include "throttle-writeback-config.h"
+#include "throttle-writeback-state.h"
+#include "throttle-writeback-writers.h"
+
+/* Every export's state, for cleanup.  Lock rule: all_lock guards
+ * all_wbs and each state's next_all; see the lock order above.
+ */
+static pthread_mutex_t all_lock = THROTTLE_LOCK_INITIALIZER;
+static struct throttle_wb *all_wbs;
+
+/* The queue's hooks, called with its lock held: an acknowledged write
+ * counts for an abort's drain until it is on the backend, and its units
+ * are credited then.
+ */
+static void
+wb_queued (void *opaque)
+{
+  throttle_abort_pending (1);
+}
+
+static void
+wb_retired (void *opaque, uint64_t charged)
+{
+  struct throttle_export *exp = opaque;
+
+  throttle_abort_pending (-1);
+  throttle_export_credit (exp, charged);
+}
+
+/* A writer's flush: what it wrote may be lost if this fails, so every
+ * flush waiting for it reports the failure.
+ */
+static void
+writer_flush (struct throttle_wb_writer *w, const struct throttle_wbq_job *job)
+{
+  struct throttle_wb *wb = w->wb;
+  int err = 0;
+
+  /* A writer that wrote nothing since its last flush has nothing of
+   * its own to make durable: without this, every client flush would
+   * cost a backend flush per writer.
+   */
+  if (w->dirty && w->ctx->flush (w->ctx, 0, &err) == -1) {
+    if (err == 0)
+      err = EIO;
+    nbdkit_error ("throttle: writeback: flushing a writer's backend "
+                  "context of export \"%s\" failed: %s; the flushes "
+                  "waiting report it", wb->exp->name, throttle_errtext (err));
+  }
+  w->dirty = false;
+  throttle_wbq_flush_done (wb->q, w->idx, job, err);
+}
+
+static void
+writer_write (struct throttle_wb_writer *w, const struct throttle_wbq_job *job)
+{
+  struct throttle_wb *wb = w->wb;
+  const void *buf;
+  uint32_t done, n;
+  int err = 0, res = 0;
+
+  for (done = 0; res == 0 && done < job->count; done += n) {
+    buf = throttle_wbq_piece (wb->q, w->idx, job, done, &n);
+    res = w->ctx->pwrite (w->ctx, buf, n, job->offset + done, 0, &err);
+  }
+  w->dirty = true;
+  if (res == -1) {
+    if (err == 0)
+      err = EIO;
+    nbdkit_error ("throttle: writeback: background write of %" PRIu32
+                  " bytes at %" PRIu64 " to export \"%s\" failed: %s; "
+                  "the next flush reports it", job->count, job->offset,
+                  wb->exp->name, throttle_errtext (err));
+  }
+  else if (throttle_debug_verbose)
+    nbdkit_debug ("throttle: writeback: wrote %" PRIu32 " bytes at %"
+                  PRIu64 " seq %" PRIu64, job->count, job->offset, job->seq);
+  throttle_wbq_write_done (wb->q, job, err);
+}
+
+static void *
+writer_main (void *arg)
+{
+  struct throttle_wb_writer *w = arg;
+  struct throttle_wbq_job job;
+
+  throttle_guards_thread_enter ();
+  throttle_abort_writer_thread ();
+
+  for (;;) {
+    switch (throttle_wbq_next (w->wb->q, w->idx, &job)) {
+    case THROTTLE_WBQ_FLUSH: writer_flush (w, &job); break;
+    case THROTTLE_WBQ_WRITE: writer_write (w, &job); break;
+    case THROTTLE_WBQ_STOP: return NULL;
+    }
+  }
+}
+
+static void
+close_writer_ctx (struct throttle_wb_writer *w)
+{
+  if (w->ctx) {
+    w->ctx->finalize (w->ctx);
+    nbdkit_next_context_close (w->ctx);
+    w->ctx = NULL;
+  }
+}
+
+/* Stop the writers once nothing is pending, and free everything. */
+static void
+wb_destroy (struct throttle_wb *wb)
+{
+  struct throttle_wbq_stats s;
+  size_t i;
+
+  if (wb->q)
+    throttle_wbq_stop (wb->q);
+  for (i = 0; i < wb->nr_writers; ++i) {
+    struct throttle_wb_writer *w = &wb->writers[i];
+
+    if (w->started)
+      pthread_join (w->thread, NULL);
+    close_writer_ctx (w);
+  }
+  if (wb->q) {
+    throttle_wbq_get_stats (wb->q, &s);
+    if (wb->started_all)
+      nbdkit_debug ("throttle: writeback summary export=\"%s\" written=%"
+                    PRIu64 " written_bytes=%" PRIu64 " direct=%" PRIu64
+                    " failed=%" PRIu64 " peak_pending_bytes=%" PRIu64,
+                    wb->exp->name, s.written, s.written_bytes, s.direct,
+                    s.failed, s.peak_pending_bytes);
+    if (s.error_unreported)
+      nbdkit_error ("throttle: writeback: export \"%s\": %" PRIu64
+                    " background write(s) failed and no flush reported it; "
+                    "last: %" PRIu32 " bytes at %" PRIu64 ": %s",
+                    wb->exp->name, s.failed, s.last.count, s.last.offset,
+                    throttle_errtext (s.last.errnum));
+    throttle_wbq_destroy (wb->q);
+  }
+  free (wb);
+}
+
+/* Returns 1 if the backend does not take writes at all. */
+static int
+open_writer_ctx (struct throttle_wb *wb, struct throttle_wb_writer *w,
+                 nbdkit_backend *backend, const char *exportname)
+{
+  w->ctx = nbdkit_next_context_open (backend, 0, exportname, 1);
+  if (w->ctx == NULL) {
+    nbdkit_error ("throttle: writeback: cannot open a backend context "
+                  "for export \"%s\"", exportname);
+    return -1;
+  }
+  /* nbdkit checks each request against what these returned, so ask
+   * before the first write.
+   */
+  if (w->ctx->prepare (w->ctx) == -1 ||
+      w->ctx->get_size (w->ctx) == -1)
+    return -1;
+  switch (w->ctx->can_write (w->ctx)) {
+  case 1: break;
+  case 0: return 1;
+  default: return -1;
+  }
+  if (w == &wb->writers[0]) {
+    wb->writer_flush = w->ctx->can_flush (w->ctx) == 1;
+    wb->multi_conn = w->ctx->can_multi_conn (w->ctx) == 1;
+  }
+  else if (wb->writer_flush)
+    w->ctx->can_flush (w->ctx);
+  return 0;
+}
+
+/* The queue of a new export, or NULL after nbdkit_error. */
+static struct throttle_wbq *
+wb_queue_create (struct throttle_export *exp, bool lock)
+{
+  const struct throttle_wbq_hooks hooks = {
+    .queued = wb_queued, .retired = wb_retired, .opaque = exp,
+  };
+  enum throttle_wbq_failure failed;
+  struct throttle_wbq *q;
+  uint64_t pool_bytes = throttle_writeback_pool_bytes ();
+  unsigned nr_writers = throttle_writeback_writers ();
+  size_t bounce = throttle_writeback_bounce_size ();
+  size_t nr = pool_bytes / THROTTLE_WBQ_ELEM;
+
+  q = throttle_wbq_create (nr, nr_writers, bounce, lock, &hooks, &failed);
+  if (q)
+    return q;
+  switch (failed) {
+  case THROTTLE_WBQ_FAIL_ALLOC:
+    nbdkit_error ("calloc: %s", throttle_errtext (errno));
+    break;
+  case THROTTLE_WBQ_FAIL_POOL:
+  case THROTTLE_WBQ_FAIL_BOUNCE:
+    nbdkit_error ("throttle: writeback: cannot create the %s pool of "
+                  "export \"%s\" (%" PRIu64 " bytes%s): %s%s",
+                  failed == THROTTLE_WBQ_FAIL_BOUNCE ? "writers'" : "write",
+                  exp->name,
+                  failed == THROTTLE_WBQ_FAIL_BOUNCE
+                  ? (uint64_t) nr_writers * bounce : pool_bytes,
+                  lock ? ", locked" : "", throttle_errtext (errno),
+                  lock ? " (raise ulimit -l, lower throttle-writeback-pool, "
+                  "or throttle-mlock=off)" : "");
+    break;
+  case THROTTLE_WBQ_FAIL_MMAP:
+    nbdkit_error ("throttle: writeback: mmap: %s", throttle_errtext (errno));
+    break;
+  case THROTTLE_WBQ_FAIL_MLOCK:
+    nbdkit_error ("throttle: writeback: mlock of %zu bytes: %s",
+                  throttle_wbq_meta_bytes (nr), throttle_errtext (errno));
+    break;
+  }
+  return NULL;
+}
+
+/* NULL with *read_only set if the backend takes no writes: nothing
+ * to write behind then, and nbdkit refuses the client's writes itself.
+ */
+static struct throttle_wb *
+wb_create (struct throttle_export *exp, nbdkit_backend *backend,
+           const char *exportname, bool *read_only)
+{
+  unsigned nr_writers = throttle_writeback_writers ();
+  struct throttle_wb *wb;
+  size_t i;
+  int err;
+
+  wb = calloc (1, sizeof *wb + nr_writers * sizeof wb->writers[0]);
+  if (wb == NULL) {
+    nbdkit_error ("calloc: %s", throttle_errtext (errno));
+    return NULL;
+  }
+  wb->exp = exp;
+  wb->nr_writers = nr_writers;
+  wb->q = wb_queue_create (exp, throttle_guards_lock_pools ());
+  if (wb->q == NULL)
+    goto fail;
+
+  for (i = 0; i < nr_writers; ++i) {
+    struct throttle_wb_writer *w = &wb->writers[i];
+
+    w->wb = wb;
+    w->idx = i;
+    switch (open_writer_ctx (wb, w, backend, exportname)) {
+    case 0: break;
+    case 1: *read_only = true; /* fallthrough */
+    default: goto fail;
+    }
+  }
+  for (i = 0; i < nr_writers; ++i) {
+    struct throttle_wb_writer *w = &wb->writers[i];
+
+    err = pthread_create (&w->thread, NULL, writer_main, w);
+    if (err != 0) {
+      nbdkit_error ("throttle: writeback: pthread_create: %s",
+                    throttle_errtext (err));
+      goto fail;
+    }
+    w->started = true;
+  }
+  wb->started_all = true;
+  nbdkit_debug ("throttle: writeback: export \"%s\": %" PRIu64 " buffers, "
+                "%zu writers with %zu-byte bounce buffers, backend "
+                "multi-conn %d", exp->name,
+                throttle_writeback_pool_bytes () / THROTTLE_WBQ_ELEM,
+                wb->nr_writers, throttle_writeback_bounce_size (),
+                wb->multi_conn);
+  return wb;
+
+ fail:
+  wb_destroy (wb);
+  return NULL;
+}
+
+int
+throttle_writeback_open (struct throttle_export *exp, nbdkit_context *context,
+                         int readonly, const char *exportname,
+                         struct throttle_wb_conn *c)
+{
+  /* Lock rule: held from looking at exp->wb to publishing a new
+   * state, so that an export gets one; see the lock order above.
+   */
+  static pthread_mutex_t create_lock = THROTTLE_LOCK_INITIALIZER;
+  struct throttle_wb *wb;
+  bool read_only = false;
+
+  c->exp = NULL;
+  c->seen_errors = 0;
+  if (!throttle_writeback_enabled ())
+    return 0;
+  /* The writers' contexts are shared (they outlive connections), and
+   * in a shared context nbdkit does not tell the plugin the client's
+   * export name: a plugin serving several exports would write to its
+   * default one, or fail.  Named exports stay writethrough.
+   */
+  if (exportname[0] != '\0') {
+    static bool said;
+
+    if (!__atomic_exchange_n (&said, true, __ATOMIC_RELAXED))
+      nbdkit_debug ("throttle: writeback: export \"%s\" (and every other "
+                    "named export) is served writethrough: only the default "
+                    "export \"\" is written behind", exportname);
+    return 0;
+  }
+  c->exp = exp;
+
+  /* A read-only connection creates nothing, but still sees (through
+   * c->exp) the pending writes of the export's other connections.
+   */
+  throttle_lock (&create_lock);
+  wb = exp->wb;
+  if (wb == NULL && !readonly) {
+    wb = wb_create (exp, nbdkit_context_get_backend (context), exportname,
+                    &read_only);
+    if (wb == NULL) {
+      throttle_unlock (&create_lock);
+      if (read_only) {
+        nbdkit_debug ("throttle: writeback: export \"%s\" takes no writes",
+                      exportname);
+        return 0;
+      }
+      return -1;
+    }
+    throttle_lock (&all_lock);
+    wb->next_all = all_wbs;
+    all_wbs = wb;
+    throttle_unlock (&all_lock);
+    __atomic_store_n (&exp->wb, wb, __ATOMIC_RELEASE);
+  }
+  throttle_unlock (&create_lock);
+  if (wb == NULL)
+    return 0;
+
+  c->seen_errors = throttle_wbq_seen_at_open (wb->q);
+  return 0;
+}
+
+int
+throttle_writeback_finalize (struct throttle_wb_conn *c)
+{
+  struct throttle_wb *wb = throttle_wb_of (c->exp);
+  struct throttle_wbq_stats s;
+
+  if (wb == NULL)
+    return 0;
+  if (throttle_debug_verbose) {
+    throttle_wbq_get_stats (wb->q, &s);
+    if (s.pending)
+      nbdkit_debug ("throttle: writeback: disconnect waits for %" PRIu64
+                    " pending writes", s.pending);
+  }
+  throttle_wbq_drain (wb->q);
+  return 0;
+}
+
+void
+throttle_writeback_cleanup (void)
+{
+  struct throttle_wb *wb;
+  struct throttle_wbq_stats s;
+
+  throttle_lock (&all_lock);
+  while ((wb = all_wbs) != NULL) {
+    all_wbs = wb->next_all;
+    throttle_wbq_get_stats (wb->q, &s);
+    if (s.pending)
+      nbdkit_debug ("throttle: writeback: export \"%s\": writing %" PRIu64
+                    " pending writes before exit", wb->exp->name, s.pending);
+    wb->exp->wb = NULL;
+    wb_destroy (wb);            /* waits for the pending writes */
+  }
+  throttle_unlock (&all_lock);
+}
