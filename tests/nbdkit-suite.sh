@@ -17,7 +17,7 @@
 # only the filter's run logs: "aborting sleep" from nbdkit_nanosleep, or
 # the filter's own "error: throttle") fails this script unless EXPECTED
 # lists it with its reason; an expected difference that does not happen
-# fails it too, so that the list stays true.  nbdkit-throttle-filter(1)
+# fails it too, so that the list stays true.  nbdkit-throttle-design(1)
 # "NBDKIT'S OWN TESTS" documents the same list.
 #
 # $NBDKIT_SUITE_JOBS tests (default: the number of CPUs) run at a time.
