@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # nbdkit-throttle: one entry point for a fresh Debian 12 machine.
 #
 #   ./dev.sh demo     install what is missing, build, run the main job

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Case 5 of bench.sh: the effective capacity over time under a latency
 # target, and the reader's latency distribution per configuration.
 # Run by bench.sh in the results directory: summarize.py writes

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # make bench: nbdkit-throttle side by side with no filter and with
 # nbdkit's rate filter, in one run.  See BENCHMARKS.md for the cases.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Poll the throttle's control socket every 50 ms until killed.
 
 usage: capacity-poll.py CONTROL-SOCKET OUT

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Latency distributions of bench case 4, one CDF per configuration.
 # Run by bench.sh in the results directory: summarize.py writes
 # plotcmd.gp there with the curves that exist.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Latency distributions of bench case 2m (4K and 1M writes mixed, fio):
 # one CDF per configuration, one panel per write size.  Run by bench.sh
 # in the results directory: summarize.py writes plotcmd-mixed.gp there

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Turn the results of bench.sh into BENCHMARKS.md (on stdout) and the
 gnuplot data of the plots: plotcmd.gp for latency.gp (case 4) and
 plotcmd-mixed.gp with mixed-*.cdf for mixed-cdf.gp (case 2m), each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: the public API for user metrics.
  *
  * A metric maps one NBD request to the number of units it holds in

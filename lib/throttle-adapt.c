@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: a capacity that finds itself from a latency target.
  *
  * Like blk-wbt, this watches completion latencies in windows and moves

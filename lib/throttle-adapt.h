@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: a capacity that finds itself from a latency target.
  *
  * In the spirit of the kernel's writeback throttling (block/blk-wbt.c):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: admission of one request, whole or in parts, to its
  * export's budget and to the server's.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: a budget of units in flight with FIFO admission.
  *
  * The four flaws of the 2007 writeout-throttling patch, and why this

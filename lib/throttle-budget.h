@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: a budget of units in flight with FIFO admission.
  *
  * Modelled on the kernel's rq_qos_wait (block/blk-rq-qos.c): a request

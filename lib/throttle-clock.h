@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: monotonic time helpers shared by lib/. */
 
 #ifndef THROTTLE_CLOCK_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: the one JSON string writer (see throttle-json.h). */
 
 #include <config.h>

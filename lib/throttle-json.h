@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: the one JSON string writer, for the control
  * socket's replies and throttle-load's report.
  */

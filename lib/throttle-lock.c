@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: mutexes whose rules are checked in checking builds.
  * See throttle-lock.h.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: mutexes whose rules are checked in checking builds.
  *
  * The lock rules (HACKING.md, "Locks") say which lock a function must

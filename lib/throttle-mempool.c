@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: a preallocated pool of fixed-size buffers.
  *
  * The kernel's mempool keeps a reserve beside a normal allocator and

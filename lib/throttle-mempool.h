@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: a preallocated pool of fixed-size buffers.
  *
  * Modelled on the kernel's mempool (mm/mempool.c), but the reserve is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: built-in metrics and user metrics.
  *
  * What zero and trim cost.  They carry no payload, so they pin no

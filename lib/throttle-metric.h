@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: built-in metrics and loading user metrics. */
 
 #ifndef THROTTLE_METRIC_H

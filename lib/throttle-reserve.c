@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: the size of the heap reserve (see throttle-reserve.h). */
 
 #include <config.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: the size of the heap reserve for nbdkit's request
  * buffers (throttle-reserve), without nbdkit.
  *

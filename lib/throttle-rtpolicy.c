@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: when the server is to be real-time (see
  * throttle-rtpolicy.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: when the server is to be real-time (throttle-rt),
  * as pure decisions: which peer counts, and a state machine on a
  * clock the caller passes.  No locking: the caller serializes every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: the one way a thread waits for a resource.
  * See throttle-wait.h.
  */

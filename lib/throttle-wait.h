@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: the one way a thread waits for a resource.
  *
  * Modelled on the kernel's rq_qos_wait (block/blk-rq-qos.c), which

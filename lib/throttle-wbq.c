@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: the write-behind queue.
  *
  * Lock order: HACKING.md, "Locks".  alloc_lock is held across a wait

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: the write-behind queue, the engine of
  * throttle-mode=writeback.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: how many writer threads write-behind starts.
  *
  * Under sustained load the writers, not the clients, set the pace: a

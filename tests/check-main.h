@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The main () of every Check unit test: it runs the one suite the test
  * defines, with what the environment asks of Check (CK_FORK,
  * CK_RUN_CASE, CK_VERBOSITY, ...), and exits non-zero if a test

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Drive an NBD server for the integration tests: several connections,
 each keeping a queue of asynchronous requests, optionally ignoring
 request errors.  Prints a line with what completed."""

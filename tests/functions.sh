@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Shared helpers for the integration tests (bash).
 
 set -e

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Hostile and unlucky NBD clients, and the helpers of the hardening
 tests (test-faults.sh, test-hostile.sh, test-signals.sh, test-soak.sh).
 

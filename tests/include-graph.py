@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """The include graph of the project's C modules, checked.
 
 A module is NAME.c with NAME.h in one folder.  Fails (exit 1, naming

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Liveness of the throttle filter against real nbdkit: no capacity,
 whoever sets it, strands a request.  Run by tests/test-liveness.sh.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # nbdkit-disc-loss.sh [RUNS] [PAUSE]: reproduce, with nbdkit alone (no
 # throttle filter), nbdkit's loss of requests a client queued before
 # it ended the connection cleanly.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # nbdkit for the tests of a sanitizer build (./configure
 # --enable-sanitizers=...): the Makefile sets NBDKIT to this script.
 #

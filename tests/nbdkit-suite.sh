@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # nbdkit's own tests with the throttle filter in front of every server.
 #
 # Usage: nbdkit-suite.sh NBDKIT_BUILDDIR [TEST...]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # run-sanitizers.sh: build the project twice out of tree, with
 # --enable-sanitizers=address,undefined and with =thread, run
 # 'make check' and 'make check-slow' in each (unit tests and

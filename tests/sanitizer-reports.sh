@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # sanitizer-reports.sh DIR: print the sanitizer reports found under DIR
 # (written by nbdkit-sanitized.sh's log_path) and exit 1 if any of them
 # is about our code.

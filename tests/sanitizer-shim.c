@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Preloaded into nbdkit after the sanitizer runtime, in sanitizer
  * builds only (see nbdkit-sanitized.sh).  nbdkit itself is not built
  * with a sanitizer; these keep the reports about our code meaningful.

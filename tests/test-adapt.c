@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of lib/throttle-adapt.c: the latency-target controller,
  * driven by a simulated backend on a simulated clock, so that every
  * run is the same.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The latency target against real nbdkit: bad values of its parameters
 # stop nbdkit with a message naming them; over a backend whose latency
 # grows with the bytes in flight (the inflight plugin's bandwidth=),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of the decision in lib/throttle-admit.c whether and how a
  * request is served in parts: which requests are split, what a part's
  * bytes are, and the split_max the layers below allow.  Each request

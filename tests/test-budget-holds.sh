@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The budget holds at the backend: with 4 connections each keeping 32
 # writes of 64K queued (8 MiB wanted in flight) against a capacity of
 # 256K, the backend never sees more than 256K in flight, and it does see

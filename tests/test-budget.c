@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of lib/throttle-budget.c, including a regression test for
  * each flaw of the 2007 writeout-throttling patch.
  */

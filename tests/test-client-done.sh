@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # A client that is done is still served: of the writes queued when it
 # sends NBD_CMD_DISC, or shuts down its write side, every one that
 # reached the filter reaches the backend and is answered 0.  Clients

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of the control socket's protocol
  * (plugin/throttle/throttle-control-proto.c) without a socket or nbdkit: the
  * tokenizer, the stats and their JSON, and the dispatch of set to what

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The control socket, against a real nbdkit under load: the socket is
 # private (0600 whatever the umask), never replaces a file that is not a
 # socket nor a socket another server serves, but does replace a stale

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # throttle-ctl against a real nbdkit under load: stats as a table and as
 # the raw reply, set capacity with nbdkit's size suffixes (the change
 # shows in the server's own reply), set latency-target and the target's

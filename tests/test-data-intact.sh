@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Data written through the filter reads back intact, with a capacity
 # far below what the clients send: nbdcopy (multi-connection), fio's
 # verify, and qemu-io patterns.

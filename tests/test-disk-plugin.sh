@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The allocation-free disk plugin against a real nbdkit: refusals at
 # start, data through O_DIRECT, FUA, flush, zero, misaligned requests,
 # block size advertisement, a block device, the system calls behind FUA

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Backend errors return their credit: with nbdkit's error filter under
 # the throttle failing writes, zeroes and trims, afterwards the whole
 # capacity is available again.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of the registry of budgets (plugin/throttle/throttle-export.c)
  * without nbdkit: the budget a connection gets depends on its name
  * only, whatever was opened and closed before; a named budget lives

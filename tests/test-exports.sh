@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Which budget a connection is charged to: the one of the export name
 # it opened, whatever other clients did before; "" exists from start
 # to exit, every other budget only while a connection to its name is

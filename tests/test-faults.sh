@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Fault injection under load: nbdkit's error filter below the throttle
 # fails 10% of writes, zeroes and trims from four connections (with a
 # delay below it, so that requests overlap and wait for credit).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # What the plugin runs inherits none of the guards.  nbdkit's eval
 # plugin forks a shell for every method; its scripts record their own
 # task flags, scheduling policy and oom_score_adj.  With the filter at

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Who may make nbdkit's threads real-time, and that they turn back (see
 # REAL-TIME PRIORITY in nbdkit-throttle-design(1)):
 # - a client of root named nbd-client makes every thread SCHED_FIFO at

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The thread and process guards of the throttle filter, against a real
 # nbdkit: bad values are refused by name; io-flusher, rt and oom do
 # what the kernel permits (auto), refuse to start without it (on), or

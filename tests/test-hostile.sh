@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Hostile and unlucky clients against one server (capacity 256K, a
 # backend that holds each request 300 ms and records its peak):
 #  1. a connection dropped in the middle of a write's payload;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Imports run one way: the modules of the filter, of the disk plugin
 # and of lib/ include each other in no circle, and lib/ includes
 # nothing of nbdkit or of plugin/ (include-graph.py).  First the check

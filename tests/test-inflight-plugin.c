@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A test backend that records what the throttle let through: each
  * request sleeps, and the plugin tracks the peak bytes and requests in
  * flight across all connections.  At unload it writes them to

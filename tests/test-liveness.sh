@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # No capacity strands a request, whoever sets it, against real nbdkit
 # (the clients are tests/liveness.py):
 # 1. a latency target far below the backend's latency steps the

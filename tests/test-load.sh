@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # throttle-load against real nbdkit servers: the numbers it reports add
 # up, --verify catches wrong data, and every kind of failure (bad
 # arguments, no server, failed requests, a server that dies or hangs)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # What a client makes nbdkit allocate is bounded, and given back.  With
 # the guards on (as root: mlockall MCL_FUTURE|MCL_ONFAULT and the heap
 # reserve) every page nbdkit touches is locked.  The filter advertises

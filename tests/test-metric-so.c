@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A user metric for the tests: charges writes one unit per started
  * MiB plus one, so the test can tell it from every built-in.  Built
  * a second time without the symbol to test that error.

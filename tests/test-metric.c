@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of lib/throttle-metric.c. */
 
 #include <config.h>

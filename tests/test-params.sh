@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Bad parameters stop nbdkit at start with exactly one error line;
 # --help lists the parameters; -D throttle.verbose=1 logs admissions;
 # a user metric charges what it says.

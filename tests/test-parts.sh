@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Large reads and writes are served in parts, each charged on its own:
 # the backend never has more than the capacity in flight, nothing is
 # clamped, and the data is intact (throttle-load --verify writes a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of the heap reserve's size (lib/throttle-reserve.c): one
  * request buffer per worker, each as large as the largest request a
  * kernel client sends, and never more than half of RAM.

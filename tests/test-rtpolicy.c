@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of lib/throttle-rtpolicy.c: who turns the server
  * real-time, and the hold, on a simulated clock.
  */

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The server-wide bound (throttle-server-capacity): every charge to an
 # export's budget is charged to the server's too, so two exports the
 # plugin lists, each at a 1M capacity, have at most 1M in flight

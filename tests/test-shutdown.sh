@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # SIGTERM to an nbdkit whose requests are blocked in the throttle exits
 # within 5 seconds, and the waits give back nothing they did not hold.
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # SIGTERM and SIGINT under full load: nbdkit exits within 5 seconds.
 # Writethrough: four connections keep 16 writes each queued against a
 # 256K budget over a backend that holds each write 200 ms; the summary

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A seeded simulation of lib/'s admission: liveness and the bound,
  * proven by random exploration rather than by examples.
  *

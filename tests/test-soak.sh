@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # A bounded soak (THROTTLE_SOAK_SECS, default 60) mixing everything the
 # other hardening tests do, against one server, with the budget
 # invariant checked throughout:

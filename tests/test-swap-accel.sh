@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The swap guest test's choice of accelerator (swap_accel in
 # tests/swap/common.sh), on the host, without KVM: kvm only where the
 # device is a character device this user may read and write and qemu

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The filter works whatever the plugin's thread model is, without
 # deadlocking itself: nbdkit's noparallel filter forces each model.
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"

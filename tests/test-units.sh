@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The swap units and their helper, on the host: systemd-analyze verify
 # accepts the unit as built (and would report a mistake in it), the
 # unit has the order, dependencies and privileges swap needs, and the

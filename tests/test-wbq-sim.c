@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A seeded simulation of the write-behind queue's ordering
  * (lib/throttle-wbq.c), in the style of test-sim.c.
  *

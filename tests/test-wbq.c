@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of lib/throttle-wbq.c, the write-behind queue.
  *
  * The test plays every part: it queues writes, reads and flushes as the

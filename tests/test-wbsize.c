@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of lib/throttle-wbsize.c (Check): how many writer threads
  * write-behind starts, and how many bounce buffers they share.
  */

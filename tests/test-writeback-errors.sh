@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # throttle-mode=writeback: a failure is reported to every flush that was
 # waiting when it happened, however the flushes and the failures
 # interleave (the kernel's errseq_t is the model).  On one connection

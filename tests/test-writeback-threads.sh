@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # throttle-mode=writeback sizes its writer threads from the backend's
 # thread model, and their bounce buffers from their number.  The
 # inflight test plugin (every write held 300 ms) counts the writes on

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # throttle-mode=writeback against a real nbdkit: each promise of
 # "WRITEBACK MODE" in nbdkit-throttle-design(1) is asserted here, with
 # nbdkit's delay, pause and error filters below the throttle to make

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """The throttle filter's control socket, for tests and operators.
 
 A module (import throttle_control: functions.sh puts tests/ on

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # with-timeout.sh TEST [ARGS...]: the LOG_COMPILER of every test.  A
 # test that hangs fails after a time limit instead of holding the run
 # for good; the integration tests print their servers' logs as they

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 # Client side of test-writeback.sh: each scenario asserts one promise of
 # throttle-mode=writeback against a real nbdkit.  Needs the system
 # python (the nbd module from python3-libnbd).

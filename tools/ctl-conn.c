@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* throttle-ctl: one exchange with the control socket.  Blocking, but
  * every step is bounded by the timeout, so a server that accepts and
  * says nothing, or a full backlog, ends in an error instead of a hang.

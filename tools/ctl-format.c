@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* throttle-ctl: sizes in, numbers, durations and export names out. */
 
 #include <config.h>

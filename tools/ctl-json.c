@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* throttle-ctl: a minimal JSON reader (RFC 8259), for the control
  * socket's replies.  Strict: anything that is not JSON is an error
  * naming the byte where it went wrong, since a server that answers

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* throttle-ctl: a minimal JSON reader, enough for the control
  * socket's replies (one object a line).  Values form a tree of nodes;
  * the members of an object and the elements of an array are a list

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* throttle-ctl: the server's real-time mode (the "rt" member of the
  * stats and of the reply to "set rt"; see REAL-TIME PRIORITY in
  * nbdkit-throttle-design(1)).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* throttle-ctl: the stats command (a table) and watch (a line per
  * interval per export, like vmstat).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* throttle-ctl: the throttle filter's control socket, from the shell. */
 
 #ifndef CTL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* throttle-load: ask the throttle filter's control socket what the
  * throttle did.  A blocking exchange after the run, bounded by the
  * run's --timeout, so a stuck server cannot hang the report.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Latency histogram with constant memory and bounded relative error. */
 
 #include <config.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Command line of throttle-load.  Every misuse exits with status 2 and
  * a message that names the option and the value that was wrong.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* What a run measured: a table for people, JSON for scripts.
  *
  * Both print the same numbers.  A report of server-side statistics

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Drive the connections: one libev loop, one ev_io per libnbd handle,
  * libnbd's asynchronous API underneath.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* throttle-load: a load generator for NBD servers on libnbd + libev.
  *
  * The pieces: load-options.c turns argv into a struct load_config,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* throttle-ctl: drive the throttle filter's control socket (see
  * throttle-ctl(1) and CONTROL SOCKET in nbdkit-throttle-filter(1)).
  *

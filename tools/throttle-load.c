@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* throttle-load: drive an NBD server and measure what it does. */
 
 #include <config.h>

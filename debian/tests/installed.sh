@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The installed package, from its installed files only: every file is
 # the package's, nbdkit finds the filter and the plugin by their short
 # names, throttle-load drives the filter and throttle-ctl reads and

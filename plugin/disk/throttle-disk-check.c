@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle-disk-plugin: refuse a file that is not safe to serve
  * as swap.
  *

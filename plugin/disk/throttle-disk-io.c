@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle-disk-plugin: the data callbacks.
  *
  * Every transfer goes through a bounce buffer of the pool made in

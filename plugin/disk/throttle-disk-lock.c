@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle-disk-plugin: lock the plugin's own code and data.
  *
  * The plugin's variables and the code that reads them are in its own

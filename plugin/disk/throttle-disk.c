@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle-disk-plugin: an allocation-free disk backend.
  *
  * Serves a block device or a fully allocated regular file with O_DIRECT

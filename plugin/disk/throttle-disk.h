@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle-disk-plugin: what its files share. */
 
 #ifndef THROTTLE_DISK_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: writes acknowledged by writeback survive an
  * abort of nbdkit.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the latency target.
  *
  * Each export with a target has a controller (lib/throttle-adapt.c)

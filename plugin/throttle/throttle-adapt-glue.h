@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the latency target (throttle-latency-target,
  * throttle-min-capacity), the glue between the data path and the
  * controller of lib/throttle-adapt.c.

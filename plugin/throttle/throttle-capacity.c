@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the control socket's capacity commands (see
  * throttle-capacity.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the control socket's commands that change a
  * capacity: set capacity (an export's, through the latency target's
  * glue: with a target on it is the ceiling), set latency-target and set

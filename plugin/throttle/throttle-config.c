@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the configuration (see throttle-config.h). */
 
 #include <config.h>

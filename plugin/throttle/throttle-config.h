@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the configuration every module reads.
  *
  * Set by throttle.c's .config and .config_complete; after that, read

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the control socket's protocol (see
  * throttle-control-proto.h).  Replies are written to a stdio stream,
  * in the control thread an open_memstream(3) buffer per client.

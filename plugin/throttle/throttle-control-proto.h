@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the control socket's protocol, without the
  * socket: the tokenizer, the commands and their JSON replies (see
  * CONTROL SOCKET in nbdkit-throttle-filter(1)).  throttle-control.c

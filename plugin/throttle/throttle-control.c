@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the control socket and the periodic stats.
  *
  * One thread runs a libev loop that serves line-oriented commands on a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the control socket (throttle-control=SOCKET)
  * and the periodic statistics (throttle-stats-interval=SECS).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the registry of budgets.  See
  * throttle-export.h for which budget a connection is charged to, and
  * how long a budget lives.

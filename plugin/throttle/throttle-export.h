@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the registry of budgets.
  *
  * Which budget: a connection is charged to the budget of the export

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the guards' parameters (see
  * throttle-guards-config.h).
  */

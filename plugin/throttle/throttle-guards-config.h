@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the guards' parameters (throttle-io-flusher,
  * throttle-rt and its hold and pressure file, throttle-oom,
  * throttle-mlock, throttle-reserve, throttle-threads,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the thread and process guards.
  *
  * A server whose client is its own kernel must never wait for memory

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the thread and process guards.
  *
  * What keeps nbdkit itself from deadlocking when it serves a device

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: who does what, and when.
  *
  * The one description of the filter's lifecycle.  nbdkit 1.32 calls

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: what is locked in RAM and the heap reserve
  * (see throttle-memlock.h).
  */

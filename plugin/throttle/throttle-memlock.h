@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: what is locked in RAM (throttle-mlock) and
  * the heap reserve (throttle-reserve, throttle-threads).
  *

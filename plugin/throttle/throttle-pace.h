@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the replies of a closing connection, one at
  * a time, for nbdkit before 1.33.10.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: one way to parse a parameter's value, and
  * to report a bad one (see throttle-parse.h for the rule).
  */

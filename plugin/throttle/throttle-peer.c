@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: who is at the other end of a connection (see
  * throttle-peer.h).
  */

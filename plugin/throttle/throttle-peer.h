@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: who is at the other end of a connection, as
  * throttle-rt judges it.  The judgement is lib/throttle-rtpolicy.h's
  * (throttle_rt_classify); this gathers its facts: the peer's address,

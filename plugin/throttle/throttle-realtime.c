@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the real-time switch of throttle-rt (see
  * throttle-realtime.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the real-time switch (throttle-rt).
  *
  * Whether the whole process runs SCHED_FIFO now, decided by the state

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: serving one data request, part after part.
  * See throttle-serve.h.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: serving one data request, part after part.
  *
  * A read, write, zero or trim is charged by the metric, admitted to its

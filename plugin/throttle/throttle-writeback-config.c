@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: write-behind's parameters and sizes.
  *
  * throttle-mode, throttle-writeback-pool and throttle-writeback-threads

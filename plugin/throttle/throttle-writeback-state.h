@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: an export's write-behind state.
  *
  * Made by the first writable open of the export and freed at cleanup

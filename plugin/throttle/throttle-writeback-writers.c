@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: each export's writer threads, from the first
  * writable open of the export to cleanup.  See
  * throttle-writeback-writers.h.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: write-behind's writer threads, per export.
  *
  * The first writable open of the default export makes its queue, its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: write-behind's request hooks.
  *
  * The ordering engine (the queue, its records and buffers, barriers,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: write-behind (throttle-mode=writeback).
  *
  * A write is charged as in writethrough, copied into buffers of a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: bound the units in flight per export.
  *
  * Every data request is charged by the metric before it is passed

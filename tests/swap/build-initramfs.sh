@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Builds the initramfs of the swap-over-NBD test guest.
 #
 #   build-initramfs.sh WORKDIR

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Makes a self-contained directory of the swap-over-NBD guest test, to
 # run on another Linux host (one with KVM, where the ratios to raw-disk
 # measure the I/O paths rather than emulated CPU; README.md):

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The swap-over-NBD guest suite (make check-swap).  See README.md.
 #
 # Boots every configuration of common.sh the number of times it lists,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Shared by build-initramfs.sh, run-guest.sh and check-swap.sh (sourced).
 
 # The configurations of the swap-over-NBD guest test, one a line:

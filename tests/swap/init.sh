@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # /init of the swap-over-NBD test guest (busybox sh).
 #
 # Reads its configuration from thr.* words of the kernel command line

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Boots one swap-over-NBD test guest and classifies the run.
 #
 #   run-guest.sh [-w WORKDIR] [-l LOG] [-n BOOT] CONFIG

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* swaptest: the workload of the swap-over-NBD guest test.
  *
  * Allocates more anonymous memory than the guest has, so that part of it
