@@ -293,9 +293,10 @@ reply_set_usage (FILE *out)
   size_t i, len = 0;
 
   usage[0] = '\0';
-  for (i = 0; i < nr_setters; i++)
-    len += snprintf (usage + len, len < sizeof usage ? sizeof usage - len : 0,
-                     "%s%s", i ? ", or " : "", setters[i]->usage);
+  /* A usage that does not fit is cut, never overrun. */
+  for (i = 0; i < nr_setters && len < sizeof usage; i++)
+    len += snprintf (usage + len, sizeof usage - len, "%s%s",
+                     i ? ", or " : "", setters[i]->usage);
   throttle_control_reply_error (out, "usage: %s (the default export is "
                                 "\"\")", usage);
 }
