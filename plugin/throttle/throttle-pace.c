@@ -49,7 +49,7 @@ static pthread_once_t pace_once = PTHREAD_ONCE_INIT;
 /* Per thread: this thread's connection was seen closing.  A worker
  * thread serves one connection, and once closing it stays closing:
  * asking nbdkit again would log an error line each time.
- * initial-exec: see thread_state in throttle-guards.c.
+ * initial-exec: see thread_gen in throttle-guards.c.
  */
 static __thread bool pace_closing __attribute__ ((tls_model ("initial-exec")));
 

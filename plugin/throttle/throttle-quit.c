@@ -49,7 +49,7 @@ static bool prober_started;     /* only touched by after_fork, cleanup */
  * not quitting while the thread's own nbdkit_nanosleep failed: its
  * connection is closing, for good (nbdkit's worker threads belong to
  * one connection), and its own probe would only log an error line
- * each time.  initial-exec: see thread_state in throttle-guards.c.
+ * each time.  initial-exec: see thread_gen in throttle-guards.c.
  */
 static __thread bool conn_closing __attribute__ ((tls_model ("initial-exec")));
 

@@ -301,7 +301,7 @@ rt_json (char *buf, size_t len)
     buf[0] = '\0';
 }
 
-/* The server's real-time mode (see throttle-guards.h). */
+/* The control socket's "set rt": the server's real-time mode. */
 static void
 set_rt (FILE *out, struct throttle_export *unused, const char *value)
 {
