@@ -231,7 +231,12 @@ check_nbdkit ()
   start=$(date +%s)
   echo "== nbdkit $version: unit and integration tests"
   make check TESTS='$(UNIT_TESTS) $(INTEGRATION_TESTS)'
-  make -C tests check-slow SLOW_TESTS='$(SLOW_INTEGRATION_TESTS)'
+  # Of the slow tests, the one that depends on nbdkit's version (who
+  # may make its threads real-time, through nbdkit_peer_*).  The soak
+  # loads the budget, the same code whatever nbdkit runs it: it runs on
+  # Debian's nbdkit and in both sanitizer builds, and here it would
+  # only lengthen CI, which must stay under 50 minutes.
+  make -C tests check-slow SLOW_TESTS=test-guards-rt.sh
   echo "== nbdkit $version: tests passed in $(( $(date +%s) - start )) s"
   start=$(date +%s)
   echo "== nbdkit $version: nbdkit's own tests, plain and with the filter"
