@@ -141,8 +141,10 @@ wait "$silent" 2>/dev/null || :
 echo "ok: SIGTERM with a silent control client: exits, socket removed"
 
 # Writeback mode adds its state to each export's stats.
-if "$NBDKIT" --filter="$THROTTLE_FILTER" null --help 2>/dev/null |
-     grep -q 'throttle-mode='; then
+# (Into a file first: under pipefail, grep -q could fail the pipeline
+# with nbdkit's SIGPIPE.)
+"$NBDKIT" --filter="$THROTTLE_FILTER" null --help > "$tmp/help" 2>/dev/null || true
+if grep -q 'throttle-mode=' "$tmp/help"; then
   start_nbdkit wb --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" delay-ms=20 \
     statefile="$tmp/wb.state" throttle-mode=writeback \
     throttle-control="$tmp/wb.ctl"
