@@ -55,7 +55,14 @@ struct throttle_export {
   size_t conns;                   /* open connections; atomic */
   bool permanent;                 /* "": never freed before unload */
   struct throttle_budget budget;
-  struct throttle_wb *wb;         /* throttle-mode=writeback, else NULL */
+  /* throttle-mode=writeback, else NULL.  Not a feature slot: the
+   * write-behind state needs a backend context, so it is made by the
+   * first writable .open of "" (not when the budget is made), and it
+   * is freed in .cleanup after writing what is pending, while the
+   * backend is still there; a feature's detach runs at .unload
+   * (throttle-writeback-writers.c).
+   */
+  struct throttle_wb *wb;
   /* Each feature's state (throttle_export_add_feature), made with the
    * budget and freed with it.
    */

@@ -6,6 +6,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <time.h>
@@ -46,13 +47,6 @@
 static pthread_key_t pace_key;
 static pthread_once_t pace_once = PTHREAD_ONCE_INIT;
 
-/* Per thread: this thread's connection was seen closing.  A worker
- * thread serves one connection, and once closing it stays closing:
- * asking nbdkit again would log an error line each time.
- * initial-exec: see thread_gen in throttle-guards.c.
- */
-static __thread bool pace_closing __attribute__ ((tls_model ("initial-exec")));
-
 static void
 pace_back (void *v)
 {
@@ -88,6 +82,8 @@ throttle_pace_init (struct throttle_pace *p)
   pthread_condattr_destroy (&attr);
   p->first_done = false;
   p->out = false;
+  atomic_init (&p->closing, false);
+  atomic_init (&p->next_probe_ns, 0);
 }
 
 void
@@ -113,19 +109,53 @@ throttle_pace_enter (void)
   }
 }
 
+/* Whether the connection is closing, as nbdkit sees it.  Asking is a
+ * system call (nbdkit_nanosleep polls the client's socket), too dear
+ * for every reply of a live connection: a successful reply asks only
+ * when no reply of the connection asked in the last
+ * THROTTLE_PACE_PROBE_US.  That leaves ungated the successful replies
+ * of a connection in its first such interval after the client left;
+ * the replies already queued on nbdkit's write lock when it left are
+ * past any filter anyway.  Error replies ask every time: they are how
+ * a vanished client's requests come back together (see above).  The
+ * answer "closing" is kept: asking again would log an error line each
+ * time.
+ */
+static bool
+pace_closing (struct throttle_pace *p, int r)
+{
+  if (atomic_load_explicit (&p->closing, memory_order_relaxed))
+    return true;
+  if (throttle_quitting ())
+    return true;
+  if (r == 0) {
+    uint64_t now = throttle_now_ns ();
+    uint64_t next = atomic_load_explicit (&p->next_probe_ns,
+                                          memory_order_relaxed);
+
+    /* One thread per interval asks; the others go on. */
+    if (now < next ||
+        !atomic_compare_exchange_strong_explicit (&p->next_probe_ns, &next,
+                                                  now + THROTTLE_PACE_PROBE_US
+                                                  * 1000,
+                                                  memory_order_relaxed,
+                                                  memory_order_relaxed))
+      return false;
+  }
+  /* A zero sleep: nbdkit polls and returns without waiting. */
+  if (nbdkit_nanosleep (0, 0) == 0)
+    return false;
+  atomic_store_explicit (&p->closing, true, memory_order_relaxed);
+  return true;
+}
+
 void
-throttle_pace_reply (struct throttle_pace *p)
+throttle_pace_reply (struct throttle_pace *p, int r)
 {
   struct timespec until;
 
-  /* A live connection's replies go out as they come.  The probe costs
-   * a system call per reply, on these old nbdkit releases only.
-   */
-  if (!pace_closing) {
-    if (!throttle_quitting () && nbdkit_nanosleep (0, 1) == 0)
-      return;
-    pace_closing = true;
-  }
+  if (!pace_closing (p, r))
+    return;
 
   throttle_lock (&p->lock);
   if (!p->first_done) {

@@ -9,7 +9,9 @@
 #define THROTTLE_PACE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include <nbdkit-filter.h>
 
@@ -35,16 +37,24 @@
 #define THROTTLE_PACE_FIRST_MS 100
 #define THROTTLE_PACE_MAX_MS 1000
 
+/* A connection's successful replies ask nbdkit whether it is closing
+ * at most once per this long (its error replies ask every time).
+ */
+#define THROTTLE_PACE_PROBE_US 1000
+
 #if THROTTLE_PACE_ERRORS
 /* Per connection: the gate its replies pass one at a time once it is
  * closing.  Lock rule: lock guards out and first_done; cond is
- * broadcast when out is cleared.
+ * broadcast when out is cleared.  closing and next_probe_ns are
+ * atomics, read by every reply without the lock.
  */
 struct throttle_pace {
   pthread_mutex_t lock;
   pthread_cond_t cond;
   bool first_done;              /* the first reply has waited */
   bool out;                     /* a reply passed, its thread not yet back */
+  atomic_bool closing;          /* nbdkit said so; stays true */
+  _Atomic uint64_t next_probe_ns; /* no successful reply asks before */
 };
 
 /* Call in .open and .close (in .close no thread of the connection is
@@ -58,14 +68,14 @@ extern void throttle_pace_destroy (struct throttle_pace *p);
  */
 extern void throttle_pace_enter (void);
 
-/* Call in a request thread just before a data callback returns,
- * whatever it returns.  Returns at once unless the connection is
- * closing or the server is shutting down; then it returns once the
+/* Call in a request thread just before a data callback returns, with
+ * what it returns (r: 0 or -1).  Returns at once unless the connection
+ * is closing or the server is shutting down; then it returns once the
  * thread that carried the connection's previous reply out of the
  * filter is back in it or has exited (so nbdkit has sent or dropped
  * that reply), or after THROTTLE_PACE_MAX_MS.
  */
-extern void throttle_pace_reply (struct throttle_pace *p);
+extern void throttle_pace_reply (struct throttle_pace *p, int r);
 #else
 struct throttle_pace {
   char unused;
@@ -74,7 +84,7 @@ struct throttle_pace {
 static inline void throttle_pace_init (struct throttle_pace *p) { }
 static inline void throttle_pace_destroy (struct throttle_pace *p) { }
 static inline void throttle_pace_enter (void) { }
-static inline void throttle_pace_reply (struct throttle_pace *p) { }
+static inline void throttle_pace_reply (struct throttle_pace *p, int r) { }
 #endif
 
 #endif /* THROTTLE_PACE_H */

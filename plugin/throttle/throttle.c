@@ -443,7 +443,7 @@ too_large (const char *op, uint32_t count, uint64_t offset, int *err)
 static int
 reply (struct throttle_handle *h, int r)
 {
-  throttle_pace_reply (&h->pace);
+  throttle_pace_reply (&h->pace, r);
   return r;
 }
 
