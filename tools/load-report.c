@@ -249,3 +249,43 @@ load_report_json (const struct load_config *cfg,
     fprintf (fp, "  \"throttle\": %s\n", res->server_stats);
   fprintf (fp, "}\n");
 }
+
+int
+load_result_init (struct load_result *res, const struct load_config *cfg)
+{
+  unsigned i;
+
+  memset (res, 0, sizeof *res);
+  res->nr_conns = cfg->connections;
+  res->conns = calloc (cfg->connections, sizeof *res->conns);
+  res->all = malloc (sizeof *res->all);
+  res->read = malloc (sizeof *res->read);
+  res->write = malloc (sizeof *res->write);
+  if (!res->conns || !res->all || !res->read || !res->write)
+    return -1;
+  load_hist_init (res->all);
+  load_hist_init (res->read);
+  load_hist_init (res->write);
+  for (i = 0; i < cfg->nr_sizes; i++) {
+    res->by_size[i] = malloc (sizeof *res->by_size[i]);
+    if (res->by_size[i] == NULL)
+      return -1;
+    load_hist_init (res->by_size[i]);
+  }
+  return 0;
+}
+
+void
+load_result_free (struct load_result *res)
+{
+  unsigned i;
+
+  free (res->all);
+  free (res->read);
+  free (res->write);
+  for (i = 0; i < LOAD_MAX_SIZES; i++)
+    free (res->by_size[i]);
+  free (res->conns);
+  free (res->server_stats);
+  memset (res, 0, sizeof *res);
+}

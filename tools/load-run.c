@@ -26,10 +26,11 @@
 #include <ev.h>
 #include <libnbd.h>
 
-#include "load.h"
+#include "throttle-clock.h"
 
-#define VERIFY_UNIT 512
-#define VERIFY_CHUNK (1024 * 1024)
+#include "load.h"
+#include "load-verify.h"
+#include "load-workload.h"
 
 enum phase { CONNECTING, RUNNING, VERIFYING, DONE };
 
@@ -55,8 +56,7 @@ struct conn {
   bool ready;
   unsigned in_flight;
   struct req *slots, *free_list;
-  uint64_t rng;
-  uint64_t seq_start, seq_end, seq_next;
+  struct load_stream stream;
   uint64_t ops, bytes;
   /* The first failed request seen inside a callback, reported once
    * nbd_aio_notify_* has returned and can say more about the cause.
@@ -91,30 +91,9 @@ struct run {
   uint64_t tick_ops, tick_bytes, tick_ns;
 
   void *shared_wbuf, *shared_rbuf;   /* without --verify */
-  uint8_t *written;                  /* bitmap of VERIFY_UNITs, --verify */
-  uint64_t verify_next;              /* next unit to read back */
+  struct load_written written;       /* --verify */
   uint64_t first_mismatch;
 };
-
-static uint64_t
-now_ns (void)
-{
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return (uint64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* splitmix64: cheap and good enough to spread offsets and pick sizes. */
-static uint64_t
-rng_next (uint64_t *s)
-{
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
 
 static void __attribute__ ((format (printf, 2, 3)))
 fail (struct run *run, const char *fmt, ...)
@@ -128,88 +107,6 @@ fail (struct run *run, const char *fmt, ...)
     va_end (ap);
   }
   ev_break (run->loop, EVBREAK_ALL);
-}
-
-/* ---- the verify pattern ----------------------------------------- */
-
-/* Every 8-byte word depends only on its absolute offset and the seed,
- * so all writes to a place carry the same data whatever their order,
- * and a read of a place written before is checkable even while other
- * writes to it are in flight.  The seed makes data left by an earlier
- * run fail the check.
- */
-static inline uint64_t
-pattern_word (uint64_t offset, uint64_t seed)
-{
-  uint64_t x = (offset >> 3) * 0x9E3779B97F4A7C15ULL ^ seed;
-
-  x ^= x >> 29;
-  return x | 1;                 /* never zero: a lost write shows */
-}
-
-static void
-pattern_fill (void *buf, uint64_t offset, uint32_t size, uint64_t seed)
-{
-  uint64_t *w = buf;
-  uint32_t i;
-
-  for (i = 0; i < size / 8; i++)
-    w[i] = pattern_word (offset + (uint64_t) i * 8, seed);
-}
-
-/* Returns the number of VERIFY_UNITs that differ; *first the first. */
-static uint64_t
-pattern_check (const void *buf, uint64_t offset, uint32_t size,
-               uint64_t seed, uint64_t *first)
-{
-  const uint64_t *w = buf;
-  uint64_t bad = 0;
-  uint32_t u, i;
-
-  for (u = 0; u < size / VERIFY_UNIT; u++) {
-    for (i = 0; i < VERIFY_UNIT / 8; i++) {
-      uint64_t o = offset + (uint64_t) u * VERIFY_UNIT + i * 8;
-      if (w[u * (VERIFY_UNIT / 8) + i] != pattern_word (o, seed)) {
-        if (bad == 0)
-          *first = offset + (uint64_t) u * VERIFY_UNIT;
-        bad++;
-        break;
-      }
-    }
-  }
-  return bad;
-}
-
-static inline uint64_t
-unit_of (const struct run *run, uint64_t offset)
-{
-  return (offset - run->area_start) / VERIFY_UNIT;
-}
-
-static void
-mark_written (struct run *run, uint64_t offset, uint32_t size)
-{
-  uint64_t u, end = unit_of (run, offset) + size / VERIFY_UNIT;
-
-  for (u = unit_of (run, offset); u < end; u++)
-    run->written[u / 8] |= 1 << (u % 8);
-}
-
-static inline bool
-is_written (const struct run *run, uint64_t u)
-{
-  return run->written[u / 8] & (1 << (u % 8));
-}
-
-static bool
-all_written (const struct run *run, uint64_t offset, uint32_t size)
-{
-  uint64_t u, end = unit_of (run, offset) + size / VERIFY_UNIT;
-
-  for (u = unit_of (run, offset); u < end; u++)
-    if (!is_written (run, u))
-      return false;
-  return true;
 }
 
 /* ---- requests --------------------------------------------------- */
@@ -226,7 +123,7 @@ completed (void *opaque, int *error)
   if (run->closing)
     return 1;
 
-  now = now_ns ();
+  now = throttle_now_ns ();
   conn->in_flight--;
   run->last_event_ns = now;
 
@@ -242,7 +139,7 @@ completed (void *opaque, int *error)
 
   if (req->check) {
     uint64_t first = 0;
-    uint64_t bad = pattern_check (req->buf, req->offset, req->size,
+    uint64_t bad = load_pattern_check (req->buf, req->offset, req->size,
                                   run->cfg->seed, &first);
     if (bad && res->verify_mismatches == 0)
       run->first_mismatch = first;
@@ -253,8 +150,8 @@ completed (void *opaque, int *error)
   if (run->phase == VERIFYING)
     goto out;
 
-  if (!req->is_read && run->written)
-    mark_written (run, req->offset, req->size);
+  if (!req->is_read && run->written.bits)
+    load_written_mark (&run->written, req->offset, req->size);
 
   lat = now - req->start_ns;
   load_hist_add (res->all, lat);
@@ -300,9 +197,9 @@ issue (struct conn *conn, struct req *req)
       return -1;
     }
     if (!req->is_read)
-      pattern_fill (req->buf, req->offset, req->size, run->cfg->seed);
+      load_pattern_fill (req->buf, req->offset, req->size, run->cfg->seed);
   }
-  req->start_ns = now_ns ();
+  req->start_ns = throttle_now_ns ();
   if (req->is_read)
     r = nbd_aio_pread (conn->nbd, req->buf ? req->buf : run->shared_rbuf,
                        req->size, req->offset, cb, 0);
@@ -327,62 +224,22 @@ issue (struct conn *conn, struct req *req)
   return 0;
 }
 
+/* The next request of the workload: the pattern's check only for a
+ * read of what was written before.
+ */
 static void
 next_workload_req (struct conn *conn, struct req *req)
 {
   struct run *run = conn->run;
-  const struct load_config *cfg = run->cfg;
-  unsigned i = 0;
+  struct load_pick p;
 
-  if (cfg->nr_sizes > 1) {
-    unsigned w = rng_next (&conn->rng) % cfg->weight_total;
-    while (w >= cfg->sizes[i].weight) {
-      w -= cfg->sizes[i].weight;
-      i++;
-    }
-  }
-  req->size_idx = i;
-  req->size = cfg->sizes[i].size;
-  req->is_read = cfg->read_pct == 100 ||
-    (cfg->read_pct > 0 && rng_next (&conn->rng) % 100 < cfg->read_pct);
-
-  if (cfg->sequential) {
-    if (conn->seq_next + req->size > conn->seq_end)
-      conn->seq_next = conn->seq_start;
-    req->offset = conn->seq_next;
-    conn->seq_next += req->size;
-  }
-  else {
-    /* Aligned to its own size within the area, as fio does. */
-    uint64_t slots = run->area_len / req->size;
-    req->offset = run->area_start + rng_next (&conn->rng) % slots * req->size;
-  }
-  req->check = cfg->verify && req->is_read &&
-    all_written (run, req->offset, req->size);
-}
-
-/* The next stretch of written units, at most VERIFY_CHUNK long. */
-static bool
-next_verify_req (struct run *run, struct req *req)
-{
-  uint64_t units = run->area_len / VERIFY_UNIT, u = run->verify_next, n = 0;
-
-  while (u < units && !is_written (run, u))
-    u++;
-  if (u == units) {
-    run->verify_next = u;
-    return false;
-  }
-  while (u + n < units && is_written (run, u + n) &&
-         n < VERIFY_CHUNK / VERIFY_UNIT)
-    n++;
-  run->verify_next = u + n;
-  req->offset = run->area_start + u * VERIFY_UNIT;
-  req->size = n * VERIFY_UNIT;
-  req->size_idx = 0;
-  req->is_read = true;
-  req->check = true;
-  return true;
+  load_stream_next (&conn->stream, run->cfg, &p);
+  req->offset = p.offset;
+  req->size = p.size;
+  req->size_idx = p.size_idx;
+  req->is_read = p.is_read;
+  req->check = run->cfg->verify && req->is_read &&
+    load_written_all (&run->written, req->offset, req->size);
 }
 
 static void finish_phase (struct run *run);
@@ -407,8 +264,11 @@ refill (struct conn *conn)
       run->issued_bytes += req->size;
     }
     else if (run->phase == VERIFYING) {
-      if (!next_verify_req (run, req))
+      if (!load_written_next (&run->written, &req->offset, &req->size))
         break;
+      req->size_idx = 0;
+      req->is_read = true;
+      req->check = true;
     }
     else
       break;
@@ -448,6 +308,7 @@ all_ready (struct run *run)
   const struct load_config *cfg = run->cfg;
   struct nbd_handle *nbd = run->conns[0].nbd;
   int64_t size = nbd_get_size (nbd);
+  uint64_t per = 0;
   unsigned i;
 
   if (size == -1) {
@@ -471,37 +332,35 @@ all_ready (struct run *run)
           PRIi64, run->area_start + run->area_len, size);
     return;
   }
-  run->area_len -= run->area_len % VERIFY_UNIT;
+  run->area_len -= run->area_len % LOAD_VERIFY_UNIT;
   if (run->area_len < run->max_size) {
     fail (run, "the area used (%" PRIu64 " bytes) is smaller than the "
           "largest block size %" PRIu32, run->area_len, run->max_size);
     return;
   }
   if (cfg->sequential) {
-    uint64_t per = run->area_len / cfg->connections;
-    per -= per % VERIFY_UNIT;
+    per = run->area_len / cfg->connections;
+    per -= per % LOAD_VERIFY_UNIT;
     if (per < run->max_size) {
       fail (run, "--sequential: a slice of %" PRIu64 " bytes per connection "
             "is smaller than the largest block size %" PRIu32,
             per, run->max_size);
       return;
     }
-    for (i = 0; i < cfg->connections; i++) {
-      run->conns[i].seq_start = run->area_start + i * per;
-      run->conns[i].seq_end = run->conns[i].seq_start + per;
-      run->conns[i].seq_next = run->conns[i].seq_start;
-    }
   }
+  for (i = 0; i < cfg->connections; i++)
+    load_stream_init (&run->conns[i].stream, cfg, i, run->area_start,
+                      run->area_len, per);
   if (cfg->verify) {
-    run->written = calloc (run->area_len / VERIFY_UNIT / 8 + 1, 1);
-    if (run->written == NULL) {
+    if (load_written_init (&run->written, run->area_start,
+                           run->area_len) == -1) {
       fail (run, "out of memory for the verify bitmap");
       return;
     }
   }
   run->phase = RUNNING;
   run->start_ns = run->last_reply_ns = run->last_event_ns = run->tick_ns =
-    now_ns ();
+    throttle_now_ns ();
   if (cfg->duration > 0) {
     ev_timer_set (&run->deadline, cfg->duration, 0);
     ev_timer_start (run->loop, &run->deadline);
@@ -533,7 +392,6 @@ finish_phase (struct run *run)
     run->end_ns = run->last_reply_ns;
     if (run->cfg->verify) {
       run->phase = VERIFYING;
-      run->verify_next = 0;
       for (i = 0; i < run->cfg->connections; i++) {
         refill (&run->conns[i]);
         if (run->failed)
@@ -582,7 +440,7 @@ io_cb (struct ev_loop *loop, ev_io *w, int revents)
   if (run->phase == CONNECTING) {
     if (!conn->ready && nbd_aio_is_ready (conn->nbd)) {
       conn->ready = true;
-      run->last_event_ns = now_ns ();
+      run->last_event_ns = throttle_now_ns ();
       if (++run->nr_ready == run->cfg->connections)
         all_ready (run);
     }
@@ -597,7 +455,7 @@ io_cb (struct ev_loop *loop, ev_io *w, int revents)
       (run->stop_issuing || run->phase == VERIFYING) &&
       total_in_flight (run) == 0) {
     /* Verification may still have units to hand out to this conn. */
-    if (run->phase == VERIFYING && run->verify_next < run->area_len / VERIFY_UNIT)
+    if (run->phase == VERIFYING && load_written_pending (&run->written))
       return;
     finish_phase (run);
   }
@@ -640,7 +498,7 @@ tick_cb (struct ev_loop *loop, ev_timer *w, int revents)
 {
   struct run *run = w->data;
   const struct load_config *cfg = run->cfg;
-  uint64_t now = now_ns ();
+  uint64_t now = throttle_now_ns ();
   unsigned in_flight = total_in_flight (run);
 
   if ((run->phase == CONNECTING || in_flight > 0) &&
@@ -720,12 +578,12 @@ start_connect (struct run *run, struct conn *conn)
 static void
 disconnect (struct nbd_handle *nbd, double timeout)
 {
-  uint64_t deadline = now_ns () + timeout * 1e9;
+  uint64_t deadline = throttle_now_ns () + timeout * 1e9;
 
   if (nbd_aio_disconnect (nbd, 0) == -1)
     return;
   while (!nbd_aio_is_closed (nbd) && !nbd_aio_is_dead (nbd)) {
-    uint64_t now = now_ns ();
+    uint64_t now = throttle_now_ns ();
 
     if (now >= deadline || nbd_poll (nbd, (deadline - now) / 1000000 + 1) == -1)
       return;
@@ -739,28 +597,14 @@ load_run (const struct load_config *cfg, struct load_result *res)
   unsigned i, j;
   int ret = 0;
 
-  memset (res, 0, sizeof *res);
   signal (SIGPIPE, SIG_IGN);
 
-  res->nr_conns = cfg->connections;
-  res->conns = calloc (cfg->connections, sizeof *res->conns);
-  res->all = malloc (sizeof *res->all);
-  res->read = malloc (sizeof *res->read);
-  res->write = malloc (sizeof *res->write);
   run.conns = calloc (cfg->connections, sizeof *run.conns);
-  if (!res->conns || !res->all || !res->read || !res->write || !run.conns)
+  if (load_result_init (res, cfg) == -1 || run.conns == NULL)
     goto oom;
-  load_hist_init (res->all);
-  load_hist_init (res->read);
-  load_hist_init (res->write);
-  for (i = 0; i < cfg->nr_sizes; i++) {
-    res->by_size[i] = malloc (sizeof *res->by_size[i]);
-    if (res->by_size[i] == NULL)
-      goto oom;
-    load_hist_init (res->by_size[i]);
+  for (i = 0; i < cfg->nr_sizes; i++)
     if (cfg->sizes[i].size > run.max_size)
       run.max_size = cfg->sizes[i].size;
-  }
   if (!cfg->verify) {
     run.shared_wbuf = malloc (run.max_size);
     run.shared_rbuf = malloc (run.max_size);
@@ -783,14 +627,13 @@ load_run (const struct load_config *cfg, struct load_result *res)
   ev_signal_init (&run.sigint, sigint_cb, SIGINT);
   run.sigint.data = &run;
   ev_signal_start (run.loop, &run.sigint);
-  run.last_event_ns = now_ns ();
+  run.last_event_ns = throttle_now_ns ();
 
   for (i = 0; i < cfg->connections && !run.failed; i++) {
     struct conn *conn = &run.conns[i];
 
     conn->run = &run;
     conn->id = i;
-    conn->rng = cfg->seed ^ (0x9E3779B97F4A7C15ULL * (i + 1));
     conn->slots = calloc (cfg->queue_depth, sizeof *conn->slots);
     if (conn->slots == NULL)
       goto oom;
@@ -808,7 +651,7 @@ load_run (const struct load_config *cfg, struct load_result *res)
     run.server_alive = true;
     fail (&run, "verify: %" PRIu64 " blocks of %d bytes hold wrong data "
           "(the first at offset %" PRIu64 ")", res->verify_mismatches,
-          VERIFY_UNIT, run.first_mismatch);
+          LOAD_VERIFY_UNIT, run.first_mismatch);
   }
 
   res->elapsed = (run.end_ns > run.start_ns ? run.end_ns - run.start_ns : 0)
@@ -841,26 +684,11 @@ load_run (const struct load_config *cfg, struct load_result *res)
   free (run.conns);
   free (run.shared_wbuf);
   free (run.shared_rbuf);
-  free (run.written);
+  load_written_free (&run.written);
   ret = run.failed ? -1 : 0;
   return ret;
 
  oom:
   snprintf (res->error, sizeof res->error, "out of memory");
   return -1;
-}
-
-void
-load_result_free (struct load_result *res)
-{
-  unsigned i;
-
-  free (res->all);
-  free (res->read);
-  free (res->write);
-  for (i = 0; i < LOAD_MAX_SIZES; i++)
-    free (res->by_size[i]);
-  free (res->conns);
-  free (res->server_stats);
-  memset (res, 0, sizeof *res);
 }

@@ -2,8 +2,11 @@
 /* throttle-load: a load generator for NBD servers on libnbd + libev.
  *
  * The pieces: load-options.c turns argv into a struct load_config,
- * load-run.c drives the connections, load-hist.c keeps latencies,
- * load-report.c prints what was measured.
+ * load-run.c drives the connections, load-workload.c picks each
+ * request, load-verify.c is --verify's pattern and map, load-hist.c
+ * keeps latencies, load-report.c holds and prints what was measured.
+ * load-workload.c and load-verify.c need neither libnbd nor libev
+ * (tests/test-load-tool.c).
  */
 
 #ifndef THROTTLE_LOAD_H
@@ -120,6 +123,11 @@ extern int load_run (const struct load_config *cfg, struct load_result *res);
  */
 extern char *load_control_stats (const char *path, double timeout,
                                  char *err, size_t errlen);
+/* The result's histograms, for load_run (load-report.c): -1 when
+ * memory ran out; load_result_free frees what was made either way.
+ */
+extern int load_result_init (struct load_result *res,
+                             const struct load_config *cfg);
 extern void load_result_free (struct load_result *res);
 
 extern void load_report_human (const struct load_config *cfg,
