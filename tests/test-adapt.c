@@ -1,226 +1,22 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of lib/throttle-adapt.c: the latency-target controller,
- * driven by a simulated backend on a simulated clock, so that every
- * run is the same.
- *
- * The backend: a request admitted when B bytes are in flight at the
- * backend (its own included) takes base + B * ns_per_byte, optionally
- * with a deterministic jitter.  Writers keep a fixed number of writes
- * outstanding, queued FIFO for the budget's credit as in
- * lib/throttle-budget.c (a write larger than the capacity is clamped
- * and runs alone); a reader, when present, keeps one 4K read
- * outstanding and is not charged, as with throttle-reads=false.
+ * driven by a simulated backend on a simulated clock (adapt-backend.h),
+ * so that every run is the same, and fed windows of samples directly.
  */
 
 #include <config.h>
 
 #include <check.h>
 #include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 #include "throttle-adapt.h"
+#include "adapt-backend.h"
 #include "check-main.h"
 
-#define MS 1000000ULL
-#define S 1000000000ULL
 #define K 1024ULL
 #define M (1024ULL * 1024)
-#define MAX_REQS 200
-
-struct req {
-  bool active, read;
-  uint32_t bytes;
-  uint64_t charged;
-  uint64_t admitted, done;
-};
-
-struct sim {
-  uint64_t now;
-  struct throttle_adapt a;
-
-  /* The backend. */
-  uint64_t base_ns;
-  double ns_per_byte;
-  unsigned jitter_pct;        /* each latency off by up to +-this % */
-  uint64_t rng;
-  uint64_t backend_bytes;
-
-  /* The budget and its clients. */
-  struct req r[MAX_REQS];
-  uint64_t charged;
-  unsigned queued;            /* writes waiting for credit */
-  uint32_t write_size;
-  bool reader;
-  bool waited;                /* a write waited since the last judgement */
-
-  /* Measured since the last mark. */
-  uint64_t reads, reads_over, read_max;
-  uint64_t cap_min, cap_max;
-  uint64_t down_at_mark, up_at_mark;
-};
-
-static uint64_t
-rnd (struct sim *s)
-{
-  /* xorshift64: the same sequence in every run. */
-  s->rng ^= s->rng << 13;
-  s->rng ^= s->rng >> 7;
-  s->rng ^= s->rng << 17;
-  return s->rng;
-}
-
-static void
-issue (struct sim *s, bool read, uint32_t bytes, uint64_t charged)
-{
-  struct req *q = NULL;
-  double lat;
-  int i;
-
-  for (i = 0; i < MAX_REQS; i++)
-    if (!s->r[i].active) {
-      q = &s->r[i];
-      break;
-    }
-  ck_assert_ptr_nonnull (q);
-  s->backend_bytes += bytes;
-  lat = s->base_ns + s->backend_bytes * s->ns_per_byte;
-  if (s->jitter_pct) {
-    int j = (int) (rnd (s) % (2 * s->jitter_pct + 1)) - (int) s->jitter_pct;
-    lat = lat * (100 + j) / 100;
-  }
-  *q = (struct req) { .active = true, .read = read, .bytes = bytes,
-                      .charged = charged, .admitted = s->now,
-                      .done = s->now + (uint64_t) lat };
-}
-
-/* FIFO admission of queued writes, as the budget does. */
-static void
-admit_writes (struct sim *s)
-{
-  uint64_t cap = s->a.capacity;
-
-  while (s->queued > 0) {
-    uint64_t need = s->write_size > cap ? cap : s->write_size;
-
-    if (s->charged + need > cap)
-      break;
-    s->charged += need;
-    s->queued--;
-    issue (s, false, s->write_size, need);
-  }
-  if (s->queued > 0)
-    s->waited = true;
-}
-
-static void
-mark (struct sim *s)
-{
-  s->reads = s->reads_over = s->read_max = 0;
-  s->cap_min = s->cap_max = s->a.capacity;
-  s->down_at_mark = s->a.steps_down;
-  s->up_at_mark = s->a.steps_up;
-}
-
-static void
-sim_init (struct sim *s, uint64_t floor, uint64_t ceiling, uint64_t target,
-          uint64_t start_cap, uint32_t write_size, unsigned writes,
-          bool reader)
-{
-  memset (s, 0, sizeof *s);
-  s->now = 1 * S;
-  s->rng = 0x9e3779b97f4a7c15ULL;
-  ck_assert_int_eq (throttle_adapt_init (&s->a, floor, ceiling, target,
-                                         100 * MS, start_cap, s->now), 0);
-  s->write_size = write_size;
-  s->queued = writes;
-  s->reader = reader;
-  if (reader)
-    issue (s, true, 4096, 0);
-  admit_writes (s);
-  mark (s);
-}
-
-static void
-set_backend (struct sim *s, uint64_t base_ns, double ns_per_byte)
-{
-  s->base_ns = base_ns;
-  s->ns_per_byte = ns_per_byte;
-}
-
-/* Run the simulation for 'ns' of simulated time. */
-static void
-run (struct sim *s, uint64_t ns)
-{
-  uint64_t end = s->now + ns;
-
-  for (;;) {
-    struct req *q = NULL, done;
-    int i;
-
-    for (i = 0; i < MAX_REQS; i++)
-      if (s->r[i].active && (q == NULL || s->r[i].done < q->done))
-        q = &s->r[i];
-    if (q == NULL || q->done > end) {
-      s->now = end;
-      return;
-    }
-    done = *q;
-    q->active = false;
-    s->now = done.done;
-    s->backend_bytes -= done.bytes;
-    s->charged -= done.charged;
-    if (done.read) {
-      uint64_t lat = done.done - done.admitted;
-
-      s->reads++;
-      if (lat > s->a.target_ns)
-        s->reads_over++;
-      if (lat > s->read_max)
-        s->read_max = lat;
-    }
-
-    if (throttle_adapt_sample (&s->a, s->now, done.done - done.admitted,
-                               done.read)) {
-      throttle_adapt_judge (&s->a, s->now, s->waited || s->queued > 0);
-      s->waited = false;
-      ck_assert_uint_ge (s->a.capacity, s->a.floor);
-      ck_assert_uint_le (s->a.capacity, s->a.ceiling);
-      if (s->a.capacity < s->cap_min)
-        s->cap_min = s->a.capacity;
-      if (s->a.capacity > s->cap_max)
-        s->cap_max = s->a.capacity;
-    }
-
-    if (done.read)
-      issue (s, true, 4096, 0);
-    else
-      s->queued++;
-    admit_writes (s);
-  }
-}
-
-static uint64_t
-steps_since_mark (const struct sim *s)
-{
-  return s->a.steps_down - s->down_at_mark + s->a.steps_up - s->up_at_mark;
-}
-
-static void
-report (const char *what, const struct sim *s)
-{
-  printf ("%s: capacity %llu (range %llu-%llu since mark), steps %llu down "
-          "%llu up (%llu since mark), reads %llu, over target %llu, "
-          "max %.2f ms\n", what,
-          (unsigned long long) s->a.capacity,
-          (unsigned long long) s->cap_min, (unsigned long long) s->cap_max,
-          (unsigned long long) s->a.steps_down,
-          (unsigned long long) s->a.steps_up,
-          (unsigned long long) steps_since_mark (s),
-          (unsigned long long) s->reads, (unsigned long long) s->reads_over,
-          s->read_max / 1e6);
-}
 
 /* The bench's case: 4 writers x 8 writes of 256K, a reader at depth 1,
  * a backend of 1 ms + 10 ns per byte in flight (100 MB/s).
@@ -229,7 +25,7 @@ static void
 bench_case (struct sim *s, uint64_t target)
 {
   sim_init (s, 256 * K, 8 * M, target, 8 * M, 256 * K, 32, true);
-  set_backend (s, 1 * MS, 10);
+  sim_set_backend (s, 1 * MS, 10);
 }
 
 START_TEST (test_params)
@@ -303,13 +99,13 @@ START_TEST (test_steady_settles)
   struct sim s;
 
   bench_case (&s, 5 * MS);
-  run (&s, 5 * S);
-  report ("steady, settling", &s);
+  sim_run (&s, 5 * S);
+  sim_report ("steady, settling", &s);
   ck_assert_uint_lt (s.a.capacity, 512 * K);
-  mark (&s);
-  run (&s, 60 * S);
-  report ("steady, 60 s after", &s);
-  ck_assert_uint_eq (steps_since_mark (&s), 0);
+  sim_mark (&s);
+  sim_run (&s, 60 * S);
+  sim_report ("steady, 60 s after", &s);
+  ck_assert_uint_eq (sim_steps_since_mark (&s), 0);
   ck_assert_uint_eq (s.reads_over, 0);
   ck_assert_uint_gt (s.reads, 10000);
 }
@@ -324,11 +120,11 @@ START_TEST (test_steady_noisy)
 
   bench_case (&s, 5 * MS);
   s.jitter_pct = 10;
-  run (&s, 5 * S);
-  mark (&s);
-  run (&s, 60 * S);
-  report ("steady with 10% jitter, 60 s after settling", &s);
-  ck_assert_uint_eq (steps_since_mark (&s), 0);
+  sim_run (&s, 5 * S);
+  sim_mark (&s);
+  sim_run (&s, 60 * S);
+  sim_report ("steady with 10% jitter, 60 s after settling", &s);
+  ck_assert_uint_eq (sim_steps_since_mark (&s), 0);
   ck_assert_uint_le (s.reads_over * 100, s.reads);
 }
 END_TEST
@@ -344,13 +140,13 @@ START_TEST (test_steady_bounce_rare)
   struct sim s;
 
   bench_case (&s, 6 * MS);
-  run (&s, 30 * S);
-  report ("6 ms target, settling", &s);
-  mark (&s);
-  run (&s, 60 * S);
-  report ("6 ms target, 60 s after", &s);
+  sim_run (&s, 30 * S);
+  sim_report ("6 ms target, settling", &s);
+  sim_mark (&s);
+  sim_run (&s, 60 * S);
+  sim_report ("6 ms target, 60 s after", &s);
   /* 600 windows: at most one probe and its undoing per 128. */
-  ck_assert_uint_le (steps_since_mark (&s), 2 * (600 / 128 + 1));
+  ck_assert_uint_le (sim_steps_since_mark (&s), 2 * (600 / 128 + 1));
   ck_assert_uint_ge (s.cap_min, 256 * K);
   /* Only the probes' windows miss the target. */
   ck_assert_uint_le (s.reads_over * 50, s.reads);
@@ -368,31 +164,31 @@ START_TEST (test_jump_10x_and_back)
   uint64_t fast_cap, slow_cap;
 
   sim_init (&s, 32 * K, 16 * M, 5 * MS, 16 * M, 32 * K, 128, true);
-  set_backend (&s, 200000, 2);
-  run (&s, 10 * S);
-  mark (&s);
-  run (&s, 10 * S);
-  report ("fast backend", &s);
+  sim_set_backend (&s, 200000, 2);
+  sim_run (&s, 10 * S);
+  sim_mark (&s);
+  sim_run (&s, 10 * S);
+  sim_report ("fast backend", &s);
   fast_cap = s.a.capacity;
   ck_assert_uint_le (fast_cap, 2560 * K);
   ck_assert_uint_ge (fast_cap, 1500 * K);
   ck_assert_uint_le (s.reads_over * 100, s.reads);
 
-  set_backend (&s, 2 * MS, 20);
-  run (&s, 10 * S);
-  mark (&s);
-  run (&s, 10 * S);
-  report ("10x slower", &s);
+  sim_set_backend (&s, 2 * MS, 20);
+  sim_run (&s, 10 * S);
+  sim_mark (&s);
+  sim_run (&s, 10 * S);
+  sim_report ("10x slower", &s);
   slow_cap = s.a.capacity;
   ck_assert_uint_le (slow_cap, 160 * K);
   ck_assert_uint_ge (slow_cap, 32 * K);
   ck_assert_uint_le (s.reads_over * 100, s.reads);
 
-  set_backend (&s, 200000, 2);
-  run (&s, 10 * S);
-  mark (&s);
-  run (&s, 10 * S);
-  report ("fast again", &s);
+  sim_set_backend (&s, 200000, 2);
+  sim_run (&s, 10 * S);
+  sim_mark (&s);
+  sim_run (&s, 10 * S);
+  sim_report ("fast again", &s);
   ck_assert_uint_ge (s.a.capacity, 1500 * K);
   ck_assert_uint_le (s.a.capacity, 2560 * K);
   ck_assert_uint_le (s.reads_over * 100, s.reads);
@@ -409,15 +205,15 @@ START_TEST (test_unmeetable_settles_at_floor)
   uint64_t down;
 
   bench_case (&s, 5 * MS);
-  set_backend (&s, 10 * MS, 10);
-  run (&s, 5 * S);
-  report ("unmeetable target", &s);
+  sim_set_backend (&s, 10 * MS, 10);
+  sim_run (&s, 5 * S);
+  sim_report ("unmeetable target", &s);
   ck_assert_uint_eq (s.a.capacity, 256 * K);
   ck_assert_uint_ge (s.cap_min, 256 * K);
   down = s.a.steps_down;
   ck_assert_uint_le (down, 10);
-  mark (&s);
-  run (&s, 20 * S);
+  sim_mark (&s);
+  sim_run (&s, 20 * S);
   ck_assert_uint_eq (s.a.capacity, 256 * K);
   ck_assert_uint_eq (s.cap_min, 256 * K);
   ck_assert_uint_eq (s.a.steps_down, down);
@@ -433,12 +229,12 @@ START_TEST (test_floor_below_request)
   struct sim s;
 
   sim_init (&s, 64 * K, 8 * M, 5 * MS, 8 * M, 256 * K, 32, true);
-  set_backend (&s, 10 * MS, 10);
-  run (&s, 10 * S);
+  sim_set_backend (&s, 10 * MS, 10);
+  sim_run (&s, 10 * S);
   ck_assert_uint_eq (s.a.capacity, 64 * K);
   ck_assert_uint_ge (s.cap_min, 64 * K);
-  mark (&s);
-  run (&s, 5 * S);
+  sim_mark (&s);
+  sim_run (&s, 5 * S);
   /* Writes kept going. */
   ck_assert_uint_gt (s.reads, 0);
   ck_assert_uint_eq (s.cap_min, 64 * K);
@@ -454,9 +250,9 @@ START_TEST (test_no_work_waiting_no_growth)
   struct sim s;
 
   sim_init (&s, 64 * K, 8 * M, 5 * MS, 64 * K, 4 * K, 1, true);
-  set_backend (&s, 100000, 1);
-  run (&s, 10 * S);
-  report ("no work waiting", &s);
+  sim_set_backend (&s, 100000, 1);
+  sim_run (&s, 10 * S);
+  sim_report ("no work waiting", &s);
   ck_assert_uint_eq (s.a.capacity, 64 * K);
   ck_assert_uint_eq (s.a.steps_up, 0);
   ck_assert_uint_eq (s.a.steps_down, 0);
@@ -464,9 +260,9 @@ START_TEST (test_no_work_waiting_no_growth)
   /* Now 64 writes of 64K want in. */
   s.write_size = 64 * K;
   s.queued += 63;
-  admit_writes (&s);
-  run (&s, 5 * S);
-  report ("then work waiting", &s);
+  sim_admit_writes (&s);
+  sim_run (&s, 5 * S);
+  sim_report ("then work waiting", &s);
   ck_assert_uint_gt (s.a.steps_up, 0);
   ck_assert_uint_gt (s.a.capacity, 64 * K);
 }

@@ -10,6 +10,8 @@
  * clock.  Only the glue is the simulation's own: it applies a
  * controller's capacity to its budget as plugin/throttle/throttle-adapt-glue.c
  * does, and serves a request part after part as plugin/throttle/throttle.c does.
+ * The glue and the checks are in sim-model.c; this file draws the
+ * schedules and their steps.
  *
  * A schedule: a few exports (each a budget, some with a latency
  * target), a server-wide budget or none, a metric (bytes, pages or
@@ -74,29 +76,20 @@
  * pressure schedules it took 11936 schedules.  See HACKING.md.
  */
 
+
 #include <config.h>
 
 #include <check.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "throttle-adapt.h"
-#include "throttle-admit.h"
-#include "throttle-budget.h"
-#include "throttle-metric.h"
+#include "sim-model.h"
 #include "check-main.h"
 
-#define MAX_EXPORTS 3
-#define MAX_REQS 48
 #define STEPS 160             /* a schedule's, by default */
 #define SCHEDULES 1200        /* by default: about 10 s of CPU under TSan */
-#define MAX_STEPS 20000
-#define MS 1000000ULL
 
 /* Steps a schedule may take, THROTTLE_SIM_OPS as a mask. */
 enum {
@@ -105,462 +98,16 @@ enum {
 };
 #define OP_ALL 255
 
-enum req_state { FREE = 0, WAITING, RUNNING };
-
-struct req {
-  enum req_state state;
-  int exp;
-  uint64_t id;
-  enum throttle_op op;
-  uint32_t count;             /* bytes still to serve */
-  uint64_t offset;
-  struct throttle_admit a;
-  uint64_t admitted_ns;
-  /* What the model knows of its grants, to see new ones. */
-  bool exp_seen, srv_seen;
-  uint64_t exp_seq, srv_seq;  /* order it asked each budget */
-};
-
-struct export {
-  struct throttle_budget b;
-  bool adapt;
-  struct throttle_adapt ctl;
-  uint64_t ceiling;
-  uint64_t stall_since, stall_cap;   /* 0: not stalled */
-  uint64_t waited_mark;       /* the budget's 'waited' when the window began */
-};
-
-struct sim {
-  uint64_t seed, rng;
-  unsigned ops;
-  bool no_server;             /* admit without it, still check its bound */
-  struct throttle_admit_policy policy;
-  throttle_metric_fn *metric;
-  int nexp;
-  struct export e[MAX_EXPORTS];
-  struct throttle_budget server;
-  bool enforce;               /* export capacity <= server capacity */
-  struct req r[MAX_REQS];
-  uint64_t next_id, next_seq;
-  uint64_t now;
-  uint64_t short_ns;          /* how far time moves, mostly: the backend's speed */
-  uint64_t window_ns;         /* the controllers' */
-  bool slow;                  /* the backend misses the targets now */
-  /* Latencies are the time from the grant to the completion, and time
-   * moves by up to windows at once: the targets are mostly missed, and
-   * the controller comes down fast.
-   */
-  bool elapsed;
-  /* Controllers coming down while large requests queue in parts: the
-   * schedules that reach a part stranded by the controller alone.
-   */
-  bool pressure;
-  uint64_t next_tick;
-  unsigned step;
-  /* The schedule so far, to print on a failure. */
-  char log[MAX_STEPS + 64][96];
-  unsigned nlog;
-  bool verbose;
-};
-
-static struct sim *current;
-
-/* What the schedules exercised, over a run: a generator that stopped
- * reaching a case would prove nothing about it.
- */
-static struct {
-  uint64_t steps, arrivals, in_parts, parts_granted, waited, at_server;
-  uint64_t cancelled, cancelled_granted, below_page, lone;
-  uint64_t ctl_down, ctl_up, tick_up;
-} cover;
-
-static uint64_t
-rnd (struct sim *s)
-{
-  /* splitmix64: every schedule from its own seed. */
-  uint64_t z = (s->rng += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-static uint64_t
-pick (struct sim *s, uint64_t n)
-{
-  return n ? rnd (s) % n : 0;
-}
-
-static void
-say (struct sim *s, const char *fmt, ...)
-{
-  va_list ap;
-
-  if (s->nlog >= sizeof s->log / sizeof s->log[0])
-    return;
-  va_start (ap, fmt);
-  vsnprintf (s->log[s->nlog], sizeof s->log[0], fmt, ap);
-  va_end (ap);
-  if (s->verbose)
-    fprintf (stderr, "  %3u %s\n", s->step, s->log[s->nlog]);
-  s->nlog++;
-}
-
-static void
-print_schedule (struct sim *s)
-{
-  unsigned i;
-
-  fprintf (stderr, "test-sim: failing schedule: THROTTLE_SIM_SEED=%" PRIu64
-           " (ops %#x%s), %u steps:\n", s->seed, s->ops,
-           s->no_server ? ", THROTTLE_SIM_NO_SERVER=1" : "", s->step);
-  for (i = 0; i < s->nlog; i++)
-    fprintf (stderr, "  %s\n", s->log[i]);
-}
-
 /* A lib assertion (the budget's liveness check) aborts: say which
  * schedule it was first.
  */
 static void
 on_abort (int sig)
 {
-  if (current)
-    print_schedule (current);
+  if (sim_current)
+    sim_print_schedule (sim_current);
   signal (sig, SIG_DFL);
   raise (sig);
-}
-
-static void
-sim_fail (struct sim *s, const char *fmt, ...)
-{
-  va_list ap;
-
-  print_schedule (s);
-  fprintf (stderr, "test-sim: step %u: ", s->step);
-  va_start (ap, fmt);
-  vfprintf (stderr, fmt, ap);
-  va_end (ap);
-  fputc ('\n', stderr);
-  current = NULL;
-  ck_abort_msg ("schedule of seed %" PRIu64 " failed at step %u",
-                s->seed, s->step);
-}
-
-static struct throttle_stats
-stats (struct throttle_budget *b)
-{
-  struct throttle_stats st;
-
-  throttle_budget_get_stats (b, &st);
-  return st;
-}
-
-static struct throttle_budget *
-server_of (struct sim *s)
-{
-  return s->no_server ? NULL : &s->server;
-}
-
-/* --- the model's view of what each request holds -------------------- */
-
-/* Units r holds on its export's budget and on the server's now. */
-static uint64_t
-held_exp (const struct req *r)
-{
-  if (r->state == RUNNING || r->a.stage == THROTTLE_ADMIT_SERVER)
-    return r->a.charged;
-  if (r->a.stage == THROTTLE_ADMIT_EXPORT && r->a.bw.w.granted)
-    return r->a.bw.w.got;
-  return 0;
-}
-
-static uint64_t
-held_srv (const struct sim *s, const struct req *r)
-{
-  if (s->no_server)
-    return 0;
-  if (r->state == RUNNING)
-    return r->a.charged;
-  if (r->a.stage == THROTTLE_ADMIT_SERVER && r->a.bw.w.granted)
-    return r->a.bw.w.got;
-  return 0;
-}
-
-/* Is r waiting, ungranted, in the queue of budget b? */
-static bool
-queued_on (const struct sim *s, const struct req *r,
-           const struct throttle_budget *b)
-{
-  if (r->state != WAITING || r->a.bw.w.granted)
-    return false;
-  if (r->a.stage == THROTTLE_ADMIT_EXPORT)
-    return b == &s->e[r->exp].b;
-  return r->a.stage == THROTTLE_ADMIT_SERVER && b == &s->server;
-}
-
-/* A request went on from its export to the server: its place there. */
-static void
-asked_server (struct sim *s, struct req *r)
-{
-  if (r->srv_seq == 0)
-    r->srv_seq = ++s->next_seq;
-}
-
-/* --- checks ----------------------------------------------------------- */
-
-static void
-check_budget (struct sim *s, struct throttle_budget *b, const char *name,
-              bool granted_now)
-{
-  struct throttle_stats st = stats (b);
-  uint64_t held = 0, holders = 0, h;
-  int i;
-
-  for (i = 0; i < MAX_REQS; i++) {
-    struct req *r = &s->r[i];
-
-    if (r->state == FREE)
-      continue;
-    h = b == &s->server ? held_srv (s, r) :
-      b == &s->e[r->exp].b ? held_exp (r) : 0;
-    held += h;
-    holders += h > 0;
-  }
-  if (st.in_flight != held)
-    sim_fail (s, "%s: in_flight %" PRIu64 " but the requests hold %" PRIu64
-          " (a charge lost or credited twice)", name, st.in_flight, held);
-  if (st.waiters > 0 && st.in_flight == 0)
-    sim_fail (s, "%s: %" PRIu64 " waiters and nothing in flight: the head "
-          "is stranded (capacity %" PRIu64 ")", name, st.waiters,
-          st.capacity);
-  if (granted_now && st.in_flight > st.capacity && holders > 1)
-    sim_fail (s, "%s: a grant left %" PRIu64 " in flight over the capacity %"
-          PRIu64 " with %" PRIu64 " holders", name, st.in_flight,
-          st.capacity, holders);
-}
-
-/* New grants since the last step: FIFO, and which budgets granted. */
-static void
-see_grants (struct sim *s, bool *exp_granted, bool *srv_granted)
-{
-  int i, j;
-
-  for (i = 0; i < MAX_REQS; i++) {
-    struct req *r = &s->r[i];
-    bool eg, sg;
-
-    if (r->state == FREE)
-      continue;
-    eg = held_exp (r) > 0 || r->state == RUNNING;
-    sg = !s->no_server && (held_srv (s, r) > 0 || r->state == RUNNING);
-    if (eg && !r->exp_seen) {
-      r->exp_seen = true;
-      exp_granted[r->exp] = true;
-      for (j = 0; j < MAX_REQS; j++)
-        if (queued_on (s, &s->r[j], &s->e[r->exp].b) &&
-            s->r[j].exp_seq < r->exp_seq)
-          sim_fail (s, "export %d: request %" PRIu64 " granted before request %"
-                PRIu64 ", which asked first", r->exp, r->id, s->r[j].id);
-    }
-    if (sg && !r->srv_seen) {
-      r->srv_seen = true;
-      *srv_granted = true;
-      for (j = 0; j < MAX_REQS; j++)
-        if (queued_on (s, &s->r[j], &s->server) &&
-            s->r[j].srv_seq < r->srv_seq)
-          sim_fail (s, "server: request %" PRIu64 " granted before request %"
-                PRIu64 ", which asked first", r->id, s->r[j].id);
-    }
-  }
-}
-
-/* The units running at the plugin, all exports together. */
-static void
-check_process_bound (struct sim *s)
-{
-  uint64_t running = 0, n = 0, cap = stats (&s->server).capacity;
-  int i;
-
-  for (i = 0; i < MAX_REQS; i++)
-    if (s->r[i].state == RUNNING && s->r[i].a.charged > 0) {
-      running += s->r[i].a.charged;
-      n++;
-    }
-  if (running > cap && n > 1)
-    sim_fail (s, "%" PRIu64 " units running across exports, over the "
-          "process-wide bound %" PRIu64, running, cap);
-}
-
-static void
-check_controllers (struct sim *s)
-{
-  int i;
-
-  for (i = 0; i < s->nexp; i++) {
-    struct export *e = &s->e[i];
-    struct throttle_stats st;
-
-    if (!e->adapt)
-      continue;
-    st = stats (&e->b);
-    if (st.waiters == 0 || st.in_flight > 0 ||
-        e->ctl.capacity >= e->ctl.ceiling) {
-      e->stall_since = 0;
-      continue;
-    }
-    if (e->stall_since == 0 || e->ctl.capacity > e->stall_cap) {
-      e->stall_since = s->now + 1;
-      e->stall_cap = e->ctl.capacity;
-    }
-    else if (s->now + 1 - e->stall_since > 2 * s->window_ns + s->window_ns / 2)
-      sim_fail (s, "export %d: waiters and nothing in flight for %" PRIu64
-            " ms, capacity stuck at %" PRIu64, i,
-            (s->now + 1 - e->stall_since) / MS, e->ctl.capacity);
-  }
-}
-
-static void
-check_all (struct sim *s)
-{
-  bool eg[MAX_EXPORTS] = { false }, sg = false;
-  char name[32];
-  int i;
-
-  see_grants (s, eg, &sg);
-  for (i = 0; i < s->nexp; i++) {
-    snprintf (name, sizeof name, "export %d", i);
-    check_budget (s, &s->e[i].b, name, eg[i]);
-  }
-  check_budget (s, &s->server, "server", sg);
-  if (sg || (s->no_server && (eg[0] || eg[1] || eg[2])))
-    check_process_bound (s);
-  check_controllers (s);
-}
-
-/* --- the glue ----------------------------------------------------------- */
-
-static void
-apply (struct sim *s, int i, enum throttle_adapt_step step, const char *why)
-{
-  if (step == THROTTLE_ADAPT_NONE)
-    return;
-  if (step == THROTTLE_ADAPT_DOWN)
-    cover.ctl_down++;
-  else if (strcmp (why, "tick") == 0)
-    cover.tick_up++;
-  else
-    cover.ctl_up++;
-  throttle_budget_set_capacity (&s->e[i].b, s->e[i].ctl.capacity);
-  say (s, "  export %d controller %s (%s): capacity %" PRIu64, i,
-       step == THROTTLE_ADAPT_UP ? "up" : "down", why, s->e[i].ctl.capacity);
-}
-
-static uint64_t
-need_of (struct sim *s, struct req *r)
-{
-  const struct throttle_request tr = {
-    .op = r->op, .count = r->count, .offset = r->offset, .exportname = "",
-  };
-
-  return s->metric (&tr);
-}
-
-/* Admit what is left of r (as the filter's serve loop does). */
-static void
-admit (struct sim *s, struct req *r)
-{
-  uint64_t need = need_of (s, r);
-  int ret;
-
-  r->exp_seen = r->srv_seen = false;
-  r->exp_seq = r->srv_seq = 0;
-  if (need == 0) {
-    memset (&r->a, 0, sizeof r->a);
-    r->a.len = r->count;
-    r->a.stage = THROTTLE_ADMIT_GRANTED;
-    r->state = RUNNING;
-    r->admitted_ns = s->now;
-    return;
-  }
-  ret = throttle_admit_start (&r->a, &s->policy, &s->e[r->exp].b,
-                              server_of (s), r->op, r->count, r->offset,
-                              need);
-  if (ret == -1)
-    sim_fail (s, "admission failed without a shutdown");
-  /* Its place in each queue it asked: the export's now, the server's
-   * if it went on to it.
-   */
-  r->exp_seq = ++s->next_seq;
-  if (r->a.stage == THROTTLE_ADMIT_SERVER || r->a.stage == THROTTLE_ADMIT_GRANTED)
-    r->srv_seq = ++s->next_seq;
-  r->state = ret == 0 ? RUNNING : WAITING;
-  if (r->state == RUNNING)
-    r->admitted_ns = s->now;
-  cover.waited += ret == 1;
-  cover.at_server += r->a.stage == THROTTLE_ADMIT_SERVER;
-  cover.in_parts += r->a.parts;
-}
-
-static void
-poll_req (struct sim *s, struct req *r)
-{
-  enum throttle_admit_stage before = r->a.stage;
-  int ret = throttle_admit_poll (&r->a);
-
-  if (ret == -1)
-    sim_fail (s, "poll failed without a shutdown");
-  if (before == THROTTLE_ADMIT_EXPORT && r->a.stage != THROTTLE_ADMIT_EXPORT)
-    asked_server (s, r);
-  cover.at_server += r->a.stage == THROTTLE_ADMIT_SERVER &&
-    before == THROTTLE_ADMIT_EXPORT;
-  if (ret == 0) {
-    r->state = RUNNING;
-    r->admitted_ns = s->now;
-  }
-}
-
-static void
-complete (struct sim *s, struct req *r)
-{
-  struct export *e = &s->e[r->exp];
-  uint32_t len = r->a.len;
-  uint64_t latency = 0;
-
-  throttle_admit_credit (&e->b, server_of (s), r->a.charged);
-  /* Checked here too: what the credit granted must fit the capacity
-   * before the controller moves it.
-   */
-  r->state = FREE;
-  check_all (s);
-  /* The backend's latency: under the target while it is fast, over
-   * it while slow; never longer than the request has been admitted.
-   */
-  if (e->adapt) {
-    uint64_t t = e->ctl.target_ns;
-
-    latency = s->slow ? t + pick (s, 10 * t) : pick (s, t / 2);
-    if (latency > s->now - r->admitted_ns || s->elapsed)
-      latency = s->now - r->admitted_ns;
-  }
-  if (e->adapt && throttle_adapt_sample (&e->ctl, s->now, latency,
-                                         r->op == THROTTLE_OP_READ)) {
-    struct throttle_stats st = stats (&e->b);
-    /* As the glue: work waited during the window, or waits now. */
-    bool waiting = st.waited != e->waited_mark || st.waiters > 0;
-
-    e->waited_mark = st.waited;
-    apply (s, r->exp, throttle_adapt_judge (&e->ctl, s->now, waiting),
-           "window");
-  }
-  if (len < r->count)
-    cover.parts_granted++;
-  if (len == 0 || len > r->count)
-    sim_fail (s, "request %" PRIu64 ": a part of %" PRIu32 " bytes of %" PRIu32,
-          r->id, len, r->count);
-  if (len < r->count) {
-    r->count -= len;
-    r->offset += len;
-    admit (s, r);
-  }
 }
 
 /* --- steps -------------------------------------------------------------- */
@@ -619,9 +166,9 @@ step_arrive (struct sim *s)
       c / 2 + 4096 + pick (s, 2 * c);
   }
   r->offset = pick (s, 5) == 0 ? pick (s, 1 << 20) : pick (s, 256) * 4096;
-  cover.arrivals++;
-  admit (s, r);
-  say (s, "arrive #%" PRIu64 " export %d op %d count %" PRIu32
+  sim_cover.arrivals++;
+  sim_admit (s, r);
+  sim_say (s, "arrive #%" PRIu64 " export %d op %d count %" PRIu32
        " offset %" PRIu64 ": %s%s", r->id, r->exp, r->op, r->count,
        r->offset, r->state == RUNNING ? "running" : "waits",
        r->a.parts ? " (in parts)" : "");
@@ -634,8 +181,8 @@ step_poll (struct sim *s)
 
   if (r == NULL)
     return;
-  poll_req (s, r);
-  say (s, "poll #%" PRIu64 ": %s", r->id,
+  sim_poll (s, r);
+  sim_say (s, "poll #%" PRIu64 ": %s", r->id,
        r->state == RUNNING ? "running" :
        r->a.stage == THROTTLE_ADMIT_SERVER ? "at the server" : "waits");
 }
@@ -650,8 +197,8 @@ step_complete (struct sim *s)
     return;
   id = r->id;
   charged = r->a.charged;
-  complete (s, r);
-  say (s, "complete #%" PRIu64 " (%" PRIu64 " units)%s", id, charged,
+  sim_complete (s, r);
+  sim_say (s, "complete #%" PRIu64 " (%" PRIu64 " units)%s", id, charged,
        r->state == FREE ? "" : ": the rest admitted");
 }
 
@@ -664,13 +211,13 @@ step_cancel (struct sim *s)
   if (r == NULL)
     return;
   granted = r->a.bw.w.granted;
-  cover.cancelled++;
-  cover.cancelled_granted += granted;
+  sim_cover.cancelled++;
+  sim_cover.cancelled_granted += granted;
   throttle_admit_abandon (&r->a);
   if (r->a.stage != THROTTLE_ADMIT_DONE)
     sim_fail (s, "abandoned admission not done");
   r->state = FREE;
-  say (s, "cancel #%" PRIu64 "%s", r->id, granted ? " (after its grant)" : "");
+  sim_say (s, "cancel #%" PRIu64 "%s", r->id, granted ? " (after its grant)" : "");
 }
 
 static void
@@ -687,11 +234,11 @@ step_set (struct sim *s, bool tiny)
     if (s->enforce && cap < max)
       return;
     throttle_budget_set_capacity (&s->server, cap);
-    cover.below_page += cap < 4096;
-    say (s, "set server capacity %" PRIu64, cap);
+    sim_cover.below_page += cap < 4096;
+    sim_say (s, "set server capacity %" PRIu64, cap);
     return;
   }
-  scap = stats (&s->server).capacity;
+  scap = sim_stats (&s->server).capacity;
   if (s->enforce && cap > scap)
     return;
   if (s->e[i].adapt) {
@@ -702,8 +249,8 @@ step_set (struct sim *s, bool tiny)
   else
     throttle_budget_set_capacity (&s->e[i].b, cap);
   s->e[i].ceiling = cap;
-  cover.below_page += s->policy.page_units == 4096 && cap < 4096;
-  say (s, "set export %d capacity %" PRIu64, i, cap);
+  sim_cover.below_page += s->policy.page_units == 4096 && cap < 4096;
+  sim_say (s, "set export %d capacity %" PRIu64, i, cap);
 }
 
 static void
@@ -721,7 +268,7 @@ step_time (struct sim *s)
       pick (s, 3 * s->window_ns / 2);
   if (pick (s, 20) == 0 && !s->pressure)
     s->slow = !s->slow;
-  say (s, "time %.3f ms%s", s->now / 1e6, s->slow ? ", backend slow" : "");
+  sim_say (s, "time %.3f ms%s", s->now / 1e6, s->slow ? ", backend slow" : "");
   /* The glue's timer: twice a window (in the elapsed mode, at every
    * step of time, which moves by up to windows at once).
    */
@@ -730,10 +277,10 @@ step_time (struct sim *s)
   s->next_tick = s->now + s->window_ns / 2;
   for (i = 0; i < s->nexp; i++)
     if (s->e[i].adapt) {
-      struct throttle_stats st = stats (&s->e[i].b);
+      struct throttle_stats st = sim_stats (&s->e[i].b);
       uint64_t window = s->e[i].ctl.window_start_ns;
 
-      apply (s, i, throttle_adapt_tick (&s->e[i].ctl, s->now, st.waiters,
+      sim_apply (s, i, throttle_adapt_tick (&s->e[i].ctl, s->now, st.waiters,
                                         st.in_flight), "tick");
       if (s->e[i].ctl.window_start_ns != window)
         s->e[i].waited_mark = st.waited;
@@ -782,11 +329,11 @@ setup_pressure (struct sim *s)
   if (s->no_server)
     scap = max;
   throttle_budget_init (&s->server, scap);
-  say (s, "seed %" PRIu64 ": controllers coming down, %d exports, "
+  sim_say (s, "seed %" PRIu64 ": controllers coming down, %d exports, "
        "server %s%" PRIu64, s->seed, s->nexp, s->no_server ? "off, bound " : "",
        scap);
   for (i = 0; i < s->nexp; i++)
-    say (s, "export %d: capacity %" PRIu64 " with a latency target", i,
+    sim_say (s, "export %d: capacity %" PRIu64 " with a latency target", i,
          s->e[i].ceiling);
 }
 
@@ -818,7 +365,7 @@ setup (struct sim *s, uint64_t seed, unsigned ops, bool no_server,
   s->metric = metrics[m];
   s->policy.page_units = page_units[m];
   s->policy.split = pick (s, 8) != 0;
-  s->policy.split_max = pick (s, 4) ? UINT32_MAX : 4096 << pick (s, 10);
+  s->policy.split_max = pick (s, 4) ? UINT32_MAX : 4096u << pick (s, 10);
   s->nexp = 1 + pick (s, MAX_EXPORTS);
   s->enforce = pick (s, 4) != 0;
   s->now = 1000 * MS;
@@ -857,12 +404,12 @@ setup (struct sim *s, uint64_t seed, unsigned ops, bool no_server,
   if (no_server)
     scap = max;
   throttle_budget_init (&s->server, scap);
-  say (s, "seed %" PRIu64 ": metric %s split %d, %d exports, server %s%"
+  sim_say (s, "seed %" PRIu64 ": metric %s split %d, %d exports, server %s%"
        PRIu64 "%s", seed, m == 0 ? "bytes" : m == 1 ? "pages" : "requests",
        s->policy.split, s->nexp, no_server ? "off, bound " : "", scap,
        s->enforce ? "" : " (export capacities unconstrained)");
   for (i = 0; i < s->nexp; i++)
-    say (s, "export %d: capacity %" PRIu64 "%s", i, s->e[i].ceiling,
+    sim_say (s, "export %d: capacity %" PRIu64 "%s", i, s->e[i].ceiling,
          s->e[i].adapt ? " with a latency target" : "");
 }
 
@@ -872,10 +419,10 @@ teardown (struct sim *s)
   int i;
 
   for (i = 0; i < s->nexp; i++) {
-    cover.lone += stats (&s->e[i].b).clamped;
+    sim_cover.lone += sim_stats (&s->e[i].b).clamped;
     throttle_budget_destroy (&s->e[i].b);
   }
-  cover.lone += stats (&s->server).clamped;
+  sim_cover.lone += sim_stats (&s->server).clamped;
   throttle_budget_destroy (&s->server);
 }
 
@@ -889,20 +436,20 @@ drain (struct sim *s)
   bool any;
   int i;
 
-  say (s, "drain");
+  sim_say (s, "drain");
   for (round = 0; round < 100000; round++) {
     any = false;
     for (i = 0; i < MAX_REQS; i++)
       if (s->r[i].state == WAITING) {
-        poll_req (s, &s->r[i]);
+        sim_poll (s, &s->r[i]);
         any = true;
       }
-    check_all (s);
+    sim_check_all (s);
     for (i = 0; i < MAX_REQS; i++)
       if (s->r[i].state == RUNNING) {
-        complete (s, &s->r[i]);
+        sim_complete (s, &s->r[i]);
         any = true;
-        check_all (s);
+        sim_check_all (s);
       }
     if (!any)
       break;
@@ -910,9 +457,9 @@ drain (struct sim *s)
   if (any)
     sim_fail (s, "the drain did not end: requests never complete");
   for (i = 0; i < s->nexp; i++)
-    if (stats (&s->e[i].b).in_flight != 0)
+    if (sim_stats (&s->e[i].b).in_flight != 0)
       sim_fail (s, "export %d: units left in flight after the drain", i);
-  if (stats (&s->server).in_flight != 0)
+  if (sim_stats (&s->server).in_flight != 0)
     sim_fail (s, "server: units left in flight after the drain");
 }
 
@@ -926,7 +473,7 @@ run_schedule (uint64_t seed, unsigned ops, bool no_server, bool verbose)
   unsigned choice, n;
 
   setup (s, seed, ops, no_server, verbose);
-  current = s;
+  sim_current = s;
   /* Long enough for a capacity to come down by eight while a part
    * waits.
    */
@@ -947,31 +494,23 @@ run_schedule (uint64_t seed, unsigned ops, bool no_server, bool verbose)
       step_set (s, true);
     else if (ops & OP_TIME)
       step_time (s);
-    check_all (s);
+    sim_check_all (s);
   }
-  cover.steps += n;
+  sim_cover.steps += n;
   drain (s);
-  current = NULL;
+  sim_current = NULL;
   teardown (s);
-}
-
-static uint64_t
-env_u64 (const char *name, uint64_t def)
-{
-  const char *v = getenv (name);
-
-  return v && *v ? strtoull (v, NULL, 0) : def;
 }
 
 START_TEST (test_schedules)
 {
-  uint64_t n = env_u64 ("THROTTLE_SIM_SCHEDULES", SCHEDULES);
-  uint64_t seed = env_u64 ("THROTTLE_SIM_SEED", 0);
-  uint64_t first = env_u64 ("THROTTLE_SIM_FIRST", 1);
-  unsigned ops = env_u64 ("THROTTLE_SIM_OPS", OP_ALL);
-  bool no_server = env_u64 ("THROTTLE_SIM_NO_SERVER", 0) != 0;
+  uint64_t n = sim_env_u64 ("THROTTLE_SIM_SCHEDULES", SCHEDULES);
+  uint64_t seed = sim_env_u64 ("THROTTLE_SIM_SEED", 0);
+  uint64_t first = sim_env_u64 ("THROTTLE_SIM_FIRST", 1);
+  unsigned ops = sim_env_u64 ("THROTTLE_SIM_OPS", OP_ALL);
+  bool no_server = sim_env_u64 ("THROTTLE_SIM_NO_SERVER", 0) != 0;
 
-  steps = env_u64 ("THROTTLE_SIM_STEPS", STEPS);
+  steps = sim_env_u64 ("THROTTLE_SIM_STEPS", STEPS);
   ck_assert_uint_le (5 * steps, MAX_STEPS);
   uint64_t i;
 
@@ -993,19 +532,19 @@ START_TEST (test_schedules)
            " after a grant), %" PRIu64 " capacities below a page, %" PRIu64
            " run alone above the capacity, controller %" PRIu64 " down %"
            PRIu64 " up %" PRIu64 " up on a tick\n", n, steps, 5 * steps,
-           cover.arrivals, cover.waited, cover.in_parts, cover.parts_granted,
-           cover.at_server, cover.cancelled, cover.cancelled_granted,
-           cover.below_page, cover.lone, cover.ctl_down, cover.ctl_up,
-           cover.tick_up);
+           sim_cover.arrivals, sim_cover.waited, sim_cover.in_parts, sim_cover.parts_granted,
+           sim_cover.at_server, sim_cover.cancelled, sim_cover.cancelled_granted,
+           sim_cover.below_page, sim_cover.lone, sim_cover.ctl_down, sim_cover.ctl_up,
+           sim_cover.tick_up);
   /* Every case is reached in the default run. */
   if (n >= SCHEDULES) {
-    ck_assert_uint_gt (cover.parts_granted, 0);
-    ck_assert_uint_gt (cover.at_server, 0);
-    ck_assert_uint_gt (cover.cancelled_granted, 0);
-    ck_assert_uint_gt (cover.below_page, 0);
-    ck_assert_uint_gt (cover.lone, 0);
-    ck_assert_uint_gt (cover.ctl_down, 0);
-    ck_assert_uint_gt (cover.ctl_up, 0);
+    ck_assert_uint_gt (sim_cover.parts_granted, 0);
+    ck_assert_uint_gt (sim_cover.at_server, 0);
+    ck_assert_uint_gt (sim_cover.cancelled_granted, 0);
+    ck_assert_uint_gt (sim_cover.below_page, 0);
+    ck_assert_uint_gt (sim_cover.lone, 0);
+    ck_assert_uint_gt (sim_cover.ctl_down, 0);
+    ck_assert_uint_gt (sim_cover.ctl_up, 0);
   }
 }
 END_TEST

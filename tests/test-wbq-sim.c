@@ -60,6 +60,7 @@
 #include <unistd.h>
 
 #include "throttle-wbq.h"
+#include "sim-seed.h"
 #include "check-main.h"
 
 #define DISK (32 * 1024)
@@ -127,18 +128,9 @@ static struct {
 } cover;
 
 static uint64_t
-rnd (struct sim *s)
-{
-  uint64_t z = (s->rng += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-static uint64_t
 pick (struct sim *s, uint64_t n)
 {
-  return n ? rnd (s) % n : 0;
+  return sim_pick (&s->rng, n);
 }
 
 static void
@@ -161,14 +153,10 @@ sim_fail (struct sim *s, const char *fmt, ...)
   va_list ap;
 
   fprintf (stderr, "test-wbq-sim: THROTTLE_WBQ_SIM_SEED=%" PRIu64
-           " replays it; step %u: ", s->seed, s->step);
-  va_start (ap, fmt);
-  vfprintf (stderr, fmt, ap);
-  va_end (ap);
-  fputc ('\n', stderr);
+           " replays it\n", s->seed);
   current = NULL;
-  ck_abort_msg ("schedule of seed %" PRIu64 " failed at step %u",
-                s->seed, s->step);
+  va_start (ap, fmt);
+  sim_vfail ("test-wbq-sim", s->seed, s->step, fmt, ap);
 }
 
 /* A call the model said returns at once blocked. */
@@ -649,22 +637,14 @@ run_schedule (uint64_t seed, bool verbose)
   throttle_wbq_destroy (s->q);
 }
 
-static uint64_t
-env_u64 (const char *name, uint64_t def)
-{
-  const char *v = getenv (name);
-
-  return v && *v ? strtoull (v, NULL, 0) : def;
-}
-
 START_TEST (test_schedules)
 {
-  uint64_t n = env_u64 ("THROTTLE_WBQ_SIM_SCHEDULES", SCHEDULES);
-  uint64_t seed = env_u64 ("THROTTLE_WBQ_SIM_SEED", 0);
-  uint64_t first = env_u64 ("THROTTLE_WBQ_SIM_FIRST", 1);
+  uint64_t n = sim_env_u64 ("THROTTLE_WBQ_SIM_SCHEDULES", SCHEDULES);
+  uint64_t seed = sim_env_u64 ("THROTTLE_WBQ_SIM_SEED", 0);
+  uint64_t first = sim_env_u64 ("THROTTLE_WBQ_SIM_FIRST", 1);
   uint64_t i;
 
-  steps = env_u64 ("THROTTLE_WBQ_SIM_STEPS", 200);
+  steps = sim_env_u64 ("THROTTLE_WBQ_SIM_STEPS", 200);
   ck_assert_uint_le (steps, 200000);
   signal (SIGALRM, on_alarm);
   if (seed) {
