@@ -291,6 +291,22 @@ throttle_adapt_start (struct throttle_export *exp)
   return throttle_now_ns ();
 }
 
+/* The controller took 'step' (not THROTTLE_ADAPT_NONE): give its budget
+ * the new capacity and count the step.  Called with ae->lock held, so
+ * that a judgement and a tick cannot apply their capacities in the
+ * other order than they decided them.  Returns the new capacity.
+ */
+static uint64_t
+apply_step (struct throttle_adapt_export *ae, enum throttle_adapt_step step)
+{
+  throttle_budget_set_capacity (ae->budget, ae->ctl.capacity);
+  if (step == THROTTLE_ADAPT_DOWN)
+    ae->steps_down++;
+  else
+    ae->steps_up++;
+  return ae->ctl.capacity;
+}
+
 static const char *
 step_name (enum throttle_adapt_step step)
 {
@@ -332,12 +348,7 @@ throttle_adapt_done (struct throttle_export *exp, uint64_t start,
     judged = true;
     step = throttle_adapt_judge (&ae->ctl, now, waiting);
     if (step != THROTTLE_ADAPT_NONE) {
-      after = ae->ctl.capacity;
-      throttle_budget_set_capacity (ae->budget, after);
-      if (step == THROTTLE_ADAPT_DOWN)
-        ae->steps_down++;
-      else
-        ae->steps_up++;
+      after = apply_step (ae, step);
       w = ae->ctl.last;
       target = ae->target_ns;
     }
@@ -393,14 +404,8 @@ tick_export (struct throttle_export *exp, void *opaque)
     /* A window ended here: the next one counts its own waits. */
     if (ae->ctl.window_start_ns != window)
       ae->waited_mark = s.waited;
-    if (step != THROTTLE_ADAPT_NONE) {
-      after = ae->ctl.capacity;
-      throttle_budget_set_capacity (ae->budget, after);
-      if (step == THROTTLE_ADAPT_DOWN)
-        ae->steps_down++;
-      else
-        ae->steps_up++;
-    }
+    if (step != THROTTLE_ADAPT_NONE)
+      after = apply_step (ae, step);
   }
   throttle_unlock (&ae->lock);
 
