@@ -124,6 +124,36 @@ start_nbdkit ()
   uri="nbd+unix:///?socket=$sock"
 }
 
+# start_refused EXPECT ARGS...: nbdkit with the filter over the memory
+# plugin refuses to start with ARGS, and exactly one error line says
+# EXPECT: ours, the last, naming the parameter.  The only other error
+# line allowed is nbdkit's own parser's, before ours, which says why
+# the value is not a size or a boolean in words that differ between
+# nbdkit releases (1.32 "size cannot be negative (-1)", 1.36+ "size
+# cannot be negative: -1"), so nothing is asserted of it but that it
+# does not name the parameter: that is ours to do, once
+# (plugin/throttle/throttle-parse.h).
+start_refused ()
+{
+  local expect=$1 rc=0 n key; shift
+  "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M "$@" --run true \
+    >"$tmp/out" 2>&1 || rc=$?
+  [ $rc != 0 ] || fail "nbdkit started with $*"
+  [ $rc -lt 128 ] || { cat "$tmp/out"; fail "nbdkit crashed (exit $rc) with $*"; }
+  grep 'error:' "$tmp/out" | tail -n 1 | grep -q -- "$expect" ||
+    { cat "$tmp/out"; fail "$*: the last error line does not say '$expect'"; }
+  n=$(grep -c 'error:' "$tmp/out")
+  key=${*: -1}
+  key=${key%%=*}
+  case $n in
+    1) ;;
+    2) ! grep -m1 'error:' "$tmp/out" | grep -qF -- "$key" ||
+         { cat "$tmp/out"; fail "$*: $key named twice"; } ;;
+    *) cat "$tmp/out"; fail "$*: $n error lines, not 1 (or nbdkit's parser's and ours)" ;;
+  esac
+  echo "ok: refused $*: $(grep error "$tmp/out" | tail -n 1)"
+}
+
 # alive PID: running and not a zombie.
 alive ()
 {

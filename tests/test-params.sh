@@ -8,93 +8,65 @@ requires_file "$THROTTLE_FILTER"
 requires_file "$TEST_METRIC"
 requires_file "$TEST_NOMETRIC"
 
-# bad EXPECT ARGS...: nbdkit refuses to start, and exactly one error
-# line says EXPECT: ours, naming the parameter.  The only other error
-# line allowed is nbdkit's own parser's, before ours, which says why
-# the value is not a size or a boolean in words that differ between
-# nbdkit releases (1.32 "size cannot be negative (-1)", 1.36+ "size
-# cannot be negative: -1"), so nothing is asserted of it but that it
-# does not name the parameter: that is ours to do, once
-# (see plugin/throttle/throttle-parse.h).  $server is what runs
-# behind the filter (the memory plugin).
-server=(--filter="$THROTTLE_FILTER" memory 1M)
-bad ()
-{
-  local expect=$1 rc=0 n key; shift
-  "$NBDKIT" -U - "${server[@]}" "$@" --run true >"$tmp/out" 2>&1 || rc=$?
-  [ $rc != 0 ] || fail "nbdkit started with $*"
-  [ $rc -lt 128 ] || { cat "$tmp/out"; fail "nbdkit crashed (exit $rc) with $*"; }
-  grep 'error:' "$tmp/out" | tail -n 1 | grep -q -- "$expect" ||
-    { cat "$tmp/out"; fail "$*: the last error line does not say '$expect'"; }
-  n=$(grep -c 'error:' "$tmp/out")
-  key=${*: -1}
-  key=${key%%=*}
-  case $n in
-    1) ;;
-    2) ! grep -m1 'error:' "$tmp/out" | grep -qF -- "$key" ||
-         { cat "$tmp/out"; fail "$*: $key named twice"; } ;;
-    *) cat "$tmp/out"; fail "$*: $n error lines, not 1 (or nbdkit's parser's and ours)" ;;
-  esac
-  echo "rejected $*: $(grep error "$tmp/out" | tail -n 1)"
-}
+# Each refusal: start_refused (functions.sh), over the memory plugin.
 
 # Every parameter, with a value nbdkit's parser refuses (its message,
 # then ours) and one it takes but the parameter does not (ours alone).
-bad "throttle-capacity=0: must be greater than 0" throttle-capacity=0
-bad "throttle-capacity=abc: not a size" throttle-capacity=abc
-bad "throttle-capacity=: not a size" throttle-capacity=
-bad "throttle-capacity=1Z: not a size" throttle-capacity=1Z
-bad "throttle-capacity=99999999999999999999: not a size" \
+start_refused "throttle-capacity=0: must be greater than 0" throttle-capacity=0
+start_refused "throttle-capacity=abc: not a size" throttle-capacity=abc
+start_refused "throttle-capacity=: not a size" throttle-capacity=
+start_refused "throttle-capacity=1Z: not a size" throttle-capacity=1Z
+start_refused "throttle-capacity=99999999999999999999: not a size" \
     throttle-capacity=99999999999999999999
 # Every size parameter names itself for a value that is no size.
 for p in throttle-capacity throttle-server-capacity throttle-reserve \
          throttle-max-request throttle-writeback-pool throttle-min-capacity; do
-  bad "$p=-1: not a size" $p=-1
+  start_refused "$p=-1: not a size" $p=-1
 done
-bad "throttle-metric: unknown metric 'furlongs'" throttle-metric=furlongs
-bad "throttle-metric: empty value" throttle-metric=
-bad "throttle-metric: .*/nonexistent/metric.so" throttle-metric=/nonexistent/metric.so
-bad "throttle-metric: .*does not define the symbol throttle_metric" \
+start_refused "throttle-metric: unknown metric 'furlongs'" throttle-metric=furlongs
+start_refused "throttle-metric: empty value" throttle-metric=
+start_refused "throttle-metric: .*/nonexistent/metric.so" throttle-metric=/nonexistent/metric.so
+start_refused "throttle-metric: .*does not define the symbol throttle_metric" \
     throttle-metric="$TEST_NOMETRIC"
-bad "throttle-reads=maybe: expected a boolean" throttle-reads=maybe
-bad "throttle-split=maybe: expected a boolean" throttle-split=maybe
+start_refused "throttle-reads=maybe: expected a boolean" throttle-reads=maybe
+start_refused "throttle-split=maybe: expected a boolean" throttle-split=maybe
 for p in throttle-io-flusher throttle-rt throttle-oom; do
-  bad "$p=yes: expected auto, on or off" $p=yes
+  start_refused "$p=yes: expected auto, on or off" $p=yes
 done
-bad "throttle-mlock=all: expected auto, onfault, pool or off" throttle-mlock=all
-bad "throttle-reserve=lots: not a size" throttle-reserve=lots
-bad "throttle-threads=0: expected 1 to 1024 (nbdkit's --threads value)" \
+start_refused "throttle-mlock=all: expected auto, onfault, pool or off" throttle-mlock=all
+start_refused "throttle-reserve=lots: not a size" throttle-reserve=lots
+start_refused "throttle-threads=0: expected 1 to 1024 (nbdkit's --threads value)" \
     throttle-threads=0
-bad "throttle-threads=1025: expected 1 to 1024" throttle-threads=1025
-bad "throttle-threads: could not parse number: \"4x\": trailing garbage" \
+start_refused "throttle-threads=1025: expected 1 to 1024" throttle-threads=1025
+start_refused "throttle-threads: could not parse number: \"4x\": trailing garbage" \
     throttle-threads=4x
-bad "throttle-threads: negative numbers are not allowed" throttle-threads=-1
-bad "throttle-max-request=32K: expected a size from 64K to 32M" \
+start_refused "throttle-threads: negative numbers are not allowed" throttle-threads=-1
+start_refused "throttle-max-request=32K: expected a size from 64K to 32M" \
     throttle-max-request=32K
-bad "throttle-max-request=64M: expected a size from 64K to 32M" \
+start_refused "throttle-max-request=64M: expected a size from 64K to 32M" \
     throttle-max-request=64M
-bad "throttle-max-request=big: not a size" throttle-max-request=big
-bad "throttle-control: empty value" throttle-control=
-bad "throttle-control=/$(printf 'x%.0s' $(seq 120)): path too long" \
+start_refused "throttle-max-request=big: not a size" throttle-max-request=big
+start_refused "throttle-control: empty value" throttle-control=
+start_refused "throttle-control=/$(printf 'x%.0s' $(seq 120)): path too long" \
     throttle-control=/$(printf 'x%.0s' $(seq 120))
-bad "throttle-stats-interval=0: expected a number of seconds" \
+start_refused "throttle-stats-interval=0: expected a number of seconds" \
     throttle-stats-interval=0
-bad "throttle-stats-interval=often: expected a number of seconds" \
+start_refused "throttle-stats-interval=often: expected a number of seconds" \
     throttle-stats-interval=often
-bad "throttle-mode=writearound: expected writethrough or writeback" \
+start_refused "throttle-mode=writearound: expected writethrough or writeback" \
     throttle-mode=writearound
-bad "throttle-writeback-pool=0: expected a size greater than 0" \
+start_refused "throttle-writeback-pool=0: expected a size greater than 0" \
     throttle-writeback-pool=0
-bad "throttle-writeback-pool=x: not a size" throttle-writeback-pool=x
-bad "throttle-writeback-threads=0: expected 1 to 64" \
+start_refused "throttle-writeback-pool=x: not a size" throttle-writeback-pool=x
+start_refused "throttle-writeback-threads=0: expected 1 to 64" \
     throttle-writeback-threads=0
-bad "throttle-writeback-threads: empty string where we expected a number" \
+start_refused "throttle-writeback-threads: empty string where we expected a number" \
     throttle-writeback-threads=many
-bad "throttle-latency-target=fast: expected a duration" \
+start_refused "throttle-latency-target=fast: expected a duration" \
     throttle-latency-target=fast
-bad "throttle-min-capacity=0: must be greater than 0" throttle-min-capacity=0
-bad "throttle-min-capacity=lots: not a size" throttle-min-capacity=lots
-bad "unknown parameter throttle-capacty" throttle-capacty=1M
+start_refused "throttle-min-capacity=0: must be greater than 0" throttle-min-capacity=0
+start_refused "throttle-min-capacity=lots: not a size" throttle-min-capacity=lots
+start_refused "unknown parameter throttle-capacty" throttle-capacty=1M
 
 # Writeback pools: allocated, touched and locked at the first
 # connection, so one that cannot be had is refused at start, naming
@@ -103,16 +75,16 @@ bad "unknown parameter throttle-capacty" throttle-capacty=1M
 # (anything above half of it) does not fit.
 wb="throttle-mode=writeback"
 ram=$(( $(getconf _PHYS_PAGES) * $(getconf PAGESIZE) ))
-bad "throttle-capacity: 4503599627370496 pages of 4096 bytes overflow" \
+start_refused "throttle-capacity: 4503599627370496 pages of 4096 bytes overflow" \
     $wb throttle-metric=pages throttle-capacity=4503599627370496
-bad "throttle-capacity: 4503599627370497 pages of 4096 bytes overflow" \
+start_refused "throttle-capacity: 4503599627370497 pages of 4096 bytes overflow" \
     $wb throttle-metric=pages throttle-capacity=4503599627370497
-bad "throttle-capacity (the pool's default under throttle-metric=pages .*half of RAM" \
+start_refused "throttle-capacity (the pool's default under throttle-metric=pages .*half of RAM" \
     $wb throttle-metric=pages throttle-capacity=4503599627370495
-bad "throttle-capacity (the pool's default under throttle-metric=bytes).*half of RAM" \
+start_refused "throttle-capacity (the pool's default under throttle-metric=bytes).*half of RAM" \
     $wb throttle-capacity=$ram
-bad "throttle-capacity (.*half of RAM" $wb throttle-capacity=9223372036854775807
-bad "throttle-writeback-pool: a writeback pool of $ram bytes.*half of RAM" \
+start_refused "throttle-capacity (.*half of RAM" $wb throttle-capacity=9223372036854775807
+start_refused "throttle-writeback-pool: a writeback pool of $ram bytes.*half of RAM" \
     $wb throttle-writeback-pool=$ram
 # A pool of its own makes any capacity fine, and so does writethrough.
 for ok in "$wb throttle-capacity=$ram throttle-writeback-pool=16M" \

@@ -12,28 +12,11 @@ requires_file "$TEST_PLUGIN"
 requires_file "$THROTTLE_CTL"
 requires $PY -c 'import nbd'
 
-# bad EXPECT ARGS...: nbdkit refuses to start, with one error line
-# saying EXPECT (ours), after at most one of nbdkit's parser's, whose
-# words vary between nbdkit releases (plugin/throttle/throttle-parse.h).
-bad ()
-{
-  local expect=$1 rc=0 n; shift
-  "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M "$@" --run true \
-    >"$tmp/out" 2>&1 || rc=$?
-  [ $rc != 0 ] || fail "nbdkit started with $*"
-  [ $rc -lt 128 ] || { cat "$tmp/out"; fail "nbdkit crashed (exit $rc) with $*"; }
-  grep -q -- "$expect" "$tmp/out" ||
-    { cat "$tmp/out"; fail "$*: error does not say '$expect'"; }
-  n=$(grep -c 'error:' "$tmp/out")
-  [ "$n" -le 2 ] && grep 'error:' "$tmp/out" | tail -n 1 | grep -q -- "$expect" ||
-    { cat "$tmp/out"; fail "$*: $n error lines, not ours alone or after nbdkit's"; }
-  echo "ok: refused $*: $(grep error "$tmp/out" | tail -n 1)"
-}
-bad "throttle-server-capacity=0: must be greater than 0" \
+start_refused "throttle-server-capacity=0: must be greater than 0" \
     throttle-server-capacity=0
-bad "throttle-server-capacity=lots: not a size" throttle-server-capacity=lots
-bad "throttle-server-capacity=1000: below 4096" throttle-server-capacity=1000
-bad "throttle-server-capacity=512K: below throttle-capacity=1048576" \
+start_refused "throttle-server-capacity=lots: not a size" throttle-server-capacity=lots
+start_refused "throttle-server-capacity=1000: below 4096" throttle-server-capacity=1000
+start_refused "throttle-server-capacity=512K: below throttle-capacity=1048576" \
     throttle-capacity=1M throttle-server-capacity=512K
 "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M throttle-capacity=1M \
   throttle-server-capacity=1M --run true >"$tmp/out" 2>&1 ||
