@@ -15,33 +15,20 @@ requires_file "$THROTTLE_FILTER"
 requires_file "$TEST_PLUGIN"
 requires_file "$THROTTLE_LOAD"
 
-# bad EXPECT ARGS...: nbdkit must refuse to start, saying EXPECT.
-bad ()
-{
-  local expect=$1; shift
-  if "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M "$@" --run true \
-       >"$tmp/out" 2>&1; then
-    fail "nbdkit started with $*"
-  fi
-  grep -q -- "$expect" "$tmp/out" ||
-    { cat "$tmp/out"; fail "$*: error does not say '$expect'"; }
-  echo "ok: refused $*: $(grep -m1 error "$tmp/out")"
-}
-
-bad "throttle-latency-target=0: must be greater than 0" throttle-latency-target=0
-bad "throttle-latency-target=0ms: must be greater than 0" throttle-latency-target=0ms
-bad "throttle-latency-target=fast: expected a duration" throttle-latency-target=fast
-bad "throttle-latency-target=5: a duration needs its unit" \
+start_refused "throttle-latency-target=0: must be greater than 0" throttle-latency-target=0
+start_refused "throttle-latency-target=0ms: must be greater than 0" throttle-latency-target=0ms
+start_refused "throttle-latency-target=fast: expected a duration" throttle-latency-target=fast
+start_refused "throttle-latency-target=5: a duration needs its unit" \
     throttle-latency-target=5
-bad "throttle-latency-target=-5ms: expected a duration" throttle-latency-target=-5ms
-bad "throttle-latency-target=2h: expected a duration" throttle-latency-target=2h
-bad "throttle-min-capacity=0: must be greater than 0" throttle-min-capacity=0
-bad "throttle-min-capacity=lots: not a size" throttle-min-capacity=lots
-bad "throttle-min-capacity=-1: not a size" throttle-min-capacity=-1
-bad "throttle-min-capacity=2097152 is above throttle-capacity=1048576" \
+start_refused "throttle-latency-target=-5ms: expected a duration" throttle-latency-target=-5ms
+start_refused "throttle-latency-target=2h: expected a duration" throttle-latency-target=2h
+start_refused "throttle-min-capacity=0: must be greater than 0" throttle-min-capacity=0
+start_refused "throttle-min-capacity=lots: not a size" throttle-min-capacity=lots
+start_refused "throttle-min-capacity=-1: not a size" throttle-min-capacity=-1
+start_refused "throttle-min-capacity=2097152 is above throttle-capacity=1048576" \
     throttle-capacity=1M throttle-min-capacity=2M throttle-latency-target=5ms
 # The floor is checked with or without a target: one can be set live.
-bad "throttle-min-capacity=2097152 is above throttle-capacity=1048576" \
+start_refused "throttle-min-capacity=2097152 is above throttle-capacity=1048576" \
     throttle-capacity=1M throttle-min-capacity=2M
 "$NBDKIT" --filter="$THROTTLE_FILTER" memory --help >"$tmp/help" 2>&1
 for p in throttle-latency-target throttle-min-capacity; do
@@ -73,18 +60,12 @@ reader=$!
 
 # Look at the stats every 0.1 s while the load runs.
 $PY - "$ctl" "$writers" >"$tmp/watch.out" <<'EOF' || fail "watching the stats failed"
-import json, os, socket, sys, time
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-f = s.makefile("rwb")
+import os, sys, time
+import throttle_control as cc
+ctl = cc.Control(sys.argv[1])
 writers = int(sys.argv[2])
 while True:
-    f.write(b'stats ""\n')
-    f.flush()
-    line = f.readline()
-    if not line:
-        break
-    r = json.loads(line)
+    r = ctl.ask('stats ""')
     # Until the first writer has opened it, the export does not exist:
     # the reply is an error.
     e = r.get("exports")
