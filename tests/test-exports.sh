@@ -115,21 +115,10 @@ if check("a" in ex and ex["a"].get("connections") == 2 and
     print("ok: a's connections opened before and after a listing share "
           "a's budget")
 
-def pipeline(h, n):
-    """n writes of 64K, all sent before waiting for any."""
-    buf = nbd.Buffer.from_bytearray(bytearray(b"a" * 65536))
-    left = [n]
-    def done(err):
-        left[0] -= 1
-        return 0
-    for i in range(n):
-        h.aio_pwrite(buf, i * 65536, completion=done)
-    while left[0] > 0:
-        h.poll(-1)
 errors = []
 def run(h):
     try:
-        pipeline(h, 16)
+        cc.pipeline(h, b"a", 16)
     except Exception as e:
         errors.append(str(e))
 ts = [threading.Thread(target=run, args=(h,)) for h in (first, second)]
@@ -204,18 +193,6 @@ def only_default():
         time.sleep(0.1)
     fail("budgets outlived their connections: %s" % r)
 
-def pipeline(h, byte, n):
-    """n writes of 64K, all sent before waiting for any."""
-    buf = nbd.Buffer.from_bytearray(bytearray(byte * 65536))
-    left = [n]
-    def done(err):
-        left[0] -= 1
-        return 0
-    for i in range(n):
-        h.aio_pwrite(buf, i * 65536, completion=done)
-    while left[0] > 0:
-        h.poll(-1)
-
 # 4 connections, invented names e0..e3, 16 writes of 64K queued each.
 hs = []
 for i in range(4):
@@ -226,7 +203,7 @@ for i in range(4):
 errors = []
 def writer(h):
     try:
-        pipeline(h, b"x", 16)
+        cc.pipeline(h, b"x", 16)
     except Exception as e:
         errors.append(str(e))
 ts = [threading.Thread(target=writer, args=(h,)) for h in hs]

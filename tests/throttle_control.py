@@ -183,6 +183,22 @@ def export_stats(ctl, name=""):
     return r["exports"][0]
 
 
+def pipeline(h, byte, n):
+    """On the libnbd handle h, n writes of 64K of byte, all sent before
+    waiting for any (so that they queue in the filter at once)."""
+    import nbd
+    buf = nbd.Buffer.from_bytearray(bytearray(byte * 65536))
+    left = [n]
+
+    def done(err):
+        left[0] -= 1
+        return 0
+    for i in range(n):
+        h.aio_pwrite(buf, i * 65536, completion=done)
+    while left[0] > 0:
+        h.poll(-1)
+
+
 class Load:
     """conns connections, each keeping depth writes of size queued."""
 
