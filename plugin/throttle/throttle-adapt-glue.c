@@ -292,9 +292,10 @@ throttle_adapt_start (struct throttle_export *exp)
 }
 
 /* The controller took 'step' (not THROTTLE_ADAPT_NONE): give its budget
- * the new capacity and count the step.  Called with ae->lock held, so
- * that a judgement and a tick cannot apply their capacities in the
- * other order than they decided them.  Returns the new capacity.
+ * the new capacity and count the step.  Called with ae->lock held: the
+ * capacity the budget gets is then the controller's latest, never one
+ * that a judgement or a tick on another thread has already replaced.
+ * Returns the new capacity.
  */
 static uint64_t
 apply_step (struct throttle_adapt_export *ae, enum throttle_adapt_step step)
