@@ -2,9 +2,11 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Boots one swap-over-NBD test guest and classifies the run.
 #
-#   run-guest.sh [-w WORKDIR] [-l LOG] [-n BOOT] CONFIG
+#   run-guest.sh [-w WORKDIR] [-l LOG] [-n BOOT] [-a kvm|tcg] CONFIG
 #
-# CONFIG is a name from common.sh.  WORKDIR holds initramfs.cpio.gz
+# CONFIG is a name from common.sh.  -a: the accelerator check-swap.sh
+# chose once for every boot; without it swap_accel (common.sh) chooses,
+# with its canary boot.  WORKDIR holds initramfs.cpio.gz
 # (built by build-initramfs.sh when missing) and the guest's disk while it
 # runs.  The serial console goes to LOG (default WORKDIR/CONFIG.BOOT.log).
 # Prints one line:
@@ -42,17 +44,18 @@ set -uo pipefail
 srcdir=$(cd "$(dirname "$0")" && pwd)
 . "$srcdir/common.sh"
 
-work= log= boot=1
-while getopts w:l:n: opt; do
+work= log= boot=1 accel=
+while getopts w:l:n:a: opt; do
     case $opt in
         w) work=$OPTARG ;;
         l) log=$OPTARG ;;
         n) boot=$OPTARG ;;
-        *) echo "usage: run-guest.sh [-w WORKDIR] [-l LOG] [-n BOOT] CONFIG" >&2; exit 2 ;;
+        a) accel=$OPTARG ;;
+        *) echo "usage: run-guest.sh [-w WORKDIR] [-l LOG] [-n BOOT] [-a kvm|tcg] CONFIG" >&2; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-cfg=${1:?usage: run-guest.sh [-w WORKDIR] [-l LOG] [-n BOOT] CONFIG}
+cfg=${1:?usage: run-guest.sh [-w WORKDIR] [-l LOG] [-n BOOT] [-a kvm|tcg] CONFIG}
 args=$(swap_config "$cfg" args) || { echo "run-guest: unknown config $cfg" >&2; exit 2; }
 
 work=${work:-${TMPDIR:-/tmp}/swaptest-$(id -u)}
@@ -67,14 +70,20 @@ stuck_re=$(seq -s "|" "$stuck" 30 3000)
 qemu=$(command -v qemu-system-x86_64) || { echo "run-guest: no qemu-system-x86_64" >&2; exit 77; }
 kernel=$(swap_kernel)
 [ -n "$kernel" ] || { echo "run-guest: no /boot/vmlinuz-*" >&2; exit 77; }
-accel_line=$(swap_accel) || { echo "run-guest: $accel_line" >&2; exit 2; }
-accel=${accel_line%% *}
-# Under KVM the guest sees the host's CPU; under TCG qemu's default.
-cpu=
-[ "$accel" = kvm ] && cpu="-cpu host"
 if [ ! -f "$work/initramfs.cpio.gz" ]; then
     "$srcdir/build-initramfs.sh" "$work" >&2 || exit 1
 fi
+case "$accel" in
+    kvm|tcg) ;;
+    "") accel_line=$(swap_accel "$kernel" "$work/initramfs.cpio.gz") ||
+            { echo "run-guest: $accel_line" >&2; exit 2; }
+        accel=${accel_line%% *}
+        echo "run-guest: guests run under $accel (${accel_line#* })" >&2 ;;
+    *) echo "run-guest: -a $accel: expected kvm or tcg" >&2; exit 2 ;;
+esac
+# Under KVM the guest sees the host's CPU; under TCG qemu's default.
+cpu=
+[ "$accel" = kvm ] && cpu="-cpu host"
 
 tmp=$(mktemp -d "$work/run-$cfg-$boot.XXXXXX")
 cleanup ()
