@@ -8,8 +8,9 @@ misbehave in ways libnbd never would:
 
   partial SOCK SIZE SENT       a write request of SIZE bytes of which only
                                SENT bytes of payload are sent; then close
-  vanish SOCK SIZE             one write of SIZE, then close at once
-                               without reading the reply
+  vanish SOCK SIZE [CTL N]     one write of SIZE, then close at once
+                               without reading the reply (with CTL, once
+                               the control socket shows N waiters)
   queued SOCK HOW N SIZE [PAUSE]
                                N pipelined writes of SIZE (handle i at
                                offset i*SIZE), PAUSE seconds (0.3), then
@@ -102,9 +103,27 @@ def cmd_partial(path, size, sent):
     print("partial: sent %d of %d payload bytes, closed" % (sent, size))
 
 
-def cmd_vanish(path, size):
+def control_stat(ctl, field):
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.connect(ctl)
+    c.sendall(b"stats\n")
+    v = json.loads(c.makefile("rb").readline())["exports"][0][field]
+    c.close()
+    return v
+
+
+def cmd_vanish(path, size, ctl=None, waiters=0):
     s = handshake(path)
     s.sendall(request(NBD_CMD_WRITE, 1, 0, size) + b"\xbb" * size)
+    # With CTL: close only once the write waits in the filter.  nbdkit
+    # itself fails with ESHUTDOWN, without passing it down, a request
+    # that one of its threads read while another already saw the
+    # client's close; the filter's promise starts once the write is in.
+    deadline = time.monotonic() + 30
+    while ctl and control_stat(ctl, "waiters") < waiters:
+        if time.monotonic() > deadline:
+            raise SystemExit("vanish: the write never waited for credit")
+        time.sleep(0.05)
     # Nothing read: the reply, whenever it comes, finds no one.
     s.close()
     print("vanish: one write of %d sent, closed" % size)
@@ -383,7 +402,7 @@ def main():
     if cmd == "partial":
         cmd_partial(a[1], int(a[2]), int(a[3]))
     elif cmd == "vanish":
-        cmd_vanish(a[1], int(a[2]))
+        cmd_vanish(a[1], int(a[2]), *(a[3:4] + [int(x) for x in a[4:5]]))
     elif cmd == "queued":
         cmd_queued(a[1], a[2], int(a[3]), int(a[4]),
                    float(a[5]) if len(a) > 5 else 0.3)
