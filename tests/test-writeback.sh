@@ -4,7 +4,8 @@
 # "WRITEBACK MODE" in nbdkit-throttle-design(1) is asserted here, with
 # nbdkit's delay, pause and error filters below the throttle to make
 # the backend slow, stopped or failing, and the file plugin so that the
-# test can look at what the backend really has.
+# test can look at what the backend really has.  (That it serves the
+# default export alone: test-writeback-names.sh.)
 
 . "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 
@@ -38,7 +39,7 @@ newdisk () { rm -f "$1"; truncate -s 64M "$1"; }
 
 # TEST_WRITEBACK_ONLY="order flush" runs only those sections; a name
 # that is no section fails, rather than running nothing and passing.
-sections="parameters latency overlay order zero trim flush fua errors extents named budget hammer drain"
+sections="parameters latency overlay order zero trim flush fua errors extents budget hammer drain"
 for s in ${TEST_WRITEBACK_ONLY:-}; do
   case " $sections " in
     *" $s "*) ;;
@@ -166,14 +167,6 @@ if section extents; then
   start extents --filter="$filter" --filter=delay memory 64M \
     delay-write=1 throttle-mode=writeback
   run extents "$sock"
-  stop "$pid"
-fi
-
-# --- named exports are written through ---------------------------------
-if section named; then
-  start named --filter="$filter" --filter=delay memory 64M \
-    delay-write=500ms throttle-mode=writeback
-  run named "$sock"
   stop "$pid"
 fi
 

@@ -358,28 +358,6 @@ def hammer(sock, path, clients, ops):
           (clients, ops, time.monotonic() - t))
 
 
-def named(sock):
-    """A named export is written through (see the man page: shared
-    backend contexts do not carry the client's export name)."""
-    lat = {}
-    for name in ("", "other"):
-        h = nbd.NBD()
-        h.set_export_name(name)
-        h.connect_unix(sock)
-        t = time.monotonic()
-        h.pwrite(b"n" * (4 * K), 0)
-        lat[name] = time.monotonic() - t
-        h.flush()
-        h.shutdown()
-    if lat[""] > 0.25:
-        fail("named: the default export was not written behind")
-    if lat["other"] < 0.4:
-        fail("named: a named export was written behind (%.3f s)" %
-             lat["other"])
-    print("named ok: default export %.1f ms, named export %.0f ms" %
-          (lat[""] * 1000, lat["other"] * 1000))
-
-
 def extents(sock):
     """Block status of a range with a pending write reports data, never
     the hole the backend still has; and nothing past the range asked,
@@ -444,8 +422,6 @@ def main():
         drain_check(sys.argv[2])
     elif s == "hammer":
         hammer(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
-    elif s == "named":
-        named(sys.argv[2])
     elif s == "extents":
         extents(sys.argv[2])
     elif s == "budget":

@@ -79,14 +79,22 @@
  *                               controllers' windows on time (a target first
  *                               set live starts it from the control thread).
  *
- * .open             realtime    throttle_realtime_open, FIRST: counts the
- *                               peer; a kernel nbd client of root or
- *                               nbdkit's uid makes nbdkit real-time before
- *                               the plugin's open forks anything and
- *                               before nbdkit starts the connection's
- *                               workers (they inherit the policy).  Every
- *                               failure after it calls
- *                               throttle_realtime_close.
+ * .list_exports     writeback   throttle_writeback_list_exports: in
+ *                               writeback mode the plugin's list less
+ *                               the names .open refuses.
+ *
+ * .open             writeback   throttle_writeback_check_name, FIRST: in
+ *                               writeback mode a name other than "" is
+ *                               refused before anything is made or
+ *                               counted for it.
+ *                   realtime    throttle_realtime_open, before all but the
+ *                               name check: counts the peer; a kernel nbd
+ *                               client of root or nbdkit's uid makes
+ *                               nbdkit real-time before the plugin's open
+ *                               forks anything and before nbdkit starts
+ *                               the connection's workers (they inherit
+ *                               the policy).  Every failure after it
+ *                               calls throttle_realtime_close.
  *                   throttle.c  the plugin's open (next), then the
  *                               export's budget (throttle_export_open,
  *                               made by a name's first connection with

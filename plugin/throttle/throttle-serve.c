@@ -107,8 +107,9 @@ done (struct throttle_serve_conn *c, uint64_t charged)
 
 /* The backend call of a read, zero or trim, or of a write in
  * writethrough.  The throttle_writeback_* hooks pass a request straight
- * down when nothing is written behind (writethrough, named exports),
- * and otherwise order it among the pending writes.
+ * down when nothing is written behind (writethrough, or no writable
+ * connection has made the export's queue), and otherwise order it
+ * among the pending writes.
  */
 static int
 backend_call (struct throttle_serve_conn *c, nbdkit_next *next,

@@ -307,6 +307,65 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
   return NULL;
 }
 
+/* Only "" is written behind: the writers' contexts are shared (they
+ * outlive connections), and in a shared context nbdkit does not tell
+ * the plugin the client's export name, so a plugin serving several
+ * exports would write a named export's data to its default one, or
+ * fail.  Nor can a named export be served writethrough beside it: a
+ * plugin may serve one disk under several names (the file plugin with
+ * file= serves every name from its file), and a request through
+ * another name reaches the disk past the writes acknowledged on ""
+ * and still queued: a write acknowledged there after them would be
+ * overwritten by them, a read would miss them.  So every other name
+ * is refused, read-only connections too.
+ */
+int
+throttle_writeback_check_name (const char *exportname)
+{
+  if (!throttle_writeback_enabled () || exportname[0] == '\0')
+    return 0;
+  nbdkit_error ("throttle: export \"%s\" refused: throttle-mode=writeback "
+                "serves only the default export \"\" (its write-behind "
+                "queue cannot order the requests that reach the plugin "
+                "through other names); use throttle-mode=writethrough to "
+                "serve named exports", exportname);
+  return -1;
+}
+
+int
+throttle_writeback_list_exports (nbdkit_next_list_exports *next,
+                                 nbdkit_backend *nxdata, int readonly,
+                                 struct nbdkit_exports *exports)
+{
+  struct nbdkit_exports *all;
+  size_t i, n;
+  int r = 0;
+
+  if (!throttle_writeback_enabled ())
+    return next (nxdata, readonly, exports);
+
+  /* The plugin's list, its default export resolved by nbdkit, less
+   * the names throttle_writeback_check_name refuses: a client shown a
+   * name expects to open it.
+   */
+  all = nbdkit_exports_new ();
+  if (all == NULL)
+    return -1;
+  if (next (nxdata, readonly, all) == -1) {
+    nbdkit_exports_free (all);
+    return -1;
+  }
+  n = nbdkit_exports_count (all);
+  for (i = 0; r == 0 && i < n; ++i) {
+    struct nbdkit_export e = nbdkit_get_export (all, i);
+
+    if (e.name[0] == '\0')
+      r = nbdkit_add_export (exports, "", e.description);
+  }
+  nbdkit_exports_free (all);
+  return r;
+}
+
 int
 throttle_writeback_open (struct throttle_export *exp, nbdkit_context *context,
                          int readonly, const char *exportname,
@@ -323,20 +382,6 @@ throttle_writeback_open (struct throttle_export *exp, nbdkit_context *context,
   c->seen_errors = 0;
   if (!throttle_writeback_enabled ())
     return 0;
-  /* The writers' contexts are shared (they outlive connections), and
-   * in a shared context nbdkit does not tell the plugin the client's
-   * export name: a plugin serving several exports would write to its
-   * default one, or fail.  Named exports stay writethrough.
-   */
-  if (exportname[0] != '\0') {
-    static bool said;
-
-    if (!__atomic_exchange_n (&said, true, __ATOMIC_RELAXED))
-      nbdkit_debug ("throttle: writeback: export \"%s\" (and every other "
-                    "named export) is served writethrough: only the default "
-                    "export \"\" is written behind", exportname);
-    return 0;
-  }
   c->exp = exp;
 
   /* A read-only connection creates nothing, but still sees (through

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: write-behind's writer threads, per export.
  *
- * The first writable open of the default export makes its queue, its
- * locked, prefaulted pool and its writer threads; each writer takes
- * the queue's next job and puts it on the backend through a backend
- * context of its own, crediting the write's units then.  Cleanup
- * drains every export and stops its writers.
+ * Writeback serves the default export "" alone (other names are
+ * refused at open and left out of the export list).  Its first
+ * writable open makes its queue, its locked, prefaulted pool and its
+ * writer threads; each writer takes the queue's next job and puts it
+ * on the backend through a backend context of its own, crediting the
+ * write's units then.  Cleanup drains every export and stops its
+ * writers.
  *
  * When each hook is called, and why then: throttle-lifecycle.h.
  *
@@ -28,14 +30,30 @@
  * throttle_writeback_open and the connection's own flushes.
  */
 struct throttle_wb_conn {
-  struct throttle_export *exp;  /* NULL in writethrough, named exports */
+  struct throttle_export *exp;  /* NULL in writethrough */
   uint64_t seen_errors;
 };
 
-/* Fills c for a connection to exp (given to .open as exportname) and,
- * on the first writable open of an export that is written behind,
- * creates the export's queue, pool and writers.  context is the one
- * given to .open.  Returns -1 after nbdkit_error.
+/* In writeback mode, refuses every export name but "" (the name given
+ * to .open, after nbdkit put the plugin's default export name for a
+ * client's ""): -1 after nbdkit_error.  0 in writethrough.
+ */
+extern int throttle_writeback_check_name (const char *exportname);
+
+/* The filter's .list_exports: in writeback mode the plugin's list
+ * less the names throttle_writeback_check_name refuses; in
+ * writethrough the plugin's list as it is.
+ */
+extern int throttle_writeback_list_exports (nbdkit_next_list_exports *next,
+                                            nbdkit_backend *nxdata,
+                                            int readonly,
+                                            struct nbdkit_exports *exports);
+
+/* Fills c for a connection to exp (given to .open as exportname, which
+ * throttle_writeback_check_name accepted: the caller's duty) and, on
+ * the first writable open in writeback mode, creates the export's
+ * queue, pool and writers.  context is the one given to .open.
+ * Returns -1 after nbdkit_error.
  */
 extern int throttle_writeback_open (struct throttle_export *exp,
                                     nbdkit_context *context, int readonly,

@@ -16,8 +16,9 @@
  *
  * When each hook is called, and why then: throttle-lifecycle.h.  Each
  * takes the connection's struct throttle_wb_conn, filled by
- * throttle_writeback_open; in writethrough and for named exports the
- * hooks pass the request straight down.
+ * throttle_writeback_open; in writethrough the hooks pass the request
+ * straight down (named exports are writethrough's alone: writeback
+ * refuses them, throttle_writeback_check_name).
  */
 
 #ifndef THROTTLE_WRITEBACK_H

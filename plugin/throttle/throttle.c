@@ -303,13 +303,24 @@ struct throttle_handle {
   struct throttle_pace pace;
 };
 
+static int
+throttle_list_exports (nbdkit_next_list_exports *next, nbdkit_backend *nxdata,
+                       int readonly, int is_tls, struct nbdkit_exports *exports)
+{
+  return throttle_writeback_list_exports (next, nxdata, readonly, exports);
+}
+
 static void *
 throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
                int readonly, const char *exportname, int is_tls)
 {
   struct throttle_handle *h;
+  int rt_peer;
 
-  int rt_peer = throttle_realtime_open ();
+  /* Before anything is made or counted for the connection. */
+  if (throttle_writeback_check_name (exportname) == -1)
+    return NULL;
+  rt_peer = throttle_realtime_open ();
 
   if (next (nxdata, readonly, exportname) == -1) {
     throttle_realtime_close (rt_peer);
@@ -535,6 +546,7 @@ static struct nbdkit_filter filter = {
   .after_fork        = throttle_after_fork,
   .block_size        = throttle_block_size,
   .cleanup           = throttle_cleanup,
+  .list_exports      = throttle_list_exports,
   .open              = throttle_open,
   .prepare           = throttle_prepare,
   .finalize          = throttle_finalize,
