@@ -6,8 +6,10 @@
 # one; stats agree with what the clients and the backend saw; set
 # capacity takes effect both ways; bad input, silent, flooding and
 # vanishing clients get an error or are dropped while the server keeps
-# serving; throttle-stats-interval logs stats; the socket is removed at
-# exit.  The live part is tests/throttle_control.py.
+# serving, and clients beyond the 32 places close those idle longest
+# (in full: test-control-full.sh); throttle-stats-interval logs stats;
+# the socket is removed at exit.  The live part is
+# tests/throttle_control.py.
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 requires_file "$THROTTLE_FILTER"
 requires_file "$TEST_PLUGIN"

@@ -12,6 +12,9 @@
  * queue's and pool's and its budget's, and the server's budget, the
  * clock's and the real-time lock (HACKING.md, "Locks").  So no
  * operator's client can stall the data path or the other operators.
+ * Nor lock them out: at MAX_CLIENTS a new client takes the place of
+ * the one idle longest (evict_longest_idle), so that an operator gets
+ * in whatever the others do, without waiting for their idle timeout.
  */
 
 #include <config.h>
@@ -114,6 +117,20 @@ drop_client (struct client *c, const char *why)
     fclose (c->out);
   free (c->buf);
   free (c);
+}
+
+/* Drop C with LINE, an error reply, sent first if it can be without
+ * waiting (the rest of it lost if only a part fits) and only when no
+ * reply of C's is pending: a line after part of a reply would read as
+ * garbage, and a reply pending means its socket was full at the last
+ * send.
+ */
+static void
+drop_client_saying (struct client *c, const char *line, const char *why)
+{
+  if (c->len == c->outoff)
+    (void) !send (c->fd, line, strlen (line), MSG_DONTWAIT | MSG_NOSIGNAL);
+  drop_client (c, why);
 }
 
 /* Send what can be sent now.  Returns false if the client was dropped. */
@@ -250,19 +267,54 @@ client_write_cb (struct ev_loop *loop, ev_io *w, int revents)
 static void
 client_idle_cb (struct ev_loop *loop, ev_timer *w, int revents)
 {
-  struct client *c = w->data;
-  static const char msg[] = "{\"error\":\"idle for too long: closing\"}\n";
+  drop_client_saying (w->data,
+                      "{\"error\":\"idle for too long: closing\"}\n",
+                      "idle");
+}
 
-  /* Best effort: if even this does not fit, the client is not reading. */
-  if (c->len == c->outoff)
-    (void) !send (c->fd, msg, sizeof msg - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-  drop_client (c, "idle");
+/* The socket is full and a new client is in: close the client idle
+ * longest, so that an operator gets in whatever the others do
+ * (a script hung with its connection open, or one that sends commands
+ * and never reads the replies), long before their idle timeout.  The
+ * socket is its owner's only (0600): these are stuck clients, not an
+ * attacker, who could as well send "set capacity" itself.
+ *
+ * Idle longest: its idle timer is due first.  That timer starts again
+ * at each byte read from the client or sent to it, with the same
+ * timeout for all, on the monotonic clock, so no time need be kept
+ * beside it.  A client whose replies are blocked because it does not
+ * read them is idle since the last send that made progress, however
+ * much is pending.  A command of its not read in full, even one that
+ * came in this same turn of the loop, is not run (a command runs once
+ * its whole line is read, and its reply goes out before any error
+ * line): its client gets the error line, or with replies pending only
+ * the close, instead of a reply.  Timers started again in the same
+ * turn are due at the same time: of those, the client accepted first
+ * goes (the list is newest first, and <= keeps the last of equals).
+ * The new client is not in the list yet, so it is not the one closed
+ * now; later it is like any other: if all the others have been active
+ * since its accept, the next newcomer closes it, even before its first
+ * command is read.
+ */
+static void
+evict_longest_idle (void)
+{
+  struct client *c, *oldest = clients;
+
+  for (c = clients; c; c = c->next)
+    if (ev_timer_remaining (control_loop, &c->idle) <=
+        ev_timer_remaining (control_loop, &oldest->idle))
+      oldest = c;
+  drop_client_saying (oldest,
+                      "{\"error\":\"closed: the control socket is full "
+                      "and this client was idle longest\"}\n",
+                      "idle longest with the socket full");
 }
 
 static void
 accept_cb (struct ev_loop *loop, ev_io *w, int revents)
 {
-  static const char busy[] = "{\"error\":\"too many control clients\"}\n";
+  static const char nomem[] = "{\"error\":\"out of memory: closing\"}\n";
   struct client *c;
   int fd;
 
@@ -271,7 +323,13 @@ accept_cb (struct ev_loop *loop, ev_io *w, int revents)
     if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
         errno == ENOMEM) {
       /* The connection stays queued and the socket readable: stop
-       * watching for a while instead of spinning.
+       * watching for a while instead of spinning.  Closing a client to
+       * free a descriptor would be no cure: the limit is the process's,
+       * spent by NBD connections and the plugin, whose threads may
+       * take the one freed before this accept does.  Meanwhile the
+       * backlog (bind_socket) keeps new connections, whose clients wait
+       * (throttle-ctl up to its --timeout): the one case where an
+       * operator waits, for a descriptor, not for a place.
        */
       nbdkit_debug ("throttle: control: accept: %s: pausing for 1 s",
                     throttle_errtext (errno));
@@ -280,12 +338,14 @@ accept_cb (struct ev_loop *loop, ev_io *w, int revents)
     }
     return;
   }
-  if (nclients >= MAX_CLIENTS ||
-      (c = calloc (1, sizeof *c)) == NULL) {
-    (void) !send (fd, busy, sizeof busy - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  c = calloc (1, sizeof *c);
+  if (c == NULL) {
+    (void) !send (fd, nomem, sizeof nomem - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
     close (fd);
     return;
   }
+  if (nclients >= MAX_CLIENTS)
+    evict_longest_idle ();
   c->fd = fd;
   ev_io_init (&c->rio, client_read_cb, fd, EV_READ);
   ev_io_init (&c->wio, client_write_cb, fd, EV_WRITE);
@@ -435,8 +495,18 @@ bind_socket (void)
     close (fd);
     return -1;
   }
+  /* The backlog holds the connections not accepted yet: a burst that
+   * comes between two turns of the loop, or all that come during a
+   * pause of accept (accept_cb).  Beyond it a blocking connect waits
+   * (throttle-ctl's up to its --timeout) and a non-blocking one fails
+   * with EAGAIN.  MAX_CLIENTS does not bound it: every connection
+   * queued is accepted, in turn, closing the client idle longest.  So
+   * as large as the kernel allows (net.core.somaxconn), so that a burst
+   * queues; each connection queued costs the kernel a socket pair,
+   * charged to the socket's owner, the only user who can connect.
+   */
   if (chmod (socket_path, 0600) == -1 || lstat (socket_path, &st) == -1 ||
-      listen (fd, MAX_CLIENTS) == -1) {
+      listen (fd, SOMAXCONN) == -1) {
     nbdkit_error ("throttle-control=%s: %s", socket_path,
                   throttle_errtext (errno));
     unlink (socket_path);
