@@ -5,9 +5,12 @@
 #   build-initramfs.sh WORKDIR
 #
 # Writes WORKDIR/initramfs.cpio.gz from busybox-static, nbdkit with its
-# file, memory and eval plugins, nbd-client, swaptest (compiled here), the
-# shared libraries they need (found with ldd) and the kernel modules of
-# the installed Debian kernel (nbd, virtio_blk and what they depend on).
+# file, memory and eval plugins, nbd-client, swaptest (compiled here),
+# the shared libraries they need (found with ldd) and the kernel modules
+# of the installed Debian kernel (nbd, virtio_blk, virtio_net and what
+# they depend on); WORKDIR/initramfs-nbd.cpio.gz, the same with nbdkit's
+# nbd plugin and libnbd added, for the remote configurations; and
+# WORKDIR/relay, which runs on the host (relay.c).
 # When the files named by $THROTTLE_FILTER and $THROTTLE_DISK_PLUGIN exist,
 # they go in too.  Prints what it left out.
 
@@ -122,8 +125,9 @@ for l in $libs; do
     put "$l" "$l"
 done
 
-# --- swaptest ------------------------------------------------------------
+# --- swaptest, and the host's relay to a remote storage server ----------
 gcc -static -O2 -o "$root/usr/bin/swaptest" "$srcdir/swaptest.c"
+gcc -static -O2 -o "$work/relay" "$srcdir/relay.c"
 
 # --- kernel modules, dependencies first ----------------------------------
 declare -A seen=()
@@ -161,13 +165,34 @@ add_mod ()
     order+=("$name")
 }
 for m in virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev \
-         virtio_pci virtio_blk nbd; do
+         virtio_pci virtio_blk virtio_net nbd; do
     if [ "$m" = virtio_pci_legacy_dev ] || [ "$m" = virtio_pci_modern_dev ]; then
         [ -n "$(modpath "$m")" ] || continue
     fi
     add_mod "$m"
 done
 echo "MODULES='${order[*]}'" >> "$conf"
+
+# --- the remote configurations' addition ----------------------------------
+# nbdkit's nbd plugin and what libnbd needs (ICU's data alone is 30 MiB:
+# in the other configurations' guests it would be unswappable ramfs
+# taken from their memory) go into a second archive, which the kernel
+# unpacks after the first: initramfs-nbd.cpio.gz is the two back to
+# back, for thr.plugin=nbd (run-guest.sh).
+nbdroot=$work/root-nbd
+rm -rf "$nbdroot" "$work/initramfs-nbd.cpio.gz"
+if [ -f "$plugindir/nbdkit-nbd-plugin.so" ]; then
+    mkdir -p "$nbdroot$plugindir"
+    cp -L "$plugindir/nbdkit-nbd-plugin.so" "$nbdroot$plugindir/"
+    for l in $(ldd "$plugindir/nbdkit-nbd-plugin.so" |
+               awk '$2 == "=>" && $3 ~ /^\// { print $3 }'); do
+        [ -e "$root$l" ] && continue
+        mkdir -p "$nbdroot$(dirname "$l")"
+        cp -L "$l" "$nbdroot$l"
+    done
+else
+    echo "build-initramfs: no nbd plugin ($plugindir/nbdkit-nbd-plugin.so): no remote configurations"
+fi
 
 # --- /init and the archive -------------------------------------------------
 cp "$srcdir/init.sh" "$root/init"
@@ -180,3 +205,8 @@ else
 fi
 (cd "$root" && find . | LC_ALL=C sort | cpio_out) | gzip -1 > "$work/initramfs.cpio.gz"
 echo "build-initramfs: $work/initramfs.cpio.gz ($(du -sk "$root" | cut -f1) KiB unpacked, kernel $kver, modules: ${order[*]})"
+if [ -d "$nbdroot" ]; then
+    (cd "$nbdroot" && find . | LC_ALL=C sort | cpio_out) | gzip -1 |
+        cat "$work/initramfs.cpio.gz" - > "$work/initramfs-nbd.cpio.gz"
+    echo "build-initramfs: $work/initramfs-nbd.cpio.gz (and $(du -sk "$nbdroot" | cut -f1) KiB more: the nbd plugin, libnbd and its libraries)"
+fi

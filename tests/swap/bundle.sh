@@ -8,7 +8,8 @@
 #
 # DIR gets the initramfs (nbdkit, the built filter, disk plugin, unit and
 # helper, nbd-client, busybox, swaptest, the kernel's modules), the
-# kernel it was built for, swaptest for the host's self-test, this
+# kernel it was built for, swaptest for the host's self-test, the
+# relay of the remote configurations (run-guest.sh), this
 # directory's scripts and bundle.conf (what went in).  With
 # SWAP_BUNDLE_QEMU=1 also qemu-system-x86_64 with its shared libraries,
 # loader, accelerator modules and firmware (DIR/qemu), for a host without qemu; else the
@@ -31,6 +32,7 @@ kernel=$(swap_kernel)
 "$srcdir/build-initramfs.sh" "$dir/build"
 cp "$dir/build/initramfs.cpio.gz" "$dir/initramfs.cpio.gz"
 cp "$dir/build/root/usr/bin/swaptest" "$dir/swaptest"
+cp "$dir/build/relay" "$dir/build/initramfs-nbd.cpio.gz" "$dir/"
 rm -rf "$dir/build"
 cp "$kernel" "$dir/${kernel##*/}"
 cp "$srcdir/check-swap.sh" "$srcdir/run-guest.sh" "$srcdir/common.sh" \

@@ -85,7 +85,7 @@ work=${abs_builddir:-$PWD}/swap-work
 rm -rf "$work"
 mkdir -p "$work"
 if [ -n "${SWAP_BUNDLE:-}" ]; then
-    cp "$SWAP_BUNDLE/initramfs.cpio.gz" "$work/"
+    cp "$SWAP_BUNDLE/initramfs.cpio.gz" "$SWAP_BUNDLE/initramfs-nbd.cpio.gz" "$SWAP_BUNDLE/relay" "$work/"
     st=$SWAP_BUNDLE/swaptest
 else
     "$srcdir/build-initramfs.sh" "$work" || { echo "check-swap: FAIL: cannot build the initramfs"; exit 1; }

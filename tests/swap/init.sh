@@ -80,6 +80,17 @@ echo "SYSCTL min_free_kbytes=$(cat /proc/sys/vm/min_free_kbytes) hung_task_timeo
 
 [ -b /dev/vda ] || fail "no /dev/vda"
 
+# eth0 on qemu's user network (slirp's fixed 10.0.2.0/24).
+STORAGE_ADDR=10.0.2.100 STORAGE_PORT=10809
+net_up ()
+{
+    [ -d /sys/class/net/eth0 ] || fail "no eth0 (a remote configuration needs run-guest.sh's network)"
+    ip link set lo up
+    ip addr add 10.0.2.15/24 dev eth0 || fail "ip addr add"
+    ip link set eth0 up || fail "ip link set eth0 up"
+    echo "NET-UP $(ip -o -4 addr show dev eth0 | awk '{ print $4 }') storage=$STORAGE_ADDR:$STORAGE_PORT"
+}
+
 # thr.forkcheck=1: what a plugin forks must not inherit the guards
 # (nbdkit-throttle-design(1), WHAT THE PLUGIN RUNS), checked here where
 # nbdkit really gets PR_SET_IO_FLUSHER and oom_score_adj -1000.  The
@@ -204,6 +215,12 @@ else
         memory) set -- memory size=$THR_memsize allocator=malloc,mlock=true ;;
         disk)   [ -n "$DISK_PLUGIN" ] || fail "the disk plugin is not in the initramfs"
                 set -- "$DISK_PLUGIN" file=/dev/vda ;;
+        # Remote storage: the host's storage server, reached through
+        # qemu's user network (run-guest.sh: restrict=on, and one
+        # guestfwd from STORAGE_ADDR to the server on the host's
+        # loopback, the only address the guest can reach).
+        nbd)    net_up
+                set -- nbd hostname=$STORAGE_ADDR port=$STORAGE_PORT ;;
         *)      fail "unknown plugin $THR_plugin" ;;
     esac
     if [ "$THR_filter" = 1 ]; then
@@ -237,6 +254,20 @@ echo "SWAP-ON $(tail -n 1 /proc/swaps)"
 # requests a MiB of swap costs on each path.
 swapdev=$(tail -n 1 /proc/swaps | awk '{ print $1 }'); swapdev=${swapdev#/dev/}
 echo "SWAP-QUEUE dev=$swapdev rotational=$(cat /sys/block/$swapdev/queue/rotational) max_sectors_kb=$(cat /sys/block/$swapdev/queue/max_sectors_kb) max_hw_sectors_kb=$(cat /sys/block/$swapdev/queue/max_hw_sectors_kb) nr_requests=$(cat /sys/block/$swapdev/queue/nr_requests) page_cluster=$(cat /proc/sys/vm/page-cluster)"
+
+# The TCP counters of a remote configuration: a packet dropped because
+# it came from the emergency reserves (PFMemallocDrop) or a retransmit
+# means the forwarding path ran short of memory.
+netstats ()
+{
+    [ -d /sys/class/net/eth0 ] || return 0
+    awk '$1 == "TcpExt:" && !h { for (i = 2; i <= NF; i++) k[i] = $i; h = 1; next }
+         $1 == "TcpExt:" { for (i = 2; i <= NF; i++) if (k[i] == "PFMemallocDrop") d = $i }
+         END { printf "pfmemalloc_drop=%d ", d }' /proc/net/netstat
+    awk '$1 == "Tcp:" && !h { for (i = 2; i <= NF; i++) k[i] = $i; h = 1; next }
+         $1 == "Tcp:" { for (i = 2; i <= NF; i++) if (k[i] == "RetransSegs") r = $i }
+         END { printf "retrans=%d\n", r }' /proc/net/snmp
+}
 
 # Thread flags (field 9 of stat; the comm field may hold spaces, so count
 # from its closing parenthesis), scheduling policy (field 41, 1 is
@@ -313,6 +344,7 @@ if [ -n "$perf_pid" ]; then
     rm -f /run/perf.data
 fi
 [ -n "$NBDKIT_PID" ] && guards post
+[ -d /sys/class/net/eth0 ] && echo "NET-STATS $(netstats)"
 awk '/^(pswpin|pswpout) / { printf "%s=%d ", $1, $2 } END { print "" }' \
     /proc/vmstat | sed 's/^/SWAPSTATS /'
 # The requests the swap device served, their mean size and time

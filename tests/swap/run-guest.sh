@@ -15,7 +15,8 @@
 #          reason=R wo=SECS si=SECS total=SECS
 #          guards=ok|missing|n/a|no-rt|rt-late|fork-leak|fork-fail|fork-missing
 #          swapout_mib=M swapin_mib=M target_mib=M wo_out_mib=M
-#          si_in_mib=M si_out_mib=M elapsed=SECS log=LOG
+#          si_in_mib=M si_out_mib=M pfmemalloc_drop=N|- retrans=N|-
+#          stuck_warnings=N elapsed=SECS log=LOG
 #
 # and exits 0 when the boot passed: both phases completed and verified,
 # the guest swapped what the workload must (within SWAP_TOLERANCE), and
@@ -90,12 +91,59 @@ cleanup ()
 {
     [ -n "${catpid:-}" ] && kill "$catpid" 2>/dev/null
     [ -n "${qpid:-}" ] && kill -9 "$qpid" 2>/dev/null
+    [ -n "${spid:-}" ] && kill "$spid" 2>/dev/null && wait "$spid" 2>/dev/null
     rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 truncate -s "${SWAP_DISK_MIB:-512}M" "$tmp/disk.img"
+
+# Remote configurations (thr.plugin=nbd): the storage server runs here,
+# on the host, listening on 127.0.0.1 only: nbdkit's memory plugin
+# (thr.stdelay=T: nbdkit's delay filter adds T to every read and write).
+# The guest reaches it through qemu's user network with restrict=on,
+# which lets the guest reach nothing but its one guestfwd: each
+# connection to 10.0.2.100:10809 (init.sh's STORAGE_ADDR) runs WORK/relay
+# (relay.c, built by build-initramfs.sh) to the server here, so nothing
+# leaves this machine, and the guest's nbd plugin opens one connection
+# to the storage for each of its clients, as deployed.  (A socket
+# chardev instead of the relay carries one connection only; socat or nc
+# instead made swap-in ten times slower under TCG: relay.c says why.)
+nic=(-nic none)
+initrd=$work/initramfs.cpio.gz
+spid=
+case " $args " in
+    *" thr.plugin=nbd "*)
+        sdelay=$(printf '%s\n' $args | sed -n 's/^thr\.stdelay=//p')
+        sfilter=
+        [ -n "$sdelay" ] && sfilter="--filter=delay delay-read=$sdelay delay-write=$sdelay"
+        command -v nbdkit >/dev/null || { echo "run-guest: a remote configuration needs nbdkit on the host" >&2; exit 77; }
+        [ -x "$work/relay" ] && [ -f "$work/initramfs-nbd.cpio.gz" ] ||
+            { echo "run-guest: no $work/relay or $work/initramfs-nbd.cpio.gz (build-initramfs.sh builds them)" >&2; exit 1; }
+        initrd=$work/initramfs-nbd.cpio.gz
+        # A port that nobody else holds: nbdkit fails to start on a
+        # taken one, and the next is tried.
+        for _ in $(seq 20); do
+            sport=$((20000 + RANDOM % 40000))
+            rm -f "$tmp/storage.pid"
+            # shellcheck disable=SC2086
+            nbdkit -f -i 127.0.0.1 -p "$sport" -P "$tmp/storage.pid" $sfilter \
+                memory "${SWAP_DISK_MIB:-512}M" > "$tmp/storage.log" 2>&1 &
+            spid=$!
+            for _ in $(seq 100); do
+                [ -s "$tmp/storage.pid" ] || ! kill -0 "$spid" 2>/dev/null && break
+                sleep 0.1
+            done
+            [ -s "$tmp/storage.pid" ] && kill -0 "$spid" 2>/dev/null && break
+            wait "$spid" 2>/dev/null
+            spid=
+        done
+        [ -n "$spid" ] || { echo "run-guest: the storage server did not start: $(cat "$tmp/storage.log")" >&2; exit 1; }
+        nic=(-netdev "user,id=n0,restrict=on,guestfwd=tcp:10.0.2.100:10809-cmd:$work/relay $sport"
+             -device virtio-net-pci,netdev=n0)
+        ;;
+esac
 mkfifo "$tmp/mon.in" "$tmp/mon.out"
 cat "$tmp/mon.out" > "$tmp/mon.log" &
 catpid=$!
@@ -112,8 +160,8 @@ start=$(date +%s)
 : > "$log"
 # shellcheck disable=SC2086
 "$qemu" -accel "$accel" $cpu -m "$SWAP_MEM" -smp "${SWAP_SMP:-1}" \
-    -nographic -no-reboot -nic none \
-    -kernel "$kernel" -initrd "$work/initramfs.cpio.gz" \
+    -nographic -no-reboot "${nic[@]}" \
+    -kernel "$kernel" -initrd "$initrd" \
     -append "$append" \
     -drive file="$tmp/disk.img",format=raw,if=virtio,cache=unsafe \
     -monitor pipe:"$tmp/mon" \
@@ -205,6 +253,17 @@ elif [ $((wo_out * 100)) -lt $((target * (100 - tol))) ] ||
     volume=short
 fi
 
+# Remote configurations (thr.plugin=nbd): a boot that completed still
+# fails when the forwarding path ran short of memory on the way: a
+# packet dropped for coming from the emergency reserves
+# (PFMemallocDrop), a TCP retransmit, or the nbd driver's warning of a
+# request unanswered for 30 s.  Every boot reports them.
+remote=0
+case " $args " in *" thr.plugin=nbd "*) remote=1 ;; esac
+pfdrop=$(sed -n 's/^NET-STATS.*pfmemalloc_drop=\([0-9]*\).*/\1/p' "$c" | tail -n 1)
+retrans=$(sed -n 's/^NET-STATS.* retrans=\([0-9]*\).*/\1/p' "$c" | tail -n 1)
+stuckw=$(grep -c 'Possible stuck request' "$c")
+
 if has 'blocked for more than'; then
     hung=1 reason=hung-task
 elif [ -n "$host_verdict" ]; then
@@ -221,6 +280,14 @@ elif has SWAPTEST-SHORT; then
     # Less than SWAP_AVAIL_MIB available: the guest is too small for
     # this configuration's server (common.sh).
     reason="short-memory:$(sed -n 's/^SWAPTEST-SHORT //p' "$c" | head -n 1 | tr ' ' _)"
+elif [ $swapin = 1 ] && [ "$remote" = 1 ] && [ -z "$pfdrop" ]; then
+    reason=net-stats-missing
+elif [ $swapin = 1 ] && [ "$remote" = 1 ] && [ "$pfdrop" != 0 ]; then
+    reason=pfmemalloc-drop
+elif [ $swapin = 1 ] && [ "$remote" = 1 ] && [ "$retrans" != 0 ]; then
+    reason=tcp-retransmit
+elif [ $swapin = 1 ] && [ "$remote" = 1 ] && [ "$stuckw" != 0 ]; then
+    reason=stuck-request-warning
 elif [ $swapin = 1 ] && [ $volume != ok ]; then
     # A run that swapped less than the workload must proves less and
     # would look fast.
@@ -295,5 +362,5 @@ status=fail
 if [ "$reason" = ok ] && { [ "$guards" = ok ] || [ "$guards" = n/a ]; }; then
     status=pass
 fi
-echo "RESULT cfg=$cfg boot=$boot accel=$accel status=$status writeout=$writeout swapin=$swapin hung=$hung reason=$reason wo=${wo:--} si=${si:--} total=${total:--} guards=$guards swapout_mib=$swapout_mib swapin_mib=$swapin_mib target_mib=$target wo_out_mib=${wo_out:--} si_in_mib=${si_in:--} si_out_mib=${si_out:--} elapsed=$elapsed log=$log"
+echo "RESULT cfg=$cfg boot=$boot accel=$accel status=$status writeout=$writeout swapin=$swapin hung=$hung reason=$reason wo=${wo:--} si=${si:--} total=${total:--} guards=$guards swapout_mib=$swapout_mib swapin_mib=$swapin_mib target_mib=$target wo_out_mib=${wo_out:--} si_in_mib=${si_in:--} si_out_mib=${si_out:--} pfmemalloc_drop=${pfdrop:--} retrans=${retrans:--} stuck_warnings=$stuckw elapsed=$elapsed log=$log"
 [ $status = pass ]
