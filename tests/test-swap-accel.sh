@@ -46,7 +46,7 @@ EOF
 stand_in qemu-ok 'echo "SeaBIOS"; echo "[    0.0] Linux version"; printf "SWAP-CANARY-BOOTED\r\n"; exit 0'
 # What this machine kind's nested KVM does: the firmware runs, the
 # kernel never prints, qemu never exits.
-stand_in qemu-noboot 'echo "Probing EDD (edd=off to disable)... ok"; printf "\033[2J"; echo $$ > "${0}.pid"; exec sleep 600'
+stand_in qemu-noboot 'echo "Probing EDD (edd=off to disable)... ok"; printf "\033c\033[?7l\033[2J"; echo $$ > "${0}.pid"; exec sleep 600'
 stand_in qemu-dies 'echo "qemu-system-x86_64: failed to set MSR 0x4b564d06" >&2; exit 1'
 printf '%s\n' '#!/bin/sh' 'cat > /dev/null; echo "Could not access KVM kernel module" >&2; exit 1' > "$tmp/qemu-bad"
 chmod 755 "$tmp/qemu-bad"

@@ -166,7 +166,7 @@ swap_canary ()
         rm -f "$out"
         return 0
     fi
-    last=$(tr -d '\r' < "$out" | sed 's/\x1b\[[0-9;?]*[A-Za-z]//g' | grep -av '^ *$' | tail -n 1 | cut -c1-72)
+    last=$(tr -d '\r' < "$out" | sed 's/\x1b\[[0-9;?]*[A-Za-z]//g; s/\x1b[A-Za-z]//g' | grep -av '^ *$' | tail -n 1 | cut -c1-72)
     if [ $(( (now - t0) / 1000000000 )) -ge "$bound" ]; then
         echo "the canary guest printed no marker in ${bound} s (console's last line: '$last')"
     else
