@@ -163,6 +163,14 @@ echo "$r" | grep -q 'error.*server-capacity \\"1G\\": under throttle-metric=page
   fail "set server-capacity 1G under pages: not refused"
 r=$(ctl_send "$pctl" 'set capacity "" 512')
 echo "$r" | grep -q '"ok":true' || fail "set capacity 512 under pages: $r"
+# throttle-ctl sends the suffix as typed, so the server can say why.
+r=0; "$THROTTLE_CTL" "$pctl" set capacity "" 1M >"$tmp/out" 2>&1 || r=$?
+cat "$tmp/out"
+[ $r = 1 ] && grep -q 'counts pages, not bytes' "$tmp/out" ||
+  fail "throttle-ctl set capacity 1M under pages: exit $r, no reason"
+"$THROTTLE_CTL" "$pctl" set capacity "" " +0768" >"$tmp/out" 2>&1 ||
+  { cat "$tmp/out"; fail "throttle-ctl set capacity ' +0768' under pages"; }
+grep -q "capacity 768" "$tmp/out" || { cat "$tmp/out"; fail "not 768 pages"; }
 stop_nbdkit $pid
 pid=$live_pid
 expect_ctl 'error.*bad number \\"abc\\": expected a positive size' \

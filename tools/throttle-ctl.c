@@ -149,7 +149,22 @@ cmd_set_capacity (const char *path, const char *export, const char *size,
   if (v == 0)
     return usage_error ("bad size \"%s\": the capacity must be greater "
                         "than 0", size);
-  snprintf (num, sizeof num, "%" PRIu64, v);
+  /* Send the size as typed, less what cannot change its value (white
+   * space, a sign, leading zeros: at most 19 digits and a suffix stay),
+   * so that the server sees the suffix: under throttle-metric=pages or
+   * requests it refuses one, as 1M would be a million pages.
+   */
+  {
+    const char *t = size;
+
+    while (*t == ' ' || (*t >= '\t' && *t <= '\r'))
+      t++;
+    if (*t == '+' || *t == '-')
+      t++;
+    while (t[0] == '0' && t[1] >= '0' && t[1] <= '9')
+      t++;
+    snprintf (num, sizeof num, "%s", t);
+  }
   reply = ask_set (path, export ? "capacity" : "server-capacity", export,
                    num, timeout, line, sizeof line, &raw, &rc);
   if (reply == NULL)
