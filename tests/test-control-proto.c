@@ -19,6 +19,7 @@
 #include "throttle-config.h"
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
+#include "throttle-size.h"
 #include "check-main.h"
 
 /* A name that needs every kind of escape in JSON: a quote, a control
@@ -43,26 +44,18 @@ nbdkit_error (const char *fmt, ...)
   errors_logged++;
 }
 
-/* Decimal digits and an optional K or M: enough to tell what the
- * protocol does with nbdkit's answer.
+/* nbdkit's grammar (lib/throttle-size.c, which tests/test-size.c
+ * holds to nbdkit's own cases), so that `set` meets here the sizes it
+ * meets under nbdkit.
  */
 int64_t
 nbdkit_parse_size (const char *str)
 {
-  char *end;
-  long long v;
+  const char *why, *where;
+  int64_t v;
 
-  if (*str < '0' || *str > '9') {
-    nbdkit_error ("could not parse size string (%s)", str);
-    return -1;
-  }
-  v = strtoll (str, &end, 10);
-  if (strcmp (end, "K") == 0)
-    v *= 1024;
-  else if (strcmp (end, "M") == 0)
-    v *= 1024 * 1024;
-  else if (*end != '\0') {
-    nbdkit_error ("could not parse size: unknown suffix '%s'", end);
+  if (throttle_size_parse (str, &v, &why, &where) == -1) {
+    nbdkit_error ("%s: %s", why, where);
     return -1;
   }
   return v;

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # throttle-ctl against a real nbdkit under load: stats as a table and as
 # the raw reply, set capacity with nbdkit's size suffixes (the change
-# shows in the server's own reply), set latency-target and the target's
+# shows in the server's own reply; the filter and both tools refuse the
+# same sizes), set latency-target and the target's
 # column, watch's rates, odd export names
 # round-trip; and each failure an operator meets gets its own clear
 # message and exit status: a command-line mistake (2, nothing sent), no
@@ -43,6 +44,31 @@ expect 2 'bad size "-1"' "$tmp/none" set capacity "" -- -1
 expect 2 'must be greater than 0' "$tmp/none" set capacity "" 0
 expect 2 'too large' "$tmp/none" set capacity "" 9E
 expect 2 'usage: set capacity EXPORT SIZE' "$tmp/none" set capacity ""
+
+# --- one size grammar: the filter (nbdkit_parse_size), throttle-ctl and
+# throttle-load (lib/throttle-size.c) refuse the same sizes (the values
+# are tests/test-size.c's).  "accepts" here: not refused as not a size
+# (0 is a size the capacity's range then refuses; throttle-ctl has
+# nothing to send to at $tmp/none, throttle-load nothing to connect to).
+for size in "" " " "4KiB" "4KB" "1.5M" "-1" "- 1" "+" "16E" "8E" "8192P" \
+    "8589934592G" "9223372036854775808" "0x10" "1 1" "1M " "garbage" "1X" \
+    "-0" "0" "+1" " 08" "1s" "2S" "1b" "4k" "64M" "1T" "1P" "7E" \
+    "9223372036854775807"; do
+  filter=accepts ctl=accepts load=accepts
+  "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M \
+    "throttle-capacity=$size" --run true >"$tmp/out" 2>&1 || :
+  ! grep -qF -- "throttle-capacity=$size: not a size" "$tmp/out" ||
+    filter=refuses
+  timeout 20 "$CTL" -- "$tmp/none" set capacity "" "$size" >"$tmp/out" 2>&1 || :
+  ! grep -qF -- "bad size \"$size\": " "$tmp/out" ||
+    grep -q "must be greater than 0" "$tmp/out" || ctl=refuses
+  timeout 20 "$THROTTLE_LOAD" --offset "$size" -t 1 --unix "$tmp/none" \
+    >"$tmp/out" 2>&1 || :
+  ! grep -qF -- "--offset: '$size' is not a size" "$tmp/out" || load=refuses
+  [ "$filter" = "$ctl" ] && [ "$ctl" = "$load" ] ||
+    fail "size \"$size\": the filter $filter it, throttle-ctl $ctl it, throttle-load $load it"
+  echo "ok: size \"$size\": all three $filter it"
+done
 expect 2 'bad duration "5": expected a duration with its unit' \
   "$tmp/none" set latency-target "" 5
 expect 2 'bad duration "2h": expected a duration' \

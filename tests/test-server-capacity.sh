@@ -138,6 +138,41 @@ expect_ctl '"set server-capacity N"' help
 expect_ctl 'error.*capacity \\"100\\": below 4096, the smallest capacity under throttle-metric=bytes' \
   'set capacity "" 100'
 expect_ctl 'error.*the capacity must be greater than 0' 'set capacity "" 0'
+# Under pages (or requests) a size suffix reads as bytes, so 1M would
+# be 1048576 pages: refused at start and in set, with the reason.
+start_refused "throttle-capacity=1M: under throttle-metric=pages the capacity counts pages, not bytes: 1M would be 1048576 pages (4 GiB); write the number of pages" \
+    throttle-metric=pages throttle-capacity=1M
+start_refused "throttle-server-capacity=1T: under throttle-metric=pages .*1099511627776 pages" \
+    throttle-metric=pages throttle-server-capacity=1T
+start_refused "throttle-capacity=4k: under throttle-metric=requests the capacity counts requests, not bytes" \
+    throttle-metric=requests throttle-capacity=4k
+start_refused "throttle-capacity=4096b: under throttle-metric=pages" \
+    throttle-metric=pages throttle-capacity=4096b
+live_pid=$pid
+pctl=$tmp/pages.ctl
+start_nbdkit pages --filter="$THROTTLE_FILTER" memory 1M throttle-metric=pages \
+  throttle-capacity=256 throttle-rt=off throttle-control="$pctl"
+wait_for_socket "$pctl" "$pid" || fail "no control socket at $pctl"
+r=$(ctl_send "$pctl" 'set capacity "" 1M')
+echo "set capacity \"\" 1M -> $r"
+echo "$r" | grep -q 'error.*capacity \\"1M\\": under throttle-metric=pages the capacity counts pages, not bytes' ||
+  fail "set capacity 1M under pages: not refused"
+r=$(ctl_send "$pctl" 'set server-capacity 1G')
+echo "set server-capacity 1G -> $r"
+echo "$r" | grep -q 'error.*server-capacity \\"1G\\": under throttle-metric=pages' ||
+  fail "set server-capacity 1G under pages: not refused"
+r=$(ctl_send "$pctl" 'set capacity "" 512')
+echo "$r" | grep -q '"ok":true' || fail "set capacity 512 under pages: $r"
+# throttle-ctl sends the suffix as typed, so the server can say why.
+r=0; "$THROTTLE_CTL" "$pctl" set capacity "" 1M >"$tmp/out" 2>&1 || r=$?
+cat "$tmp/out"
+[ $r = 1 ] && grep -q 'counts pages, not bytes' "$tmp/out" ||
+  fail "throttle-ctl set capacity 1M under pages: exit $r, no reason"
+"$THROTTLE_CTL" "$pctl" set capacity "" " +0768" >"$tmp/out" 2>&1 ||
+  { cat "$tmp/out"; fail "throttle-ctl set capacity ' +0768' under pages"; }
+grep -q "capacity 768" "$tmp/out" || { cat "$tmp/out"; fail "not 768 pages"; }
+stop_nbdkit $pid
+pid=$live_pid
 expect_ctl 'error.*bad number \\"abc\\": expected a positive size' \
   'set capacity "" abc'
 expect_ctl 'error.*unknown export \\"nosuch\\"' 'set capacity nosuch 1M'

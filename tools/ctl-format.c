@@ -1,67 +1,16 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* throttle-ctl: sizes in, numbers, durations and export names out. */
+/* throttle-ctl: numbers, durations and export names out (sizes in are
+ * lib/throttle-size.c's, as the filter reads them).
+ */
 
 #include <config.h>
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ctl.h"
-
-bool
-ctl_parse_size (const char *s, uint64_t *out, char *err, size_t errlen)
-{
-  static const char suffixes[] = "kmgtpe";
-  const char *p;
-  uint64_t scale = 1, v;
-  char *end;
-
-  /* As nbdkit_parse_size, which the filter uses for throttle-capacity;
-   * the number sent is the result, so both sides agree on it.
-   */
-  if (!(s[0] >= '0' && s[0] <= '9')) {
-    snprintf (err, errlen, "bad size \"%s\": expected a number with an "
-              "optional suffix (4096, 256K, 64M, 1G)", s);
-    return false;
-  }
-  errno = 0;
-  v = strtoumax (s, &end, 10);
-  if (errno || v > INT64_MAX) {
-    snprintf (err, errlen, "bad size \"%s\": too large", s);
-    return false;
-  }
-  if (*end != '\0') {
-    if (end[1] != '\0') {
-      snprintf (err, errlen, "bad size \"%s\": unknown suffix \"%s\" "
-                "(b, s, K, M, G, T, P or E)", s, end);
-      return false;
-    }
-    if (*end == 's' || *end == 'S')
-      scale = 512;
-    else if (*end == 'b' || *end == 'B')
-      scale = 1;
-    else if ((p = strchr (suffixes, *end | 0x20)) != NULL) {
-      int i;
-
-      for (i = 0; i <= p - suffixes; i++)
-        scale *= 1024;
-    }
-    else {
-      snprintf (err, errlen, "bad size \"%s\": unknown suffix \"%s\" "
-                "(b, s, K, M, G, T, P or E)", s, end);
-      return false;
-    }
-  }
-  if (v > INT64_MAX / scale) {
-    snprintf (err, errlen, "bad size \"%s\": too large", s);
-    return false;
-  }
-  *out = v * scale;
-  return true;
-}
 
 const char *
 ctl_format_units (uint64_t v, bool bytes, char *buf, size_t len)

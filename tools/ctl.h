@@ -27,12 +27,6 @@ extern struct ctl_json *ctl_ask (const char *path, const char *line,
 
 /* ctl-format.c */
 
-/* Parse a size as nbdkit_parse_size does (a decimal integer with an
- * optional suffix b, s = 512, k, m, g, t, p, e = powers of 1024, either
- * case).  Returns false with ERR naming what was wrong.
- */
-extern bool ctl_parse_size (const char *s, uint64_t *out,
-                            char *err, size_t errlen);
 /* V units, compact: with a 1024-power suffix when the metric counts
  * bytes (exact when V is a multiple, one decimal otherwise), else the
  * plain number.  BUF holds at least 24 bytes.

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "load.h"
+#include "throttle-size.h"
 
 enum {
   OPT_RANDOM = 256, OPT_SEQUENTIAL, OPT_VERIFY, OPT_JSON, OPT_PROGRESS,
@@ -84,9 +85,10 @@ usage (FILE *fp)
 "  -e, --export NAME       export name (default \"\")\n"
 "  -h, --help, -V, --version\n"
 "\n"
-"Sizes take the suffixes k, M, G (powers of 1024).  Exit status: 0 on\n"
-"success, 1 if the run failed (connection, request or verify error),\n"
-"2 on a usage error.\n");
+"Sizes are read as nbdkit reads them (nbdkit_parse_size): a whole number\n"
+"with an optional suffix b, s (512), k, M, G, T, P or E (powers of 1024).\n"
+"Exit status: 0 on success, 1 if the run failed (connection, request or\n"
+"verify error), 2 on a usage error.\n");
 }
 
 static void __attribute__ ((noreturn, format (printf, 1, 2)))
@@ -100,40 +102,6 @@ bad (const char *fmt, ...)
   va_end (ap);
   fprintf (stderr, "\nTry 'throttle-load --help' for more information.\n");
   exit (2);
-}
-
-/* "4k", "1M", "512", "2G"; 0 on success, -1 if not a size. */
-static int
-load_parse_size (const char *s, uint64_t *r)
-{
-  char *end;
-  unsigned long long v;
-  unsigned shift = 0;
-
-  if (*s < '0' || *s > '9')
-    return -1;
-  errno = 0;
-  v = strtoull (s, &end, 10);
-  if (errno)
-    return -1;
-  switch (*end) {
-  case '\0': break;
-  case 'b': case 'B': end++; break;
-  case 'k': case 'K': shift = 10; end++; break;
-  case 'm': case 'M': shift = 20; end++; break;
-  case 'g': case 'G': shift = 30; end++; break;
-  case 't': case 'T': shift = 40; end++; break;
-  default: return -1;
-  }
-  /* Accept "4KiB" and "4KB" too, as people type them. */
-  if (shift && (strcmp (end, "iB") == 0 || strcmp (end, "B") == 0))
-    end += strlen (end);
-  if (*end != '\0')
-    return -1;
-  if (shift && v > (UINT64_MAX >> shift))
-    return -1;
-  *r = (uint64_t) v << shift;
-  return 0;
 }
 
 static unsigned
@@ -162,13 +130,23 @@ parse_seconds (const char *opt, const char *s)
   return v;
 }
 
+/* A size as the filter reads one (nbdkit_parse_size's grammar, from
+ * lib/), so that a size typed to throttle-load means what it means in
+ * throttle-capacity=; a usage error (exit 2) if it is not one.
+ */
 static uint64_t
 parse_size_opt (const char *opt, const char *s)
 {
-  uint64_t v;
+  const char *why, *where;
+  int64_t v;
 
-  if (load_parse_size (s, &v) == -1)
-    bad ("%s: '%s' is not a size (examples: 4096, 4k, 1M, 2G)", opt, s);
+  if (throttle_size_parse (s, &v, &why, &where) == -1) {
+    if (where != s)
+      bad ("%s: '%s' is not a size: %s '%s' (suffixes b, s, k, M, G, T, "
+           "P, E, as nbdkit reads sizes)", opt, s, why, where);
+    bad ("%s: '%s' is not a size: %s (examples: 4096, 4k, 1M, 2G)",
+         opt, s, why);
+  }
   return v;
 }
 
@@ -194,8 +172,7 @@ parse_mix (const char *s, struct load_config *cfg)
       *colon = '\0';
       weight = parse_uint ("--block-size weight", colon + 1, 1, 1000000);
     }
-    if (load_parse_size (item, &size) == -1)
-      bad ("--block-size: '%s' is not a size (examples: 4k, 64k, 1M)", item);
+    size = parse_size_opt ("--block-size", item);
     if (size == 0 || size % 512 != 0)
       bad ("--block-size: %s is not a positive multiple of 512", item);
     if (size > LOAD_MAX_BLOCK)

@@ -18,6 +18,7 @@
 
 #include "ctl.h"
 #include "throttle-adapt.h"
+#include "throttle-size.h"
 
 #define DEFAULT_TIMEOUT 5.
 
@@ -28,9 +29,17 @@ static const char usage_text[] =
   "       throttle-ctl [--json] [--timeout SECS] SOCKET set server-capacity SIZE\n"
   "       throttle-ctl [--json] [--timeout SECS] SOCKET set rt on|off|auto\n"
   "       throttle-ctl [--json] [--timeout SECS] SOCKET watch [INTERVAL [COUNT]]\n"
-  "The default export is \"\".  SIZE takes nbdkit's suffixes (256K, 64M);\n"
-  "DURATION its unit (5ms, 500us, 0.1s).\n"
+  "The default export is \"\".  SIZE is read as nbdkit reads sizes\n"
+  "(nbdkit_parse_size): a whole number with an optional suffix b, s (512),\n"
+  "K, M, G, T, P or E (powers of 1024): 4096, 256K, 64M.  DURATION takes\n"
+  "its unit (5ms, 500us, 0.1s).\n"
   "See throttle-ctl(1).\n";
+
+/* What a SIZE may be, for the message that refuses one (the usage
+ * text that follows it says more).
+ */
+static const char size_grammar[] =
+  "read as nbdkit reads sizes: suffixes b, s, K, M, G, T, P, E";
 
 static int usage_error (const char *fmt, ...)
   __attribute__ ((format (printf, 1, 2)));
@@ -120,17 +129,42 @@ cmd_set_capacity (const char *path, const char *export, const char *size,
                   bool json, double timeout)
 {
   struct ctl_json *reply;
-  char err[1024], q[1040], line[1100], num[32], a[32], b[32];
+  char q[1040], line[1100], num[32], a[32], b[32];
+  const char *why, *where;
+  int64_t sv;
   uint64_t v, cap, prev;
   char *raw;
   int rc;
 
-  if (!ctl_parse_size (size, &v, err, sizeof err))
-    return usage_error ("%s", err);
+  if (throttle_size_parse (size, &sv, &why, &where) == -1) {
+    /* The filter would refuse it too (nbdkit_parse_size): say so here,
+     * before anything is sent.
+     */
+    if (where != size)
+      return usage_error ("bad size \"%s\": %s \"%s\" (%s)",
+                          size, why, where, size_grammar);
+    return usage_error ("bad size \"%s\": %s (%s)", size, why, size_grammar);
+  }
+  v = sv;
   if (v == 0)
     return usage_error ("bad size \"%s\": the capacity must be greater "
                         "than 0", size);
-  snprintf (num, sizeof num, "%" PRIu64, v);
+  /* Send the size as typed, less what cannot change its value (white
+   * space, a sign, leading zeros: at most 19 digits and a suffix stay),
+   * so that the server sees the suffix: under throttle-metric=pages or
+   * requests it refuses one, as 1M would be a million pages.
+   */
+  {
+    const char *t = size;
+
+    while (*t == ' ' || (*t >= '\t' && *t <= '\r'))
+      t++;
+    if (*t == '+' || *t == '-')
+      t++;
+    while (t[0] == '0' && t[1] >= '0' && t[1] <= '9')
+      t++;
+    snprintf (num, sizeof num, "%s", t);
+  }
   reply = ask_set (path, export ? "capacity" : "server-capacity", export,
                    num, timeout, line, sizeof line, &raw, &rc);
   if (reply == NULL)

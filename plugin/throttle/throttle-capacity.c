@@ -52,7 +52,9 @@ set_capacity (FILE *out, struct throttle_export *exp, const char *value)
 
     snprintf (what, sizeof what, "capacity \"%s\"", value);
     if (throttle_capacity_check (&throttle_config.metric, r, what,
-                                 err, sizeof err) == -1) {
+                                 err, sizeof err) == -1 ||
+        throttle_capacity_unit_check (&throttle_config.metric, value, r,
+                                      what, err, sizeof err) == -1) {
       throttle_control_reply_error (out, "%s", err);
       return;
     }
@@ -132,7 +134,9 @@ set_server_capacity (FILE *out, struct throttle_export *unused,
     return;
   snprintf (what, sizeof what, "server-capacity \"%s\"", value);
   if (throttle_capacity_check (&throttle_config.metric, r, what,
-                               err, sizeof err) == -1) {
+                               err, sizeof err) == -1 ||
+      throttle_capacity_unit_check (&throttle_config.metric, value, r,
+                                    what, err, sizeof err) == -1) {
     throttle_control_reply_error (out, "%s", err);
     return;
   }

@@ -136,6 +136,45 @@ throttle_capacity_check (const struct throttle_metric *m, uint64_t value,
   return -1;
 }
 
+int
+throttle_capacity_unit_check (const struct throttle_metric *m,
+                              const char *text, uint64_t value,
+                              const char *what, char *err, size_t errlen)
+{
+  static const char units[] = "KMGTPE";
+  size_t n = strlen (text);
+  const char *unit;
+  double bytes;
+  int i;
+
+  if (strcmp (m->name, "pages") == 0)
+    unit = "pages";
+  else if (strcmp (m->name, "requests") == 0)
+    unit = "requests";
+  else
+    return 0;
+  /* nbdkit_parse_size took text: a letter can only be its suffix, last. */
+  if (n == 0 || !((text[n - 1] >= 'a' && text[n - 1] <= 'z') ||
+                  (text[n - 1] >= 'A' && text[n - 1] <= 'Z')))
+    return 0;
+  if (strcmp (unit, "requests") == 0) {
+    snprintf (err, errlen, "%s: under throttle-metric=requests the "
+              "capacity counts requests, not bytes: %s would be %" PRIu64
+              " requests in flight; write the number of requests",
+              what, text, value);
+    return -1;
+  }
+  /* What the pages would hold, in the largest binary unit below it. */
+  bytes = (double) value * THROTTLE_PAGE_SIZE;
+  for (i = 0; i < 5 && bytes >= 1024.0 * 1024.0; i++)
+    bytes /= 1024.0;
+  snprintf (err, errlen, "%s: under throttle-metric=pages the capacity "
+            "counts pages, not bytes: %s would be %" PRIu64 " pages "
+            "(%.0f %ciB); write the number of pages",
+            what, text, value, bytes / 1024.0, units[i]);
+  return -1;
+}
+
 const char *
 throttle_errtext (int err)
 {

@@ -74,6 +74,20 @@ extern int throttle_capacity_check (const struct throttle_metric *m,
                                     uint64_t value, const char *text,
                                     char *err, size_t errlen);
 
+/* Under throttle-metric=pages or requests a capacity counts pages or
+ * requests, yet nbdkit's size suffixes (k, M, G, ... and b, s) read as
+ * bytes: throttle-capacity=1M would silently be 1048576 pages (4 GiB).
+ * text is the capacity as written (already parsed to value by
+ * nbdkit_parse_size), what names it for the message.  0 if text has no
+ * suffix or the metric counts bytes (bytes, or a user metric, whose
+ * unit the filter cannot know); else -1 with the reason in err, for
+ * the caller to say.
+ */
+extern int throttle_capacity_unit_check (const struct throttle_metric *m,
+                                         const char *text, uint64_t value,
+                                         const char *what,
+                                         char *err, size_t errlen);
+
 /* The English text of an errno, the one way the filter spells one:
  * not strerror or %m, whose message catalogue lookup makes nbdkit hang
  * in exit under LD_PRELOAD=libasan (p11-kit's destructor waits in

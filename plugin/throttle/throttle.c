@@ -110,7 +110,8 @@ throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
 }
 
 /* A capacity given as key=text (value parsed) that the metric, now
- * known, cannot take: its one error line.
+ * known, cannot take (below its smallest, or bytes where it counts
+ * pages or requests): its one error line.
  */
 static int
 check_capacity (const char *key, const char *text, uint64_t value)
@@ -119,7 +120,9 @@ check_capacity (const char *key, const char *text, uint64_t value)
 
   snprintf (what, sizeof what, "%s=%s", key, text);
   if (throttle_capacity_check (&throttle_config.metric, value, what,
-                               err, sizeof err) == -1) {
+                               err, sizeof err) == -1 ||
+      throttle_capacity_unit_check (&throttle_config.metric, text, value,
+                                    what, err, sizeof err) == -1) {
     nbdkit_error ("%s", err);
     return -1;
   }
