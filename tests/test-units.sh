@@ -4,8 +4,10 @@
 # accepts the unit as built (and would report a mistake in it), the
 # unit has the order, dependencies and privileges swap needs, and the
 # helper refuses a bad configuration with a message naming the mistake
-# and prints the command lines a good one gives.  What the command lines
-# do is the guest test's business (tests/swap/, configuration units-*).
+# and prints the command lines a good one gives, and for remote storage
+# raises vm.min_free_kbytes (a file standing in for it).  What the
+# command lines do is the guest test's business (tests/swap/,
+# configuration units-*).
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 : "${THROTTLE_SWAP_UNIT:?THROTTLE_SWAP_UNIT must point to the built unit}"
 : "${THROTTLE_SWAP_HELPER:?THROTTLE_SWAP_HELPER must point to the built helper}"
@@ -75,12 +77,14 @@ has "CapabilityBoundingSet=CAP_SYS_RESOURCE CAP_SYS_NICE CAP_IPC_LOCK"
 has "LimitMEMLOCK=infinity"
 has "OOMScoreAdjust=-1000"
 has "User=nbdkit-throttle"
-# The start, attach and stop steps, in this order, all the helper's.
+# The prepare, start, attach and stop steps, in this order, all the
+# helper's.
 grep '^Exec' "$unit" | sed "s|$installed|HELPER|" > "$tmp/exec"
-printf '%s\n' "ExecStart=HELPER start %i" "ExecStartPost=+HELPER attach %i" \
-  "ExecStop=+HELPER detach %i" | diff -u - "$tmp/exec" ||
-  fail "the unit's Exec lines are not start, attach, detach"
-echo "ok: Exec lines: start, then attach (privileged), stop: detach (privileged)"
+printf '%s\n' "ExecStartPre=+HELPER prepare %i" "ExecStart=HELPER start %i" \
+  "ExecStartPost=+HELPER attach %i" "ExecStop=+HELPER detach %i" |
+  diff -u - "$tmp/exec" ||
+  fail "the unit's Exec lines are not prepare, start, attach, detach"
+echo "ok: Exec lines: prepare (privileged), start, then attach (privileged), stop: detach (privileged)"
 
 # --- the helper ------------------------------------------------------------
 export NBDKIT_THROTTLE_CONFDIR=$tmp/conf
@@ -101,7 +105,7 @@ conf ()
   printf '%s\n' "$@" > "$tmp/conf/t.conf"
 }
 
-expect 2 "usage: nbdkit-throttle-swap start|attach|detach|print INSTANCE" start
+expect 2 "usage: nbdkit-throttle-swap prepare|start|attach|detach|print INSTANCE" start
 expect 2 "usage" frob t
 expect 1 'bad instance name "a/b"' print a/b
 expect 1 "$tmp/conf/none.conf: cannot read the configuration of instance \"none\"" start none
@@ -110,7 +114,19 @@ expect 1 "DEVICE is not set" print t
 conf "DEVICE=/dev/sda" "DISK=/dev/vdb"
 expect 1 "DEVICE=/dev/sda: expected an NBD device" print t
 conf "DEVICE=/dev/nbd0"
-expect 1 "DISK is not set" print t
+expect 1 "neither DISK nor REMOTE is set" print t
+conf "DEVICE=/dev/nbd0" "DISK=/dev/vdb" "REMOTE=nbd://storage.example.com"
+expect 1 "DISK and REMOTE are both set" print t
+for r in "storage.example.com" "storage.example.com:0" \
+         "storage.example.com:65536" "fd00::1:10809" "http://storage/disk" \
+         "nbd://"; do
+  conf "DEVICE=/dev/nbd0" "REMOTE=$r"
+  expect 1 "REMOTE=$r: expected an NBD URI" print t
+done
+conf "DEVICE=/dev/nbd0" "REMOTE=nbd+unix:///?socket=/run/s.sock"
+expect 1 "REMOTE=nbd+unix:///?socket=/run/s.sock: a local socket is not remote storage" print t
+conf "DEVICE=/dev/nbd0" 'REMOTE=nbd://storage$(reboot)'
+expect 1 "without blanks, quotes or shell characters" print t
 conf "DEVICE=/dev/nbd0" "DISK=vdb"
 expect 1 "DISK=vdb: expected an absolute path" print t
 conf "DEVICE=/dev/nbd0" "DISK=/dev/vdb" "SIZE=1G"
@@ -180,6 +196,67 @@ cat "$tmp/verify.out"
 [ $r = 0 ] && [ ! -s "$tmp/verify.out" ] ||
   fail "systemd-analyze verify complained about the swap unit with the drop-in"
 echo "ok: dev-nbd3.swap after the instance (its drop-in): verify accepts it"
+
+# --- remote storage ---------------------------------------------------------
+# REMOTE: nbdkit's nbd plugin with the filter in front, a URI as it is
+# or HOST:PORT as hostname= and port=; and the step before start that
+# raises vm.min_free_kbytes (NBDKIT_THROTTLE_MIN_FREE stands in the
+# file).
+export NBDKIT_THROTTLE_MIN_FREE=$tmp/min_free
+conf "DEVICE=/dev/nbd1" "REMOTE=nbd://storage.example.com:10810/swap"
+expect 0 "" print t
+cat "$tmp/out"
+cat > "$tmp/want" <<EOF
+prepare: echo 16384 > $tmp/min_free (if it holds less)
+start:  nbdkit -U /run/nbdkit-throttle/t/nbd.sock -P /run/nbdkit-throttle/t/nbdkit.pid --filter=throttle nbd uri=nbd://storage.example.com:10810/swap throttle-control=/run/nbdkit-throttle/t/control
+EOF
+head -n 2 "$tmp/out" | diff -u "$tmp/want" - ||
+  fail "print, REMOTE=URI: not the expected prepare and start lines"
+for r in "storage.example.com:10809 storage.example.com" \
+         "[fd00::1]:10809 fd00::1"; do
+  conf "DEVICE=/dev/nbd1" "REMOTE=${r% *}"
+  expect 0 "^start:  .* --filter=throttle nbd hostname=${r#* } port=10809 throttle-control=" print t
+done
+
+# prepare (the unit's ExecStartPre) raises the setting to 16384 if
+# lower, saying so on stderr, and only for REMOTE; it never lowers it.
+conf "DEVICE=/dev/nbd1" "REMOTE=storage.example.com:10809"
+echo 1970 > "$tmp/min_free"
+r=0
+"$helper" prepare t >"$tmp/out" 2>"$tmp/err" || r=$?
+cat "$tmp/out" "$tmp/err"
+[ $r = 0 ] || fail "prepare: exit $r"
+[ "$(cat "$tmp/min_free")" = 16384 ] ||
+  fail "prepare: vm.min_free_kbytes is $(cat "$tmp/min_free"), not 16384"
+grep -qxF 'nbdkit-throttle-swap: vm.min_free_kbytes raised from 1970 to 16384 for swap over a network (REMOTE=storage.example.com:10809)' \
+  "$tmp/err" || fail "prepare: no message on stderr of the raise"
+[ ! -s "$tmp/out" ] || fail "prepare: wrote on stdout"
+echo "ok: prepare: 1970 raised to 16384, said on stderr"
+# quiet_prepare VALUE: prepare exits 0, says nothing and leaves the
+# setting at VALUE.
+quiet_prepare ()
+{
+  local r=0
+  "$helper" prepare t >"$tmp/out" 2>&1 || r=$?
+  [ $r = 0 ] || { cat "$tmp/out"; fail "prepare, $1: exit $r"; }
+  [ ! -s "$tmp/out" ] || { cat "$tmp/out"; fail "prepare, $1: said something"; }
+  [ "$(cat "$tmp/min_free")" = "$1" ] ||
+    fail "prepare changed $1 to $(cat "$tmp/min_free")"
+}
+for v in 16384 32768; do
+  echo $v > "$tmp/min_free"
+  quiet_prepare $v
+done
+echo 1970 > "$tmp/min_free"
+conf "DEVICE=/dev/nbd1" "DISK=/dev/vdb"
+quiet_prepare 1970
+echo "ok: prepare leaves 16384 and 32768 alone, and changes nothing for DISK"
+conf "DEVICE=/dev/nbd1" "REMOTE=storage.example.com:10809"
+echo many > "$tmp/min_free"
+expect 1 '"many" is not a number' prepare t
+rm "$tmp/min_free"
+expect 1 "cannot read vm.min_free_kbytes ($tmp/min_free)" prepare t
+unset NBDKIT_THROTTLE_MIN_FREE
 
 # --- detach waits for whoever swaps off --------------------------------------
 # A stand-in /proc/swaps and swapoff, nbd-client: swapoff fails as it

@@ -10,8 +10,8 @@
  *
  * Modules: throttle.c (the filter), throttle-serve (its data path),
  * throttle-guards (with -realtime and -memlock under it), -writeback,
- * -control, -capacity, -export, -quit, -pace, -abort, -adapt-glue;
- * lib/ is called
+ * -control, -capacity, -export, -quit, -pace, -abort, -adapt-glue,
+ * -remote; lib/ is called
  * through them.  Everything up to .after_fork, and .cleanup and
  * .unload, run in nbdkit's main thread with no connection thread.
  *
@@ -24,9 +24,13 @@
  *                   control     throttle_control_config.
  *                   writeback   throttle_writeback_config.
  *                   adapt-glue  throttle_adapt_config.
+ *                   remote      throttle_remote_config.
  *                   throttle.c  any other throttle-* key is an error, so a
  *                               typo never reaches the plugin; other keys
- *                               go to the plugin.
+ *                               go to the plugin, after
+ *                   remote      throttle_remote_plugin_key: the plugin's
+ *                               keys are the only word on whether its
+ *                               storage is remote, and pass only here.
  *
  * .config_complete  throttle.c  throttle_metric_load (lib/), the default
  *                               capacity: FIRST, every hook below needs
@@ -59,6 +63,11 @@
  *                               SIGABRT drain (throttle_abort_install).
  *                   throttle.c  reads are charged if the request threads
  *                               will be real-time.
+ *                   remote      throttle_remote_get_ready: with the storage
+ *                               remote, warns if vm.min_free_kbytes is too
+ *                               low, while stderr is still the user's
+ *                               terminal; once, as get_ready is called
+ *                               once.  Refuses nothing.
  *
  * (fork)            nbdkit daemonizes unless -f: threads and memory locks
  *                   do not survive it, so none is made before .after_fork.

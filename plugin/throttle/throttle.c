@@ -35,6 +35,7 @@
 #include "throttle-parse.h"
 #include "throttle-quit.h"
 #include "throttle-realtime.h"
+#include "throttle-remote.h"
 #include "throttle-serve.h"
 #include "throttle-writeback.h"
 
@@ -96,7 +97,8 @@ throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
       (r = throttle_guards_config (key, value)) != 0 ||
       (r = throttle_control_config (key, value)) != 0 ||
       (r = throttle_writeback_config (key, value)) != 0 ||
-      (r = throttle_adapt_config (key, value)) != 0)
+      (r = throttle_adapt_config (key, value)) != 0 ||
+      (r = throttle_remote_config (key, value)) != 0)
     return r == 1 ? 0 : -1;
   if (strncmp (key, "throttle-", 9) == 0) {
     /* A typo must not reach the plugin as an unknown parameter with
@@ -106,6 +108,7 @@ throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
     return -1;
   }
 
+  throttle_remote_plugin_key (key, value);
   return next (nxdata, key, value);
 }
 
@@ -208,7 +211,8 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   throttle_guards_config_help "\n" \
   throttle_control_config_help "\n" \
   throttle_writeback_config_help "\n" \
-  throttle_adapt_config_help
+  throttle_adapt_config_help "\n" \
+  throttle_remote_config_help
 
 static int
 throttle_get_ready (int thread_model)
@@ -224,6 +228,7 @@ throttle_get_ready (int thread_model)
     nbdkit_debug ("throttle: request threads are or may become real-time: "
                   "reads are charged");
   }
+  throttle_remote_get_ready ();
   return 0;
 }
 

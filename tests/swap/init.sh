@@ -155,8 +155,9 @@ if [ "$THR_forkcheck" = 1 ]; then
 fi
 
 # thr.units=1: what nbdkit-throttle-swap@.service does at boot, by
-# running the unit's own Exec lines in its order (start, attach; at the
-# end, stop), so that the guest boots exactly the units' command lines.
+# running the unit's own Exec lines in its order (prepare, start, attach;
+# at the end, stop), so that the guest boots exactly the units' command
+# lines.
 # systemd's part is played here: the instance's configuration, the
 # unit's OOMScoreAdjust, the main PID from its PIDFile, SIGTERM after
 # ExecStop.  The guest runs as root, so the unit's User= and capabilities
@@ -199,6 +200,7 @@ if [ "$THR_units" = 1 ]; then
         [ "$THR_verbose" = 1 ] && echo "NBDKIT_ARGS=-v -D nbdkit.backend.datapath=0"
     } > "$UNIT_CONFDIR/$UNIT_INSTANCE.conf"
     sed 's/^/UNIT-CONF /' "$UNIT_CONFDIR/$UNIT_INSTANCE.conf"
+    unit_step ExecStartPre
     unit_step ExecStart
     pidfile=$(unit_value PIDFile)
     [ -s "$pidfile" ] || fail "no PID file $pidfile after ExecStart"

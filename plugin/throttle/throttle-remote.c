@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* nbdkit-throttle filter: storage over a network needs
+ * vm.min_free_kbytes raised (see throttle-remote.h).
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include <nbdkit-filter.h>
+
+#include "throttle-parse.h"
+#include "throttle-remote.h"
+
+/* In the order of throttle_parse_word's index. */
+enum remote_mode { REMOTE_FALSE, REMOTE_TRUE, REMOTE_AUTO };
+static const char *const remote_words[] = { "false", "true", "auto", NULL };
+
+/* Set by .config only, read in .get_ready. */
+static enum remote_mode mode = REMOTE_AUTO;
+static const char *min_free_path = "/proc/sys/vm/min_free_kbytes";
+/* The plugin's key that said the storage is remote, NULL if none did:
+ * a literal, never the value, which may hold a password (curl's url=).
+ */
+static const char *remote_key;
+
+int
+throttle_remote_config (const char *key, const char *value)
+{
+  int i;
+
+  if (strcmp (key, "throttle-remote") == 0) {
+    if (throttle_parse_word (key, value, remote_words,
+                             "expected auto, true or false", &i) == -1)
+      return -1;
+    mode = i;
+    return 1;
+  }
+  if (strcmp (key, "throttle-min-free-file") == 0) {
+    if (value[0] != '/') {
+      nbdkit_error ("%s=%s: expected an absolute path (default "
+                    "/proc/sys/vm/min_free_kbytes)", key, value);
+      return -1;
+    }
+    min_free_path = value;
+    return 1;
+  }
+  return 0;
+}
+
+/* Whether value starts with scheme (which ends in ':'), in any case,
+ * as URI schemes are compared.
+ */
+static int
+has_scheme (const char *value, const char *scheme)
+{
+  return strncasecmp (value, scheme, strlen (scheme)) == 0;
+}
+
+void
+throttle_remote_plugin_key (const char *key, const char *value)
+{
+  if (remote_key)
+    return;
+  /* nbdkit's nbd plugin: TCP to hostname=, or a URI naming a host;
+   * nbd+unix:// and socket= are local, nbd+vsock:// is not TCP.
+   */
+  if (strcmp (key, "hostname") == 0)
+    remote_key = "hostname";
+  else if (strcmp (key, "uri") == 0 &&
+           (has_scheme (value, "nbd:") || has_scheme (value, "nbds:")))
+    remote_key = "uri";
+  /* curl: any URL but a local file. */
+  else if (strcmp (key, "url") == 0 && !has_scheme (value, "file:"))
+    remote_key = "url";
+  /* ssh. */
+  else if (strcmp (key, "host") == 0)
+    remote_key = "host";
+}
+
+/* vm.min_free_kbytes, or -1 after a debug line saying why not. */
+static long
+read_min_free (void)
+{
+  FILE *fp = fopen (min_free_path, "r");
+  long v;
+
+  if (fp == NULL) {
+    nbdkit_debug ("throttle: cannot read %s: %s: not checking "
+                  "vm.min_free_kbytes", min_free_path,
+                  throttle_errtext (errno));
+    return -1;
+  }
+  if (fscanf (fp, "%ld", &v) != 1 || v < 0) {
+    nbdkit_debug ("throttle: cannot read %s: not a number: not checking "
+                  "vm.min_free_kbytes", min_free_path);
+    v = -1;
+  }
+  fclose (fp);
+  return v;
+}
+
+void
+throttle_remote_get_ready (void)
+{
+  char why[64];
+  long min_free;
+
+  switch (mode) {
+  case REMOTE_FALSE:
+    return;
+  case REMOTE_TRUE:
+    snprintf (why, sizeof why, "throttle-remote=true");
+    break;
+  case REMOTE_AUTO:
+    if (remote_key == NULL)
+      return;
+    snprintf (why, sizeof why, "the plugin's %s=", remote_key);
+    break;
+  }
+
+  min_free = read_min_free ();
+  if (min_free == -1)
+    return;
+  nbdkit_debug ("throttle: storage over a network (%s): "
+                "vm.min_free_kbytes %ld, at least %d needed",
+                why, min_free, THROTTLE_REMOTE_MIN_FREE_KBYTES);
+  if (min_free < THROTTLE_REMOTE_MIN_FREE_KBYTES)
+    throttle_warning ("vm.min_free_kbytes is %ld, below %d, the least for "
+                      "swap over a network (%s): every write the plugin "
+                      "forwards needs fresh kernel memory to send, which "
+                      "no user-space reserve holds; set sysctl "
+                      "vm.min_free_kbytes=%d",
+                      min_free, THROTTLE_REMOTE_MIN_FREE_KBYTES, why,
+                      THROTTLE_REMOTE_MIN_FREE_KBYTES);
+}

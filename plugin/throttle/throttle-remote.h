@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* nbdkit-throttle filter: storage over a network needs
+ * vm.min_free_kbytes raised.
+ *
+ * A plugin that forwards to remote storage (nbdkit's nbd plugin over
+ * TCP, curl, ssh) sends every write it serves on a socket of its own,
+ * and each send takes fresh pages from the kernel (tcp_sendmsg ->
+ * sk_page_frag_refill): no user-space reserve of ours holds them, and
+ * under swap the allocation waits in direct reclaim for the very
+ * write it carries.  Only the kernel's free-page reserve, which
+ * vm.min_free_kbytes sizes, lets it through.  The filter cannot raise
+ * it; it warns at start, once, when the storage is remote and the
+ * setting is below THROTTLE_REMOTE_MIN_FREE_KBYTES.  See
+ * nbdkit-throttle-design(1), "Kernel allocations for replies".
+ *
+ * Whether the storage is remote: throttle-remote=true or false, or
+ * (auto, the default) the plugin's own parameters, which pass through
+ * the filter's .config on their way to the plugin: the nbd plugin's
+ * hostname=, or uri= with nbd:// or nbds://; curl's url= (but
+ * file://); ssh's host=.
+ */
+
+#ifndef THROTTLE_REMOTE_H
+#define THROTTLE_REMOTE_H
+
+/* The least vm.min_free_kbytes for swap over a network: 4096, the
+ * lowest value seen to pass in the swap guest test (a 320 MiB guest,
+ * the filter at its defaults over nbdkit's nbd plugin with
+ * hostname=, tests/swap/ rows remote-*: it hangs at the guest's
+ * default of 1970 and passes at 4096, 8192 and 16384), times 4 for
+ * safety.  It is also the value the man pages recommend for any swap
+ * over NBD.  The swap helper (systemd/nbdkit-throttle-swap.in) raises
+ * the setting to it: systemd/Makefile.am reads the number from this
+ * line.
+ */
+#define THROTTLE_REMOTE_MIN_FREE_KBYTES 16384
+
+/* A parameter of the filter's own (throttle-remote,
+ * throttle-min-free-file): 1 if key is one and value is good, 0 if key
+ * is not one, -1 after the one error line (throttle-parse.h).  Called
+ * from .config.
+ */
+extern int throttle_remote_config (const char *key, const char *value);
+
+/* A parameter on its way to the plugin (any key that is not the
+ * filter's): notes whether it names remote storage.  Called from
+ * .config, before the key is passed on; value is not kept.
+ */
+extern void throttle_remote_plugin_key (const char *key, const char *value);
+
+/* In .get_ready, while stderr is still the user's terminal: with the
+ * storage remote, reads the setting and warns if it is too low (a
+ * file that cannot be read is only logged at debug level).  Refuses
+ * nothing.
+ */
+extern void throttle_remote_get_ready (void);
+
+#define throttle_remote_config_help \
+  "throttle-remote=auto|true|false  The plugin's storage is reached over\n" \
+  "                            a network: warn at start if\n" \
+  "                            vm.min_free_kbytes is too low for that\n" \
+  "                            (default auto: from the plugin's hostname=,\n" \
+  "                            uri=, url= or host=).\n" \
+  "throttle-min-free-file=FILE  Where vm.min_free_kbytes is read (default\n" \
+  "                            /proc/sys/vm/min_free_kbytes)."
+
+#endif /* THROTTLE_REMOTE_H */

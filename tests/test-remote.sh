@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Storage over a network: the filter in front of nbdkit's nbd plugin
+# forwarding to a second nbdkit (the memory plugin) on 127.0.0.1.
+# Data goes through the chain and reaches the storage server; the
+# filter warns once at start when vm.min_free_kbytes (a file stood in
+# for it with throttle-min-free-file) is below 16384 and the plugin's
+# parameters say its storage is remote (or throttle-remote=true says
+# so), and not otherwise; a bad throttle-remote stops nbdkit.  See
+# plugin/throttle/throttle-remote.h.
+source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
+requires_file "$THROTTLE_FILTER"
+requires "$NBDKIT" nbd --version
+requires $PY -c 'import nbd'
+
+low=$tmp/min_free.low
+enough=$tmp/min_free.enough
+echo 1970 > "$low"            # a 320 MiB guest's default
+echo 16384 > "$enough"
+
+# The storage server on a free TCP port of 127.0.0.1: the port is
+# picked free, but another process may take it before nbdkit binds it,
+# so a server that does not start is tried again on another.  nbdkit
+# writes its PID file once its socket is bound.
+port=
+for try in 1 2 3 4 5; do
+  p=$($PY -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])')
+  rm -f "$tmp/storage.pid"
+  "$NBDKIT" -f -v -i 127.0.0.1 -p "$p" -P "$tmp/storage.pid" memory 16M \
+    >"$tmp/storage.log" 2>&1 &
+  storage=$!
+  _pids+=("$storage")
+  if wait_until 10 "$storage" test -s "$tmp/storage.pid"; then
+    port=$p
+    break
+  fi
+  echo "storage server did not start on port $p (try $try): trying another"
+done
+[ -n "$port" ] || fail "no storage server on 127.0.0.1 after 5 ports"
+storage_uri=nbd://127.0.0.1:$port
+
+# warnings LOG: the filter's warning lines about vm.min_free_kbytes.
+warnings ()
+{
+  grep 'throttle: warning: .*vm\.min_free_kbytes' "$1" || :
+}
+
+# The chain, with the setting too low: one warning, naming the
+# setting, its value and the minimum; and data written through the
+# filter is on the storage server.
+start_nbdkit remote --filter="$THROTTLE_FILTER" nbd hostname=127.0.0.1 \
+  port="$port" throttle-min-free-file="$low"
+$PY - "$uri" "$storage_uri" <<'EOF' || fail "the data did not go through the chain"
+import sys
+import nbd
+
+pattern = bytes(range(256)) * 256          # 64K
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+h.pwrite(pattern, 1 << 20)
+h.flush()
+assert h.pread(len(pattern), 1 << 20) == pattern, "read back through the filter"
+h.shutdown()
+s = nbd.NBD()
+s.connect_uri(sys.argv[2])
+assert s.pread(len(pattern), 1 << 20) == pattern, "read on the storage server"
+s.shutdown()
+EOF
+echo "ok: 64K written through the filter and the nbd plugin reads back, there and on the storage server"
+stop_nbdkit $pid
+warnings "$tmp/remote.log" > "$tmp/w"
+cat "$tmp/w"
+[ "$(wc -l < "$tmp/w")" = 1 ] ||
+  fail "hostname=, min_free 1970: $(wc -l < "$tmp/w") warnings, not 1"
+grep -q 'vm\.min_free_kbytes is 1970, below 16384' "$tmp/w" ||
+  fail "the warning does not name vm.min_free_kbytes, 1970 and 16384"
+grep -q 'sysctl vm\.min_free_kbytes=16384' "$tmp/w" ||
+  fail "the warning does not say what to set"
+echo "ok: hostname=, min_free 1970: one warning"
+
+# As much as the minimum: no warning, but the debug log says it checked.
+start_nbdkit enough --filter="$THROTTLE_FILTER" nbd hostname=127.0.0.1 \
+  port="$port" throttle-min-free-file="$enough"
+$PY -c 'import nbd, sys
+h = nbd.NBD(); h.connect_uri(sys.argv[1]); h.pread(4096, 0); h.shutdown()' "$uri"
+stop_nbdkit $pid
+[ -z "$(warnings "$tmp/enough.log")" ] ||
+  { warnings "$tmp/enough.log"; fail "warned with min_free 16384"; }
+grep -q 'throttle: storage over a network (the plugin.s hostname=): vm\.min_free_kbytes 16384' \
+  "$tmp/enough.log" || fail "no debug line of the check with min_free 16384"
+echo "ok: hostname=, min_free 16384: no warning"
+
+# remote_case EXPECT ARGS...: nbdkit with the filter and ARGS (the
+# plugin and its parameters) starts and exits at once (--run true);
+# EXPECT is the number of warnings about vm.min_free_kbytes.
+remote_case ()
+{
+  local expect=$1 n; shift
+  "$NBDKIT" -v -U - --filter="$THROTTLE_FILTER" "$@" --run true \
+    >"$tmp/case.log" 2>&1 || { cat "$tmp/case.log"; fail "nbdkit did not start: $*"; }
+  n=$(warnings "$tmp/case.log" | wc -l)
+  [ "$n" = "$expect" ] ||
+    { warnings "$tmp/case.log"; fail "$*: $n warnings, not $expect"; }
+  echo "ok: $n warning(s): $*"
+}
+# The operator's word over the detection, either way.
+remote_case 0 nbd hostname=127.0.0.1 port="$port" throttle-remote=false \
+  throttle-min-free-file="$low"
+remote_case 1 memory 1M throttle-remote=true throttle-min-free-file="$low"
+remote_case 0 memory 1M throttle-remote=true throttle-min-free-file="$enough"
+# What the detection takes for remote, and what not.
+remote_case 0 memory 1M throttle-min-free-file="$low"
+remote_case 1 nbd uri="$storage_uri" throttle-min-free-file="$low"
+remote_case 1 nbd uri="nbds://127.0.0.1:$port" throttle-min-free-file="$low"
+remote_case 0 nbd uri="nbd+unix:///?socket=$tmp/none.sock" \
+  throttle-min-free-file="$low"
+remote_case 0 nbd socket="$tmp/none.sock" throttle-min-free-file="$low"
+if "$NBDKIT" curl --version >/dev/null 2>&1; then
+  remote_case 1 curl url="http://127.0.0.1:$port/disk" \
+    throttle-min-free-file="$low"
+  remote_case 0 curl url="file://$low" throttle-min-free-file="$low"
+fi
+if "$NBDKIT" ssh --version >/dev/null 2>&1; then
+  remote_case 1 ssh host=127.0.0.1 path=/disk throttle-min-free-file="$low"
+fi
+# A setting that cannot be read is not warned about: the debug log
+# says so.
+remote_case 0 memory 1M throttle-remote=true \
+  throttle-min-free-file="$tmp/none"
+grep -q "throttle: cannot read $tmp/none: .*not checking vm\.min_free_kbytes" \
+  "$tmp/case.log" || { cat "$tmp/case.log"; fail "no debug line of the unreadable file"; }
+echo "ok: an unreadable file: no warning, a debug line"
+
+start_refused "throttle-remote=maybe: expected auto, true or false" \
+  throttle-remote=maybe
+start_refused "throttle-min-free-file=min_free: expected an absolute path" \
+  throttle-min-free-file=min_free
+stop_nbdkit $storage
+echo "test-remote: PASS"
