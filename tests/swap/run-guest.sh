@@ -116,8 +116,8 @@ spid=
 case " $args " in
     *" thr.plugin=nbd "*)
         sdelay=$(printf '%s\n' $args | sed -n 's/^thr\.stdelay=//p')
-        sfilter=
-        [ -n "$sdelay" ] && sfilter="--filter=delay delay-read=$sdelay delay-write=$sdelay"
+        sfilter= sparams=
+        [ -n "$sdelay" ] && sfilter=--filter=delay sparams="delay-read=$sdelay delay-write=$sdelay"
         command -v nbdkit >/dev/null || { echo "run-guest: a remote configuration needs nbdkit on the host" >&2; exit 77; }
         [ -x "$work/relay" ] && [ -f "$work/initramfs-nbd.cpio.gz" ] ||
             { echo "run-guest: no $work/relay or $work/initramfs-nbd.cpio.gz (build-initramfs.sh builds them)" >&2; exit 1; }
@@ -129,7 +129,7 @@ case " $args " in
             rm -f "$tmp/storage.pid"
             # shellcheck disable=SC2086
             nbdkit -f -i 127.0.0.1 -p "$sport" -P "$tmp/storage.pid" $sfilter \
-                memory "${SWAP_DISK_MIB:-512}M" > "$tmp/storage.log" 2>&1 &
+                memory "${SWAP_DISK_MIB:-512}M" $sparams > "$tmp/storage.log" 2>&1 &
             spid=$!
             for _ in $(seq 100); do
                 [ -s "$tmp/storage.pid" ] || ! kill -0 "$spid" 2>/dev/null && break
