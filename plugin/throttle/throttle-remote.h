@@ -23,12 +23,12 @@
 #ifndef THROTTLE_REMOTE_H
 #define THROTTLE_REMOTE_H
 
-/* The least vm.min_free_kbytes for swap over a network: 4096, the
- * lowest value seen to pass in the swap guest test (a 320 MiB guest,
- * the filter at its defaults over nbdkit's nbd plugin with
- * hostname=, tests/swap/ rows remote-*: it hangs at the guest's
- * default of 1970 and passes at 4096, 8192 and 16384), times 4 for
- * safety.  It is also the value the man pages recommend for any swap
+/* The least vm.min_free_kbytes for swap over a network: 8192, the
+ * lowest value at which every boot of the swap guest test passed (320
+ * and 512 MiB guests, the filter at its defaults over nbdkit's nbd
+ * plugin with hostname=, tests/swap/ rows remote-*: some boots hang
+ * at 4096 and 6144, all at 3072 and below; the sweep is in
+ * nbdkit-throttle-design(1), REMOTE STORAGE), times 2 for safety.  It is also the value the man pages recommend for any swap
  * over NBD.  The swap helper (systemd/nbdkit-throttle-swap.in) raises
  * the setting to it: systemd/Makefile.am reads the number from this
  * line.
