@@ -71,17 +71,9 @@ def untouched(c):
 
 
 def rest(c):
-    """All the server sent, up to its close (a reset too)."""
+    """All the server sent, up to its close (a reset too), bounded."""
     c.s.settimeout(WAIT)
-    got = c.buf
-    try:
-        while True:
-            d = c.s.recv(65536)
-            if not d:
-                return got
-            got += d
-    except ConnectionResetError:
-        return got
+    return c._rest()
 
 
 def queued(c):
