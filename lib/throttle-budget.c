@@ -22,6 +22,46 @@
  * - starvation: a large request woke up to find the units taken by
  *   smaller ones that arrived later.  Here arrivals queue behind any
  *   waiter, and units are granted strictly in arrival order.
+ *
+ * The fast path.  Most requests find nobody waiting and their units
+ * free, and most credits find nobody to grant: each is then one atomic
+ * operation on b->word and no lock, as in the kernel's rq_wait_inc_below
+ * (block/blk-rq-qos.c), which rq_qos_wait tries before it queues.  The
+ * word holds the units in flight and THROTTLE_BUDGET_SLOW, the bit that
+ * closes the fast charge.  Why the four promises still hold:
+ *
+ * - FIFO: the bit is set, under the lock, before anyone joins the
+ *   queue, and cleared, under the lock, only when the queue is empty
+ *   (settle).  A fast charge succeeds only with a compare-and-swap that
+ *   finds the bit clear, so at that instant nobody is queued: it
+ *   overtakes no waiter.  Every grant made under the lock is made with
+ *   the bit set (a charge decided under the lock sets it first; a grant
+ *   to the queue's head has a queue), so fast and locked additions
+ *   never interleave, and the units a locked decision reads can only be
+ *   more than are really in flight (credits go on without the lock):
+ *   it errs towards waiting, never past the bound.
+ *
+ * - The bound: a fast charge adds its units only if they fit under the
+ *   capacity it read, and gives them back at once (and takes the locked
+ *   path) if the capacity changed meanwhile: cap_seq, written around
+ *   each change, tells it so (a sequence count as in the kernel's
+ *   seqcount_t).  Every operation on word, capacity and cap_seq is
+ *   sequentially consistent, so if its two reads of cap_seq agree and
+ *   are even, no change of the capacity lies between them, and its
+ *   compare-and-swap, between them, charged under the capacity it read.
+ *   Units given back that way never ran: nothing is counted for them.
+ *
+ * - No lost wake-up: a credit subtracts its units from the word and,
+ *   if the old word had the bit set, takes the lock and grants from the
+ *   head.  A charge that queues sets the bit with an atomic
+ *   read-modify-write and then reads the units: a credit before it is
+ *   in what it reads, a credit after it sees the bit.  So the liveness
+ *   invariant holds once every credit has finished: between a credit's
+ *   subtraction and its locked grant, the head may briefly wait with
+ *   nothing in flight, and that credit is about to grant it.
+ *
+ * - Credit exactly once: a credit is one subtraction, which aborts if it
+ *   would go below zero, as before.
  */
 
 #include <config.h>
@@ -41,7 +81,7 @@ throttle_budget_init (struct throttle_budget *b, uint64_t capacity)
 {
   int err;
 
-  if (capacity == 0) {
+  if (capacity == 0 || capacity > THROTTLE_BUDGET_MAX_UNITS) {
     errno = EINVAL;
     return -1;
   }
@@ -70,18 +110,65 @@ throttle_budget_part_min (uint64_t capacity, uint64_t quantum)
   return min > quantum ? min : quantum;
 }
 
-/* Called with the lock held. */
+static uint64_t
+units_in_flight (const struct throttle_budget *b)
+{
+  return __atomic_load_n (&b->word, __ATOMIC_SEQ_CST) & ~THROTTLE_BUDGET_SLOW;
+}
+
+/* Count a grant of 'units' that left 'now' units in flight, from any
+ * thread: the counters are atomic, so that the fast path needs no lock
+ * and 'stats' stays exact.
+ */
+static void
+count_grant (struct throttle_budget *b, uint64_t units, uint64_t now)
+{
+  uint64_t peak = __atomic_load_n (&b->peak, __ATOMIC_RELAXED);
+
+  __atomic_add_fetch (&b->admitted, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch (&b->charged, units, __ATOMIC_RELAXED);
+  while (now > peak &&
+         !__atomic_compare_exchange_n (&b->peak, &peak, now, true,
+                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    ;
+}
+
+/* Called with the lock held and the fast charge closed (the bit set):
+ * no fast charge can add units meanwhile.
+ */
 static void
 take (struct throttle_budget *b, uint64_t units, bool clamped)
 {
+  uint64_t now;
+
   throttle_lock_assert_held (&b->lock);
-  b->in_flight += units;
-  b->stats.charged += units;
-  b->stats.admitted++;
+  now = __atomic_add_fetch (&b->word, units, __ATOMIC_SEQ_CST) &
+    ~THROTTLE_BUDGET_SLOW;
+  count_grant (b, units, now);
   if (clamped)
     b->stats.clamped++;
-  if (b->in_flight > b->stats.peak)
-    b->stats.peak = b->in_flight;
+}
+
+/* Called with the lock held: close the fast charge before deciding a
+ * charge under the lock.
+ */
+static void
+close_fast (struct throttle_budget *b)
+{
+  throttle_lock_assert_held (&b->lock);
+  __atomic_fetch_or (&b->word, THROTTLE_BUDGET_SLOW, __ATOMIC_SEQ_CST);
+}
+
+/* Called with the lock held, last before it is dropped: reopen the fast
+ * charge if nobody waits and the budget is not shut down.
+ */
+static void
+settle (struct throttle_budget *b)
+{
+  throttle_lock_assert_held (&b->lock);
+  if (b->queue.head == NULL && !b->shutdown &&
+      (__atomic_load_n (&b->word, __ATOMIC_RELAXED) & THROTTLE_BUDGET_SLOW))
+    __atomic_fetch_and (&b->word, ~THROTTLE_BUDGET_SLOW, __ATOMIC_SEQ_CST);
 }
 
 /* Called with the lock held (by acquire and charge_now, which check
@@ -97,7 +184,8 @@ grantable (const struct throttle_budget *b, enum throttle_budget_kind kind,
            uint64_t want, uint64_t quantum, bool *clamped)
 {
   uint64_t cap = b->capacity;
-  uint64_t free = b->in_flight < cap ? cap - b->in_flight : 0;
+  uint64_t in_flight = units_in_flight (b);
+  uint64_t free = in_flight < cap ? cap - in_flight : 0;
   uint64_t part;
 
   *clamped = false;
@@ -129,19 +217,24 @@ grantable (const struct throttle_budget *b, enum throttle_budget_kind kind,
     break;
   }
   /* Above the capacity: alone, charged in full. */
-  if (b->in_flight > 0)
+  if (in_flight > 0)
     return 0;
   *clamped = want > cap;
   return want;
 }
 
-/* The liveness invariant (throttle-budget.h), after every change made
- * under the lock.
+/* What keeps the liveness invariant (throttle-budget.h) under the
+ * fast path, checked after every change made under the lock: a queue
+ * is never left with the fast charge open.  (The invariant itself is
+ * checked by the simulation at the points where no credit is halfway,
+ * tests/test-sim.c.)
  */
 static void
-check_live (const struct throttle_budget *b)
+check_closed (struct throttle_budget *b)
 {
-  assert (b->shutdown || b->queue.head == NULL || b->in_flight > 0);
+  assert (b->queue.head == NULL ||
+          (__atomic_load_n (&b->word, __ATOMIC_RELAXED) &
+           THROTTLE_BUDGET_SLOW));
 }
 
 /* throttle_acquire_fn: called with the lock held. */
@@ -171,15 +264,15 @@ putback (void *owner, struct throttle_waiter *w)
   struct throttle_budget_waiter *bw = (struct throttle_budget_waiter *) w;
 
   throttle_lock_assert_held (&b->lock);
-  b->in_flight -= w->got;
-  b->stats.charged -= w->got;
-  b->stats.admitted--;
+  __atomic_sub_fetch (&b->word, w->got, __ATOMIC_SEQ_CST);
+  __atomic_sub_fetch (&b->charged, w->got, __ATOMIC_RELAXED);
+  __atomic_sub_fetch (&b->admitted, 1, __ATOMIC_RELAXED);
   if (bw->clamped)
     b->stats.clamped--;
 }
 
-/* Called with the lock held.  Take units only if that overtakes no
- * waiter: an arrival that fits while others wait must queue behind
+/* Called with the lock held and the fast charge closed.  Take units
+ * only if that overtakes no waiter: an arrival that fits while others wait must queue behind
  * them, or a stream of small requests could starve a large one.
  */
 static int
@@ -198,16 +291,110 @@ charge_now (struct throttle_budget *b, enum throttle_budget_kind kind,
   return 0;
 }
 
+/* The fast charge (see the head of this file): take 'need' units
+ * without the lock if nobody waits, they fit, and the capacity stays
+ * put meanwhile.  Its two steps are apart so that the simulation can
+ * put other steps between them (throttle-budget.h).
+ */
+static bool
+fast_fits (const struct throttle_budget_fast *f)
+{
+  return (f->word & THROTTLE_BUDGET_SLOW) == 0 && f->need <= f->capacity &&
+    f->word <= f->capacity - f->need;
+}
+
+static bool
+fast_read (struct throttle_budget *b, uint64_t need,
+           struct throttle_budget_fast *f)
+{
+  f->need = need;
+  f->seq = __atomic_load_n (&b->cap_seq, __ATOMIC_SEQ_CST);
+  if (f->seq & 1)
+    return false;
+  f->capacity = __atomic_load_n (&b->capacity, __ATOMIC_SEQ_CST);
+  f->word = __atomic_load_n (&b->word, __ATOMIC_RELAXED);
+  return fast_fits (f);
+}
+
+static int
+fast_commit (struct throttle_budget *b, struct throttle_budget_fast *f)
+{
+  /* A failed compare-and-swap leaves the word it found in f->word. */
+  if (!__atomic_compare_exchange_n (&b->word, &f->word, f->word + f->need,
+                                    false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_SEQ_CST))
+    return fast_fits (f) ? 1 : -1;
+  if (__atomic_load_n (&b->cap_seq, __ATOMIC_SEQ_CST) != f->seq) {
+    /* Charged under a capacity that has changed since: give the units
+     * back (granting whoever queued behind them meanwhile).
+     */
+    throttle_budget_credit (b, f->need);
+    return -1;
+  }
+  count_grant (b, f->need, f->word + f->need);
+  return 0;
+}
+
+/* Returns true with the units taken and counted, false holding
+ * nothing: the caller then decides under the lock.
+ */
+static bool
+charge_fast (struct throttle_budget *b, uint64_t need)
+{
+  struct throttle_budget_fast f;
+  int r;
+
+  if (!fast_read (b, need, &f))
+    return false;
+  while ((r = fast_commit (b, &f)) == 1)
+    ;
+  return r == 0;
+}
+
+bool
+throttle_budget_fast_read (struct throttle_budget *b, uint64_t need,
+                           struct throttle_budget_fast *f)
+{
+  return need > 0 && need <= THROTTLE_BUDGET_MAX_UNITS &&
+    fast_read (b, need, f);
+}
+
+int
+throttle_budget_fast_commit (struct throttle_budget *b,
+                             struct throttle_budget_fast *f)
+{
+  return fast_commit (b, f);
+}
+
 int
 throttle_budget_enqueue (struct throttle_budget *b,
                          struct throttle_budget_waiter *bw,
                          enum throttle_budget_kind kind, uint64_t need,
                          uint64_t quantum, uint64_t *charged)
 {
+  /* The locked path checks the arguments: a PARTS request without a
+   * quantum must reach it; one above the capacity never fits here.
+   */
+  *charged = 0;
+  if (need > 0 && (kind != THROTTLE_BUDGET_PARTS || quantum > 0) &&
+      charge_fast (b, need)) {
+    *charged = need;
+    return 0;
+  }
+  return throttle_budget_enqueue_locked (b, bw, kind, need, quantum, charged);
+}
+
+int
+throttle_budget_enqueue_locked (struct throttle_budget *b,
+                                struct throttle_budget_waiter *bw,
+                                enum throttle_budget_kind kind, uint64_t need,
+                                uint64_t quantum, uint64_t *charged)
+{
   int r;
 
   *charged = 0;
-  if (kind == THROTTLE_BUDGET_PARTS && quantum == 0) {
+  if ((kind == THROTTLE_BUDGET_PARTS && quantum == 0) ||
+      need > THROTTLE_BUDGET_MAX_UNITS) {
     errno = EINVAL;
     return -1;
   }
@@ -218,18 +405,20 @@ throttle_budget_enqueue (struct throttle_budget *b,
     errno = ESHUTDOWN;
     r = -1;
   }
-  else if (charge_now (b, kind, need, quantum, charged) == 0)
-    r = 0;
   else {
+    close_fast (b);
+    r = charge_now (b, kind, need, quantum, charged) == 0 ? 0 : 1;
+  }
+  if (r == 1) {
     memset (bw, 0, sizeof *bw);
     bw->w.want = need;
     bw->kind = kind;
     bw->quantum = quantum;
     bw->start_ns = throttle_now_ns ();
     throttle_wait_enqueue (&b->queue, &bw->w);
-    r = 1;
   }
-  check_live (b);
+  settle (b);
+  check_closed (b);
   throttle_unlock (&b->lock);
   return r;
 }
@@ -265,7 +454,8 @@ throttle_budget_wait (struct throttle_budget *b,
     count_wait (b, bw, charged);
   else
     b->stats.cancelled++;
-  check_live (b);
+  settle (b);
+  check_closed (b);
   throttle_unlock (&b->lock);
   return r;
 }
@@ -288,7 +478,8 @@ throttle_budget_poll (struct throttle_budget *b,
     count_wait (b, bw, charged);
     r = 0;
   }
-  check_live (b);
+  settle (b);
+  check_closed (b);
   throttle_unlock (&b->lock);
   return r;
 }
@@ -300,7 +491,8 @@ throttle_budget_abandon (struct throttle_budget *b,
   throttle_lock (&b->lock);
   throttle_wait_abandon (&b->queue, &bw->w, acquire, putback, b);
   b->stats.cancelled++;
-  check_live (b);
+  settle (b);
+  check_closed (b);
   throttle_unlock (&b->lock);
 }
 
@@ -340,35 +532,61 @@ throttle_budget_charge_part (struct throttle_budget *b, uint64_t need,
                  poll_ms, charged);
 }
 
-void
-throttle_budget_credit (struct throttle_budget *b, uint64_t units)
+/* Without the lock unless the old word says that someone waits (or a
+ * locked decision is under way, or the budget is shut down): then the
+ * head is granted under the lock.
+ */
+bool
+throttle_budget_credit_release (struct throttle_budget *b, uint64_t units)
 {
+  uint64_t old;
+
   if (units == 0)
-    return;
-  throttle_lock (&b->lock);
+    return false;
+  old = __atomic_fetch_sub (&b->word, units, __ATOMIC_SEQ_CST);
   /* Crediting more than is held is a caller bug that would silently
    * raise the effective capacity; refuse to underflow.
    */
-  if (units > b->in_flight)
+  if ((old & ~THROTTLE_BUDGET_SLOW) < units)
     abort ();
-  b->in_flight -= units;
+  return (old & THROTTLE_BUDGET_SLOW) != 0;
+}
+
+void
+throttle_budget_credit_grant (struct throttle_budget *b)
+{
+  throttle_lock (&b->lock);
   if (b->queue.head != NULL)
     throttle_wait_grant (&b->queue, acquire, b);
-  check_live (b);
+  settle (b);
+  check_closed (b);
   throttle_unlock (&b->lock);
+}
+
+void
+throttle_budget_credit (struct throttle_budget *b, uint64_t units)
+{
+  if (throttle_budget_credit_release (b, units))
+    throttle_budget_credit_grant (b);
 }
 
 int
 throttle_budget_set_capacity (struct throttle_budget *b, uint64_t capacity)
 {
-  if (capacity == 0) {
+  if (capacity == 0 || capacity > THROTTLE_BUDGET_MAX_UNITS) {
     errno = EINVAL;
     return -1;
   }
   throttle_lock (&b->lock);
-  __atomic_store_n (&b->capacity, capacity, __ATOMIC_RELAXED);
+  /* Odd while it changes: a fast charge that read the old capacity
+   * sees the count move and gives its units back.
+   */
+  __atomic_add_fetch (&b->cap_seq, 1, __ATOMIC_SEQ_CST);
+  __atomic_store_n (&b->capacity, capacity, __ATOMIC_SEQ_CST);
+  __atomic_add_fetch (&b->cap_seq, 1, __ATOMIC_SEQ_CST);
   throttle_wait_grant (&b->queue, acquire, b);
-  check_live (b);
+  settle (b);
+  check_closed (b);
   throttle_unlock (&b->lock);
   return 0;
 }
@@ -378,6 +596,7 @@ throttle_budget_shutdown (struct throttle_budget *b)
 {
   throttle_lock (&b->lock);
   b->shutdown = true;
+  close_fast (b);
   throttle_wait_wake_all (&b->queue);
   throttle_unlock (&b->lock);
 }
@@ -389,7 +608,7 @@ throttle_budget_shutdown (struct throttle_budget *b)
 uint64_t
 throttle_budget_get_capacity (struct throttle_budget *b)
 {
-  return __atomic_load_n (&b->capacity, __ATOMIC_RELAXED);
+  return __atomic_load_n (&b->capacity, __ATOMIC_SEQ_CST);
 }
 
 void
@@ -399,7 +618,10 @@ throttle_budget_get_stats (struct throttle_budget *b,
   throttle_lock (&b->lock);
   *stats = b->stats;
   stats->capacity = b->capacity;
-  stats->in_flight = b->in_flight;
+  stats->in_flight = units_in_flight (b);
+  stats->admitted = __atomic_load_n (&b->admitted, __ATOMIC_RELAXED);
+  stats->charged = __atomic_load_n (&b->charged, __ATOMIC_RELAXED);
+  stats->peak = __atomic_load_n (&b->peak, __ATOMIC_RELAXED);
   stats->waiters = b->queue.nr;
   throttle_unlock (&b->lock);
 }

@@ -32,15 +32,42 @@ struct throttle_stats {
   uint64_t waiters;           /* waiting now */
 };
 
+/* The fast path (throttle-budget.c, "The fast path"): while nobody
+ * waits, a charge that fits and a credit are one atomic operation each
+ * on 'word', without the lock.  The lock is taken only to wait, to
+ * grant, and to change the capacity.
+ */
+#define THROTTLE_BUDGET_SLOW (UINT64_C (1) << 63)
+
+/* Units a budget can hold: the low 63 bits of its word. */
+#define THROTTLE_BUDGET_MAX_UNITS (THROTTLE_BUDGET_SLOW - 1)
+
 struct throttle_budget {
-  pthread_mutex_t lock;         /* everything below, and the waiters; a
-                                   leaf: HACKING.md, "Locks" */
-  uint64_t capacity;            /* written under lock with an atomic store:
-                                   get_capacity reads it without the lock */
-  uint64_t in_flight;
+  /* The units in flight (the low 63 bits), and THROTTLE_BUDGET_SLOW
+   * while the fast charge is closed: whenever the queue is not empty,
+   * after a shutdown, and while a holder of 'lock' decides a charge.
+   * Set and cleared only under 'lock'; units are added without the
+   * lock only by a fast charge while the bit is clear, and taken away
+   * by a credit at any time.  Atomic.
+   */
+  uint64_t word;
+  /* Even while the capacity is stable, odd while it changes: a fast
+   * charge that saw it move gives its units back.  Written under
+   * 'lock', read without it.  Atomic.
+   */
+  uint64_t cap_seq;
+  /* Written under 'lock' with an atomic store between two increments
+   * of cap_seq: get_capacity and the fast charge read it without the
+   * lock.
+   */
+  uint64_t capacity;
+  /* Counted by every grant, fast or not, and by putback: atomic. */
+  uint64_t admitted, charged, peak;
+  pthread_mutex_t lock;         /* the queue, shutdown and the other
+                                   stats; a leaf: HACKING.md, "Locks" */
   struct throttle_wait_queue queue;
   bool shutdown;
-  struct throttle_stats stats;
+  struct throttle_stats stats;  /* waited, cancelled, clamped, wait_ns_* */
 };
 
 /* The liveness invariant, whatever the capacity becomes: whenever
@@ -48,8 +75,12 @@ struct throttle_budget {
  * granted.  A budget keeps it because every kind of request below is
  * grantable to a budget with nothing in flight, and every change that
  * can make a waiter grantable (a credit, a capacity change, a waiter
- * leaving the queue) grants from the head.  Debug builds (without
- * NDEBUG) check it after each of them.
+ * leaving the queue) grants from the head.  "Whenever" is once every
+ * credit under way has returned: a credit takes its units away before
+ * it grants (throttle-budget.c, "The fast path").  Debug builds
+ * (without NDEBUG) check after each change under the lock that a
+ * queue is never left with the fast charge open, which the invariant
+ * rests on; the simulation (tests/test-sim.c) checks the invariant.
  *
  * The bound: a grant leaves at most 'capacity' units in flight, or it
  * is the only one in flight (a request charged above the capacity,
@@ -90,6 +121,7 @@ struct throttle_budget_waiter {
   bool clamped;                 /* granted above the capacity */
 };
 
+/* capacity: 1 to THROTTLE_BUDGET_MAX_UNITS, else -1 with EINVAL. */
 extern int throttle_budget_init (struct throttle_budget *b, uint64_t capacity);
 extern void throttle_budget_destroy (struct throttle_budget *b);
 
@@ -111,7 +143,8 @@ extern uint64_t throttle_budget_part_min (uint64_t capacity, uint64_t quantum);
  * throttle_budget_wait, throttle_budget_poll until it returns 0 or -1,
  * or throttle_budget_abandon, and keep bw alive until then.  Returns
  * -1 holding nothing after a shutdown (errno ESHUTDOWN) or with
- * EINVAL for a PARTS request with quantum 0.
+ * EINVAL for a PARTS request with quantum 0 or a need above
+ * THROTTLE_BUDGET_MAX_UNITS.
  *
  * *charged is what the caller gives back with exactly one
  * throttle_budget_credit: 'need', the capacity (WHOLE, clamped), or a
@@ -122,6 +155,48 @@ extern int throttle_budget_enqueue (struct throttle_budget *b,
                                     enum throttle_budget_kind kind,
                                     uint64_t need, uint64_t quantum,
                                     uint64_t *charged);
+
+/* The steps of the fast charge and of a credit, for a caller that
+ * puts other steps between them from one thread, as the simulation
+ * does (tests/test-budget-sched.c); throttle_budget_enqueue and
+ * throttle_budget_credit are made of them.  Not for the filter.
+ *
+ * throttle_budget_fast_read: the fast charge's first reads (the
+ * capacity's sequence count, the capacity, the word) into *f for
+ * 'need' units.  false: the fast charge cannot take them (someone
+ * waits, they do not fit, the capacity is changing); the caller goes
+ * on with throttle_budget_enqueue_locked.
+ *
+ * throttle_budget_fast_commit: its compare-and-swap and its second
+ * reading of the sequence count.  0: the units are taken and counted,
+ * to be given back with one throttle_budget_credit; 1: the word had
+ * changed and they still fit: commit again; -1: holding nothing (they
+ * no longer fit, or the capacity changed meanwhile and they were given
+ * back): go on with throttle_budget_enqueue_locked.
+ *
+ * throttle_budget_enqueue_locked: throttle_budget_enqueue without the
+ * fast charge.
+ *
+ * throttle_budget_credit_release: a credit's subtraction.  true: the
+ * credit must still grant, with throttle_budget_credit_grant.
+ */
+struct throttle_budget_fast {
+  uint64_t need, seq, capacity, word;
+};
+
+extern bool throttle_budget_fast_read (struct throttle_budget *b,
+                                       uint64_t need,
+                                       struct throttle_budget_fast *f);
+extern int throttle_budget_fast_commit (struct throttle_budget *b,
+                                        struct throttle_budget_fast *f);
+extern int throttle_budget_enqueue_locked (struct throttle_budget *b,
+                                           struct throttle_budget_waiter *bw,
+                                           enum throttle_budget_kind kind,
+                                           uint64_t need, uint64_t quantum,
+                                           uint64_t *charged);
+extern bool throttle_budget_credit_release (struct throttle_budget *b,
+                                            uint64_t units);
+extern void throttle_budget_credit_grant (struct throttle_budget *b);
 
 /* Block until queued bw is granted (0, *charged set) or until 'cancel'
  * or throttle_budget_shutdown ends the wait (-1, holding nothing).
@@ -172,10 +247,10 @@ extern int throttle_budget_charge_part (struct throttle_budget *b,
  */
 extern void throttle_budget_credit (struct throttle_budget *b, uint64_t units);
 
-/* Change the capacity, to any value above 0.  Lowering it never revokes
- * units already held; raising it admits waiters at once.  A waiting
- * part is sized under the new capacity when it is granted.  Returns -1
- * if capacity is 0.
+/* Change the capacity, to any value from 1 to
+ * THROTTLE_BUDGET_MAX_UNITS.  Lowering it never revokes units already
+ * held; raising it admits waiters at once.  A waiting part is sized under the new capacity when it is granted.  Returns -1
+ * (EINVAL) for a capacity out of range.
  */
 extern int throttle_budget_set_capacity (struct throttle_budget *b,
                                          uint64_t capacity);
