@@ -12,7 +12,6 @@
 #include <config.h>
 
 #include <errno.h>
-#include <string.h>
 
 #include "throttle-admit.h"
 #include "throttle-metric.h"
@@ -25,7 +24,11 @@ throttle_admit_in_parts (const struct throttle_admit_policy *p,
   /* Large: more than twice the part minimum, so that a part is worth
    * a backend call of its own.  Page-aligned, so that every part is.
    */
-  return p->split && p->page_units != 0 && count <= p->split_max &&
+  /* A part is at least a page's units: a request of two pages or less
+   * is never split, and most stop at the first test.
+   */
+  return need > 2 * p->page_units && p->split && p->page_units != 0 &&
+    count <= p->split_max &&
     (op == THROTTLE_OP_READ || op == THROTTLE_OP_WRITE) &&
     offset % THROTTLE_PAGE_SIZE == 0 && count % THROTTLE_PAGE_SIZE == 0 &&
     need > 2 * throttle_budget_part_min (capacity, p->page_units);
@@ -93,18 +96,23 @@ throttle_admit_start (struct throttle_admit *a,
                       struct throttle_budget *server, enum throttle_op op,
                       uint32_t count, uint64_t offset, uint64_t need)
 {
-  uint64_t capacity = throttle_budget_get_capacity (exp);
   uint64_t got;
   int r;
 
-  memset (a, 0, sizeof *a);
+  /* Field by field: the waiter in 'a' is the budget's to fill, and only
+   * if the request must wait.
+   */
+  a->charged = 0;
+  a->len = count;
+  a->waited = false;
+  a->stage = THROTTLE_ADMIT_EXPORT;
   a->exp = exp;
   a->server = server;
   a->policy = p;
   a->need = need;
   a->count = count;
-  a->parts = throttle_admit_in_parts (p, capacity, op, count, offset, need);
-  a->stage = THROTTLE_ADMIT_EXPORT;
+  a->parts = throttle_admit_in_parts (p, throttle_budget_get_capacity (exp),
+                                      op, count, offset, need);
 
   r = throttle_budget_enqueue (exp, &a->bw,
                                a->parts ? THROTTLE_BUDGET_PARTS :

@@ -314,18 +314,15 @@ step_name (enum throttle_adapt_step step)
   return step == THROTTLE_ADAPT_DOWN ? "down" : "up";
 }
 
-void
-throttle_adapt_done (struct throttle_export *exp, uint64_t start,
-                     enum throttle_op op, int r)
+/* A sample of a request admitted at 'start' under a latency target. */
+static void
+sample (struct throttle_export *exp, uint64_t start, enum throttle_op op)
 {
   struct throttle_adapt_export *ae = adapt_of (exp);
   enum throttle_adapt_step step = THROTTLE_ADAPT_NONE;
   struct throttle_adapt_window w = { .judged = false };
   uint64_t now, before = 0, after = 0, target = 0;
   bool judged = false;
-
-  if (start == 0 || r == -1)
-    return;
 
   throttle_lock (&ae->lock);
   /* Read under the lock, so that the controller sees time go forward. */
@@ -375,6 +372,17 @@ throttle_adapt_done (struct throttle_export *exp, uint64_t start,
                   w.over_target, w.samples, w.reads ? "reads" : "requests",
                   target / 1e6, w.mean_ns / 1e6, w.max_ns / 1e6,
                   w.length_ns / 1e6);
+}
+
+/* On every request: its own function so that nothing of a sample is
+ * set up when there is no target.
+ */
+void
+throttle_adapt_done (struct throttle_export *exp, uint64_t start,
+                     enum throttle_op op, int r)
+{
+  if (start != 0 && r == 0)
+    sample (exp, start, op);
 }
 
 /* --- the clock ----------------------------------------------------------- */

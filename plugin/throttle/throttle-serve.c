@@ -55,11 +55,6 @@ admit (struct throttle_serve_conn *c, enum throttle_op op,
     .op = op, .count = count, .offset = offset, .flags = map_flags (flags),
     .exportname = c->exp->name,
   };
-  const struct throttle_admit_policy policy = {
-    .page_units = throttle_config.metric.page_units,
-    .split = throttle_config.split,
-    .split_max = c->split_max,
-  };
   struct throttle_admit a;
   uint64_t need;
   int r;
@@ -70,7 +65,7 @@ admit (struct throttle_serve_conn *c, enum throttle_op op,
   if (need == 0)
     return 0;
 
-  r = throttle_admit_start (&a, &policy, &c->exp->budget,
+  r = throttle_admit_start (&a, &c->policy, &c->exp->budget,
                             throttle_config.server, op, count,
                             offset, need);
   if (r == 1) {

@@ -18,6 +18,7 @@
 
 #include <nbdkit-filter.h>
 
+#include "throttle-admit.h"
 #include "throttle-export.h"
 #include "throttle-metric.h"
 #include "throttle-writeback.h"
@@ -28,10 +29,11 @@
 struct throttle_serve_conn {
   struct throttle_export *exp;  /* from throttle_export_open */
   struct throttle_wb_conn wb;   /* from throttle_writeback_open */
-  /* The admission policy's split_max (throttle_admit_split_max of the
-   * layers below); 0, nothing split, until .prepare sets it.
+  /* The connection's admission policy, made once: throttle-config's
+   * metric and split, and split_max (throttle_admit_split_max of the
+   * layers below), 0, nothing split, until .prepare sets it.
    */
-  uint32_t split_max;
+  struct throttle_admit_policy policy;
 };
 
 /* Serve one request of the connection c: charged (if 'charge') and

@@ -357,7 +357,11 @@ throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     return NULL;
   }
   throttle_pace_init (&h->pace);
-  h->conn.split_max = 0;        /* until throttle_prepare */
+  h->conn.policy = (struct throttle_admit_policy) {
+    .page_units = throttle_config.metric.page_units,
+    .split = throttle_config.split,
+    .split_max = 0,             /* until throttle_prepare */
+  };
   return h;
 }
 
@@ -426,7 +430,7 @@ throttle_prepare (nbdkit_next *next, void *handle, int readonly)
 
   if (next->block_size (next, &minimum, &preferred, &maximum) == -1)
     return -1;
-  h->conn.split_max = throttle_admit_split_max (minimum, maximum);
+  h->conn.policy.split_max = throttle_admit_split_max (minimum, maximum);
   return 0;
 }
 
