@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# The fast path's schedules (test-budget-sched.c) can fail: each mutant
+# of lib/throttle-budget.c that tests/Makefile.am builds breaks one of
+# the fast path's promises, and the schedules must find it, with the
+# check that names that promise and a seed that replays it.
+source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
+
+# mutant  what its failure must say
+mutants=(
+  "budget-mutant-wait|by the fast path past"   # FIFO: admitted past waiters
+  "budget-mutant-seq|over the capacity"        # the bound, after a capacity change
+  "budget-mutant-grant|the head is stranded"   # a lost wake-up
+)
+for m in "${mutants[@]}"; do
+  prog=${m%%|*} want=${m#*|}
+  [ -x "./$prog" ] || fail "$prog: not built"
+  # Check's fork mode would report the failure as the child's; the
+  # message is on stderr either way.
+  if THROTTLE_SIM_SCHEDULES=20000 "./$prog" >"$tmp/$prog.out" 2>&1; then
+    cat "$tmp/$prog.out" >&2
+    fail "$prog: 20000 schedules passed: the schedules miss this mutation"
+  fi
+  grep -q -- "$want" "$tmp/$prog.out" ||
+    { cat "$tmp/$prog.out" >&2; fail "$prog: failed, but not with '$want'"; }
+  seed=$(sed -n 's/.*schedule of seed \([0-9]*\) failed.*/\1/p' "$tmp/$prog.out" | head -n 1)
+  [ -n "$seed" ] || { cat "$tmp/$prog.out" >&2; fail "$prog: no seed printed"; }
+  # The seed replays the failure.
+  if THROTTLE_SIM_SEED=$seed "./$prog" >"$tmp/$prog.replay" 2>&1 ||
+     ! grep -q -- "$want" "$tmp/$prog.replay"; then
+    cat "$tmp/$prog.replay" >&2
+    fail "$prog: seed $seed does not replay the failure"
+  fi
+  echo "$prog: caught at seed $seed: $(grep -m1 -- "$want" "$tmp/$prog.out")"
+done
+pass
