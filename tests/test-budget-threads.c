@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* One budget of lib/throttle-budget.c hammered from many threads: every
  * kind of charge, cancelled waits, and the capacity changed under
- * readers that take no lock.  Apart from test-budget.c so that a
+ * readers and fast charges that take no lock.  Apart from test-budget.c so that a
  * sanitizer build (TSan above all, where these races would show) can
  * loop over just these, with a timeout that allows for its slowness.
  */
@@ -180,6 +180,90 @@ START_TEST (test_capacity_changes)
 }
 END_TEST
 
+/* The fast path against capacity changes: small charges that mostly
+ * take no lock, while a thread lowers the capacity and raises it
+ * again.  A charge begun after a lowering returned and counted before
+ * the raise began must find the lower bound in force: a fast charge
+ * that read the capacity before the lowering and committed after it
+ * must have given its units back (the sequence count,
+ * lib/throttle-budget.c).  What the holders count is never more than
+ * is in flight (they count after the grant and stop before the
+ * credit), so it must stay within the lower capacity.
+ */
+#define LOW (CAPACITY / 4)
+static atomic_ulong lowering_phase;     /* odd: the low capacity in force */
+
+static void *
+lowering_thread (void *vp)
+{
+  while (!atomic_load (&capacity_done)) {
+    throttle_budget_set_capacity (&hammer_b, LOW);
+    atomic_fetch_add (&lowering_phase, 1);
+    sched_yield ();
+    atomic_fetch_add (&lowering_phase, 1);
+    throttle_budget_set_capacity (&hammer_b, CAPACITY);
+    sched_yield ();
+  }
+  return NULL;
+}
+
+static void *
+small_thread (void *vp)
+{
+  unsigned seed = (unsigned) (uintptr_t) vp;
+  int i;
+
+  for (i = 0; i < ITERS / 2; i++) {
+    unsigned long p1 = atomic_load (&lowering_phase), p2;
+    uint64_t need = 1 + rand_r (&seed) % (LOW / 8);
+    uint64_t c;
+    long now;
+
+    ck_assert_int_eq (throttle_budget_charge (&hammer_b, need, NULL, NULL, 1,
+                                              &c), 0);
+    ck_assert_uint_eq (c, need);
+    now = atomic_fetch_add (&hammer_inflight, (long) c) + (long) c;
+    p2 = atomic_load (&lowering_phase);
+    if (p1 == p2 && (p1 & 1) && now > LOW)
+      atomic_fetch_add (&hammer_violations, 1);
+    if (rand_r (&seed) % 8 == 0)
+      sched_yield ();
+    atomic_fetch_sub (&hammer_inflight, (long) c);
+    throttle_budget_credit (&hammer_b, c);
+  }
+  return NULL;
+}
+
+START_TEST (test_fast_path_lowering)
+{
+  pthread_t t[THREADS], changer;
+  struct throttle_stats s;
+  int i;
+
+  throttle_budget_init (&hammer_b, CAPACITY);
+  atomic_store (&capacity_done, false);
+  atomic_store (&hammer_inflight, 0);
+  atomic_store (&hammer_violations, 0);
+  pthread_create (&changer, NULL, lowering_thread, NULL);
+  for (i = 0; i < THREADS; i++)
+    pthread_create (&t[i], NULL, small_thread, (void *) (uintptr_t) (i + 1));
+  for (i = 0; i < THREADS; i++)
+    pthread_join (t[i], NULL);
+  atomic_store (&capacity_done, true);
+  pthread_join (changer, NULL);
+
+  s = probe_stats (&hammer_b);
+  ck_assert_int_eq (atomic_load (&hammer_violations), 0);
+  ck_assert_uint_eq (s.in_flight, 0);
+  ck_assert_uint_eq (s.waiters, 0);
+  ck_assert_uint_eq (s.admitted, (uint64_t) THREADS * (ITERS / 2));
+  /* Nothing waits now: the fast path is open again. */
+  ck_assert_uint_eq (__atomic_load_n (&hammer_b.word, __ATOMIC_SEQ_CST) &
+                     THROTTLE_BUDGET_SLOW, 0);
+  throttle_budget_destroy (&hammer_b);
+}
+END_TEST
+
 Suite *
 throttle_test_suite (void)
 {
@@ -190,6 +274,7 @@ throttle_test_suite (void)
   tcase_set_timeout (tc, 120);
   tcase_add_test (tc, test_hammer);
   tcase_add_test (tc, test_capacity_changes);
+  tcase_add_test (tc, test_fast_path_lowering);
   suite_add_tcase (s, tc);
   return s;
 }
