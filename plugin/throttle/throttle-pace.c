@@ -43,8 +43,15 @@
  * went on reading from a live client cannot hold the others.
  */
 
-/* The gate this thread last passed, until it is back or exits. */
+/* The gate this thread last passed, until it is back or exits: the
+ * key's destructor opens it when the thread exits, and 'out_gate',
+ * the same pointer, is what every data callback looks at, without
+ * pthread_getspecific.  initial-exec: see thread_gen in
+ * throttle-guards.c.
+ */
 static pthread_key_t pace_key;
+static __thread struct throttle_pace *out_gate
+  __attribute__ ((tls_model ("initial-exec")));
 static pthread_once_t pace_once = PTHREAD_ONCE_INIT;
 
 static void
@@ -92,8 +99,10 @@ throttle_pace_destroy (struct throttle_pace *p)
   /* Serial connections are closed by the thread that served them,
    * which then exits: its destructor must not find the freed gate.
    */
-  if (pthread_getspecific (pace_key) == p)
+  if (out_gate == p) {
+    out_gate = NULL;
     pthread_setspecific (pace_key, NULL);
+  }
   pthread_cond_destroy (&p->cond);
   pthread_mutex_destroy (&p->lock);
 }
@@ -101,9 +110,10 @@ throttle_pace_destroy (struct throttle_pace *p)
 void
 throttle_pace_enter (void)
 {
-  struct throttle_pace *p = pthread_getspecific (pace_key);
+  struct throttle_pace *p = out_gate;
 
   if (p != NULL) {
+    out_gate = NULL;
     pthread_setspecific (pace_key, NULL);
     pace_back (p);
   }
@@ -180,6 +190,7 @@ throttle_pace_reply (struct throttle_pace *p, int r)
   }
   p->out = true;
   throttle_unlock (&p->lock);
+  out_gate = p;
   pthread_setspecific (pace_key, p);
 }
 #endif /* THROTTLE_PACE_ERRORS */
