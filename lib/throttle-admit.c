@@ -53,13 +53,17 @@ throttle_admit_part_len (const struct throttle_admit_policy *p, bool parts,
   return units / p->page_units * THROTTLE_PAGE_SIZE;
 }
 
-/* The export granted 'units': record what they pay for. */
+/* The export granted 'got': record what its units pay for, and
+ * whether they are owed to the server (the export was mirrored when it
+ * granted them).
+ */
 static void
-export_granted (struct throttle_admit *a, uint64_t units)
+export_granted (struct throttle_admit *a, uint64_t got)
 {
-  a->charged = units;
+  a->mirrored = (got & THROTTLE_BUDGET_MIRRORED) != 0;
+  a->charged = got & THROTTLE_BUDGET_MAX_UNITS;
   a->len = throttle_admit_part_len (a->policy, a->parts, a->count, a->need,
-                                    units);
+                                    a->charged);
 }
 
 /* Charge the server what the export granted.  Returns as
@@ -71,7 +75,7 @@ server_enqueue (struct throttle_admit *a)
   uint64_t got;
   int r;
 
-  if (a->server == NULL) {
+  if (a->server == NULL || !a->mirrored) {
     a->stage = THROTTLE_ADMIT_GRANTED;
     return 0;
   }
@@ -102,10 +106,7 @@ throttle_admit_start (struct throttle_admit *a,
   /* Field by field: the waiter in 'a' is the budget's to fill, and only
    * if the request must wait.
    */
-  a->charged = 0;
-  a->len = count;
   a->waited = false;
-  a->stage = THROTTLE_ADMIT_EXPORT;
   a->exp = exp;
   a->server = server;
   a->policy = p;
@@ -118,6 +119,18 @@ throttle_admit_start (struct throttle_admit *a,
                                a->parts ? THROTTLE_BUDGET_PARTS :
                                THROTTLE_BUDGET_WHOLE,
                                need, p->page_units, &got);
+  /* Most requests: granted whole at once, and owed to no server. */
+  if (r == 0 && got == need) {
+    a->charged = got;
+    a->len = count;
+    a->mirrored = false;
+    a->stage = THROTTLE_ADMIT_GRANTED;
+    return 0;
+  }
+  a->charged = 0;
+  a->len = count;
+  a->mirrored = false;
+  a->stage = THROTTLE_ADMIT_EXPORT;
   if (r == 1) {
     a->waited = true;
     return 1;
@@ -213,10 +226,16 @@ void
 throttle_admit_credit (struct throttle_budget *exp,
                        struct throttle_budget *server, uint64_t units)
 {
-  /* The server first: a request waiting there holds export units, and
-   * is granted the sooner so that it can give them back.
+  /* The export first: whether the server is owed these units is what
+   * the export's word says when they leave it (throttle_budget_mirror).
    */
-  if (server)
+  if (throttle_budget_credit (exp, units) && server)
     throttle_budget_credit (server, units);
-  throttle_budget_credit (exp, units);
+}
+
+void
+throttle_admit_bind (struct throttle_budget *exp,
+                      struct throttle_budget *server)
+{
+  throttle_budget_mirror (exp, server);
 }

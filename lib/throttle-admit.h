@@ -4,11 +4,20 @@
  *
  * A request is charged to its export's budget first and then, for
  * exactly the units the export granted, to the server's budget (if
- * there is one), always in that order: nobody ever holds server units
- * while waiting for an export's, so the two queues cannot wait on each
- * other.  Its units are credited back to both.  The server's budget
- * bounds what is in flight in the whole process, whatever names the
- * clients asked for; an export's bounds that export.
+ * there is one and the export is bound by it), always in that order:
+ * nobody ever holds server units while waiting for an export's, so the
+ * two queues cannot wait on each other.  Its units are credited back
+ * to both.  The server's budget bounds what is in flight in the whole
+ * process, whatever names the clients asked for; an export's bounds
+ * that export.
+ *
+ * An export is bound by the server only from throttle_admit_bind on:
+ * while a server has a single export whose capacity is within its
+ * own, the server's bound cannot bind, and charging it would only cost
+ * (two atomic operations a request).  throttle_admit_bind charges the
+ * server what the export has in flight then (throttle_budget_mirror),
+ * so that the bound holds from that instant; the caller binds every
+ * export before a second one admits anything.
  *
  * Liveness of the pair (see throttle-budget.h for one budget): while
  * requests wait and nothing is in flight at a budget, its head is
@@ -72,6 +81,7 @@ struct throttle_admit {
   uint64_t charged;
   uint32_t len;
   bool waited;                  /* it had to queue somewhere */
+  bool mirrored;                /* the export was bound when it granted */
   enum throttle_admit_stage stage;
 
   /* Private. */
@@ -154,11 +164,19 @@ extern int throttle_admit_poll (struct throttle_admit *a);
 extern void throttle_admit_abandon (struct throttle_admit *a);
 
 /* Give back 'units' charged by one granted admission to export budget
- * 'exp' and server budget 'server' (NULL if it had none).  May be
- * called from any thread, e.g. by the write-behind writer.
+ * 'exp' and, if exp is bound by it now, to server budget 'server'
+ * (NULL if it had none).  May be called from any thread, e.g. by the
+ * write-behind writer.
  */
 extern void throttle_admit_credit (struct throttle_budget *exp,
                                    struct throttle_budget *server,
                                    uint64_t units);
+
+/* Bind export budget 'exp' by server budget 'server' from now on (see
+ * the head of this file); binding it again does nothing.  Takes exp's
+ * lock, then server's.
+ */
+extern void throttle_admit_bind (struct throttle_budget *exp,
+                                  struct throttle_budget *server);
 
 #endif /* THROTTLE_ADMIT_H */

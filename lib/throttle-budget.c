@@ -113,7 +113,20 @@ throttle_budget_part_min (uint64_t capacity, uint64_t quantum)
 static uint64_t
 units_in_flight (const struct throttle_budget *b)
 {
-  return __atomic_load_n (&b->word, __ATOMIC_SEQ_CST) & ~THROTTLE_BUDGET_SLOW;
+  return __atomic_load_n (&b->word, __ATOMIC_SEQ_CST) &
+    THROTTLE_BUDGET_MAX_UNITS;
+}
+
+/* Raise the peak to 'now' units in flight, from any thread. */
+static void
+count_peak (struct throttle_budget *b, uint64_t now)
+{
+  uint64_t peak = __atomic_load_n (&b->peak, __ATOMIC_RELAXED);
+
+  while (now > peak &&
+         !__atomic_compare_exchange_n (&b->peak, &peak, now, true,
+                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    ;
 }
 
 /* Count a grant of 'units' that left 'now' units in flight, from any
@@ -123,30 +136,26 @@ units_in_flight (const struct throttle_budget *b)
 static void
 count_grant (struct throttle_budget *b, uint64_t units, uint64_t now)
 {
-  uint64_t peak = __atomic_load_n (&b->peak, __ATOMIC_RELAXED);
-
   __atomic_add_fetch (&b->admitted, 1, __ATOMIC_RELAXED);
   __atomic_add_fetch (&b->charged, units, __ATOMIC_RELAXED);
-  while (now > peak &&
-         !__atomic_compare_exchange_n (&b->peak, &peak, now, true,
-                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-    ;
+  count_peak (b, now);
 }
 
 /* Called with the lock held and the fast charge closed (the bit set):
- * no fast charge can add units meanwhile.
+ * no fast charge can add units meanwhile.  Returns the units taken,
+ * with THROTTLE_BUDGET_MIRRORED if the budget is mirrored.
  */
-static void
+static uint64_t
 take (struct throttle_budget *b, uint64_t units, bool clamped)
 {
-  uint64_t now;
+  uint64_t word;
 
   throttle_lock_assert_held (&b->lock);
-  now = __atomic_add_fetch (&b->word, units, __ATOMIC_SEQ_CST) &
-    ~THROTTLE_BUDGET_SLOW;
-  count_grant (b, units, now);
+  word = __atomic_add_fetch (&b->word, units, __ATOMIC_SEQ_CST);
+  count_grant (b, units, word & THROTTLE_BUDGET_MAX_UNITS);
   if (clamped)
     b->stats.clamped++;
+  return units | (word & THROTTLE_BUDGET_MIRRORED);
 }
 
 /* Called with the lock held: close the fast charge before deciding a
@@ -248,8 +257,7 @@ acquire (void *owner, struct throttle_waiter *w)
 
   if (n == 0)
     return false;
-  take (b, n, clamped);
-  w->got = n;
+  w->got = take (b, n, clamped);
   bw->clamped = clamped;
   return true;
 }
@@ -263,9 +271,19 @@ putback (void *owner, struct throttle_waiter *w)
   struct throttle_budget *b = owner;
   struct throttle_budget_waiter *bw = (struct throttle_budget_waiter *) w;
 
+  uint64_t units = w->got & THROTTLE_BUDGET_MAX_UNITS;
+  uint64_t old;
+
   throttle_lock_assert_held (&b->lock);
-  __atomic_sub_fetch (&b->word, w->got, __ATOMIC_SEQ_CST);
-  __atomic_sub_fetch (&b->charged, w->got, __ATOMIC_RELAXED);
+  old = __atomic_fetch_sub (&b->word, units, __ATOMIC_SEQ_CST);
+  /* Granted before b was mirrored, given back after: the mirror was
+   * charged these units with the rest of b's (throttle_budget_mirror).
+   * Its lock nests under b's only here and in throttle_budget_mirror.
+   */
+  if ((old & THROTTLE_BUDGET_MIRRORED) &&
+      !(w->got & THROTTLE_BUDGET_MIRRORED))
+    throttle_budget_credit (b->mirror, units);
+  __atomic_sub_fetch (&b->charged, units, __ATOMIC_RELAXED);
   __atomic_sub_fetch (&b->admitted, 1, __ATOMIC_RELAXED);
   if (bw->clamped)
     b->stats.clamped--;
@@ -286,24 +304,24 @@ charge_now (struct throttle_budget *b, enum throttle_budget_kind kind,
   if (b->queue.head != NULL ||
       (n = grantable (b, kind, need, quantum, &clamped)) == 0)
     return -1;
-  take (b, n, clamped);
-  *charged = n;
+  *charged = take (b, n, clamped);
   return 0;
 }
 
 /* The fast charge (see the head of this file): take 'need' units
  * without the lock if nobody waits, they fit, and the capacity stays
  * put meanwhile.  Its two steps are apart so that the simulation can
- * put other steps between them (throttle-budget.h).
+ * put other steps between them (throttle-budget.h); always inlined so
+ * that the filter's copy is one straight path.
  */
-static bool
+static inline __attribute__ ((always_inline)) bool
 fast_fits (const struct throttle_budget_fast *f)
 {
   return (f->word & THROTTLE_BUDGET_SLOW) == 0 && f->need <= f->capacity &&
-    f->word <= f->capacity - f->need;
+    (f->word & THROTTLE_BUDGET_MAX_UNITS) <= f->capacity - f->need;
 }
 
-static bool
+static inline __attribute__ ((always_inline)) bool
 fast_read (struct throttle_budget *b, uint64_t need,
            struct throttle_budget_fast *f)
 {
@@ -316,14 +334,17 @@ fast_read (struct throttle_budget *b, uint64_t need,
   return fast_fits (f);
 }
 
-static int
+static inline __attribute__ ((always_inline)) int
 fast_commit (struct throttle_budget *b, struct throttle_budget_fast *f)
 {
+  uint64_t w = f->word;        /* a local, so that f stays in registers */
+
   /* A failed compare-and-swap leaves the word it found in f->word. */
-  if (!__atomic_compare_exchange_n (&b->word, &f->word, f->word + f->need,
-                                    false, __ATOMIC_SEQ_CST,
-                                    __ATOMIC_SEQ_CST))
+  if (!__atomic_compare_exchange_n (&b->word, &w, w + f->need, false,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    f->word = w;
     return fast_fits (f) ? 1 : -1;
+  }
   if (__atomic_load_n (&b->cap_seq, __ATOMIC_SEQ_CST) != f->seq) {
     /* Charged under a capacity that has changed since: give the units
      * back (granting whoever queued behind them meanwhile).
@@ -331,24 +352,25 @@ fast_commit (struct throttle_budget *b, struct throttle_budget_fast *f)
     throttle_budget_credit (b, f->need);
     return -1;
   }
-  count_grant (b, f->need, f->word + f->need);
+  count_grant (b, f->need, (f->word & THROTTLE_BUDGET_MAX_UNITS) + f->need);
   return 0;
 }
 
-/* Returns true with the units taken and counted, false holding
- * nothing: the caller then decides under the lock.
+/* Returns the units taken and counted (with THROTTLE_BUDGET_MIRRORED
+ * if the budget is mirrored), or 0 holding nothing: the caller then
+ * decides under the lock.
  */
-static bool
+static uint64_t
 charge_fast (struct throttle_budget *b, uint64_t need)
 {
   struct throttle_budget_fast f;
   int r;
 
   if (!fast_read (b, need, &f))
-    return false;
+    return 0;
   while ((r = fast_commit (b, &f)) == 1)
     ;
-  return r == 0;
+  return r == 0 ? need | (f.word & THROTTLE_BUDGET_MIRRORED) : 0;
 }
 
 bool
@@ -377,10 +399,8 @@ throttle_budget_enqueue (struct throttle_budget *b,
    */
   *charged = 0;
   if (need > 0 && (kind != THROTTLE_BUDGET_PARTS || quantum > 0) &&
-      charge_fast (b, need)) {
-    *charged = need;
+      (*charged = charge_fast (b, need)) != 0)
     return 0;
-  }
   return throttle_budget_enqueue_locked (b, bw, kind, need, quantum, charged);
 }
 
@@ -536,20 +556,27 @@ throttle_budget_charge_part (struct throttle_budget *b, uint64_t need,
  * locked decision is under way, or the budget is shut down): then the
  * head is granted under the lock.
  */
-bool
-throttle_budget_credit_release (struct throttle_budget *b, uint64_t units)
+static inline __attribute__ ((always_inline)) uint64_t
+credit_release (struct throttle_budget *b, uint64_t units)
 {
   uint64_t old;
 
   if (units == 0)
-    return false;
+    return __atomic_load_n (&b->word, __ATOMIC_RELAXED) &
+      THROTTLE_BUDGET_MIRRORED;
   old = __atomic_fetch_sub (&b->word, units, __ATOMIC_SEQ_CST);
   /* Crediting more than is held is a caller bug that would silently
    * raise the effective capacity; refuse to underflow.
    */
-  if ((old & ~THROTTLE_BUDGET_SLOW) < units)
+  if ((old & THROTTLE_BUDGET_MAX_UNITS) < units)
     abort ();
-  return (old & THROTTLE_BUDGET_SLOW) != 0;
+  return old & (THROTTLE_BUDGET_SLOW | THROTTLE_BUDGET_MIRRORED);
+}
+
+uint64_t
+throttle_budget_credit_release (struct throttle_budget *b, uint64_t units)
+{
+  return credit_release (b, units);
 }
 
 void
@@ -563,11 +590,60 @@ throttle_budget_credit_grant (struct throttle_budget *b)
   throttle_unlock (&b->lock);
 }
 
-void
+bool
 throttle_budget_credit (struct throttle_budget *b, uint64_t units)
 {
-  if (throttle_budget_credit_release (b, units))
+  uint64_t old = credit_release (b, units);
+
+  if (old & THROTTLE_BUDGET_SLOW)
     throttle_budget_credit_grant (b);
+  return (old & THROTTLE_BUDGET_MIRRORED) != 0;
+}
+
+/* Why the mirror is exact: b's fast charge is closed and its lock held,
+ * so from the reading of X below until the bit is set only credits
+ * change b's word, and they only lower it: the mirror is charged at
+ * least what b holds when the bit is set.  A credit before the bit
+ * does not credit the mirror, and its units are not in what the bit's
+ * fetch_or returns; every credit after it does, and every unit then in
+ * b is either in that return or granted later with the bit (and charged
+ * to the mirror by its holder).  What the mirror was charged beyond the
+ * return is credited back at once.  The mirror's lock is taken for the
+ * charge so that its locked grants never decide on a stale count.
+ */
+void
+throttle_budget_mirror (struct throttle_budget *b,
+                        struct throttle_budget *mirror)
+{
+  uint64_t x, old;
+
+  throttle_lock (&b->lock);
+  if (__atomic_load_n (&b->word, __ATOMIC_RELAXED) &
+      THROTTLE_BUDGET_MIRRORED) {
+    throttle_unlock (&b->lock);
+    return;
+  }
+  close_fast (b);
+  b->mirror = mirror;
+  x = units_in_flight (b);
+  throttle_lock (&mirror->lock);
+  /* Units already at work, not a grant: only the peak sees them. */
+  count_peak (mirror, __atomic_add_fetch (&mirror->word, x, __ATOMIC_SEQ_CST)
+              & THROTTLE_BUDGET_MAX_UNITS);
+  throttle_unlock (&mirror->lock);
+  old = __atomic_fetch_or (&b->word, THROTTLE_BUDGET_MIRRORED,
+                           __ATOMIC_SEQ_CST);
+  settle (b);
+  check_closed (b);
+  throttle_unlock (&b->lock);
+  throttle_budget_credit (mirror, x - (old & THROTTLE_BUDGET_MAX_UNITS));
+}
+
+bool
+throttle_budget_mirrored (struct throttle_budget *b)
+{
+  return (__atomic_load_n (&b->word, __ATOMIC_RELAXED) &
+          THROTTLE_BUDGET_MIRRORED) != 0;
 }
 
 int
@@ -601,15 +677,6 @@ throttle_budget_shutdown (struct throttle_budget *b)
   throttle_unlock (&b->lock);
 }
 
-/* Without the lock: the filter asks on every request, and a value
- * that a concurrent set_capacity replaces a moment later is as good
- * as one read just before it.
- */
-uint64_t
-throttle_budget_get_capacity (struct throttle_budget *b)
-{
-  return __atomic_load_n (&b->capacity, __ATOMIC_SEQ_CST);
-}
 
 void
 throttle_budget_get_stats (struct throttle_budget *b,

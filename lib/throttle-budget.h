@@ -39,16 +39,22 @@ struct throttle_stats {
  */
 #define THROTTLE_BUDGET_SLOW (UINT64_C (1) << 63)
 
-/* Units a budget can hold: the low 63 bits of its word. */
-#define THROTTLE_BUDGET_MAX_UNITS (THROTTLE_BUDGET_SLOW - 1)
+/* Set for good by throttle_budget_mirror: every unit granted on the
+ * budget from then on is owed to a second budget too.
+ */
+#define THROTTLE_BUDGET_MIRRORED (UINT64_C (1) << 62)
+
+/* Units a budget can hold: the low 62 bits of its word. */
+#define THROTTLE_BUDGET_MAX_UNITS (THROTTLE_BUDGET_MIRRORED - 1)
 
 struct throttle_budget {
-  /* The units in flight (the low 63 bits), and THROTTLE_BUDGET_SLOW
-   * while the fast charge is closed: whenever the queue is not empty,
-   * after a shutdown, and while a holder of 'lock' decides a charge.
-   * Set and cleared only under 'lock'; units are added without the
-   * lock only by a fast charge while the bit is clear, and taken away
-   * by a credit at any time.  Atomic.
+  /* The units in flight (THROTTLE_BUDGET_MAX_UNITS), and
+   * THROTTLE_BUDGET_SLOW while the fast charge is closed: whenever the
+   * queue is not empty, after a shutdown, and while a holder of 'lock'
+   * decides a charge.  The bit is set and cleared only under 'lock';
+   * units are added without the lock only by a fast charge while it is
+   * clear, and taken away by a credit at any time.  And
+   * THROTTLE_BUDGET_MIRRORED, set once under 'lock'.  Atomic.
    */
   uint64_t word;
   /* Even while the capacity is stable, odd while it changes: a fast
@@ -63,8 +69,10 @@ struct throttle_budget {
   uint64_t capacity;
   /* Counted by every grant, fast or not, and by putback: atomic. */
   uint64_t admitted, charged, peak;
-  pthread_mutex_t lock;         /* the queue, shutdown and the other
-                                   stats; a leaf: HACKING.md, "Locks" */
+  /* Set with THROTTLE_BUDGET_MIRRORED, under 'lock'. */
+  struct throttle_budget *mirror;
+  pthread_mutex_t lock;         /* the queue, shutdown, mirror and the
+                                   other stats; HACKING.md, "Locks" */
   struct throttle_wait_queue queue;
   bool shutdown;
   struct throttle_stats stats;  /* waited, cancelled, clamped, wait_ns_* */
@@ -148,7 +156,8 @@ extern uint64_t throttle_budget_part_min (uint64_t capacity, uint64_t quantum);
  *
  * *charged is what the caller gives back with exactly one
  * throttle_budget_credit: 'need', the capacity (WHOLE, clamped), or a
- * part (PARTS).
+ * part (PARTS); on a mirrored budget with THROTTLE_BUDGET_MIRRORED or'd
+ * in (throttle_budget_mirror), which the credit must leave out.
  */
 extern int throttle_budget_enqueue (struct throttle_budget *b,
                                     struct throttle_budget_waiter *bw,
@@ -177,8 +186,9 @@ extern int throttle_budget_enqueue (struct throttle_budget *b,
  * throttle_budget_enqueue_locked: throttle_budget_enqueue without the
  * fast charge.
  *
- * throttle_budget_credit_release: a credit's subtraction.  true: the
- * credit must still grant, with throttle_budget_credit_grant.
+ * throttle_budget_credit_release: a credit's subtraction.  Returns
+ * the word's flags before it: with THROTTLE_BUDGET_SLOW the credit
+ * must still grant, with throttle_budget_credit_grant.
  */
 struct throttle_budget_fast {
   uint64_t need, seq, capacity, word;
@@ -194,8 +204,8 @@ extern int throttle_budget_enqueue_locked (struct throttle_budget *b,
                                            enum throttle_budget_kind kind,
                                            uint64_t need, uint64_t quantum,
                                            uint64_t *charged);
-extern bool throttle_budget_credit_release (struct throttle_budget *b,
-                                            uint64_t units);
+extern uint64_t throttle_budget_credit_release (struct throttle_budget *b,
+                                                uint64_t units);
 extern void throttle_budget_credit_grant (struct throttle_budget *b);
 
 /* Block until queued bw is granted (0, *charged set) or until 'cancel'
@@ -242,10 +252,33 @@ extern int throttle_budget_charge_part (struct throttle_budget *b,
                                         void *opaque, unsigned poll_ms,
                                         uint64_t *charged);
 
-/* Give back units taken by one charge.  Crediting more than is in
- * flight aborts: it would silently raise the capacity.
+/* Give back units taken by one charge (without
+ * THROTTLE_BUDGET_MIRRORED).  Crediting more than is in flight aborts:
+ * it would silently raise the capacity.  Returns whether b was
+ * mirrored then (throttle_budget_mirror).
  */
-extern void throttle_budget_credit (struct throttle_budget *b, uint64_t units);
+extern bool throttle_budget_credit (struct throttle_budget *b, uint64_t units);
+
+/* Mirror b into 'mirror' from now on, for a caller that keeps a second
+ * budget bounding several first ones (throttle-admit.h): 'mirror' is
+ * charged, without waiting, what b has in flight now, and
+ * THROTTLE_BUDGET_MIRRORED is set in b.  Afterwards:
+ * - every grant on b returns its units in *charged with
+ *   THROTTLE_BUDGET_MIRRORED or'd in if b was mirrored when it granted
+ *   (the caller then owes 'mirror' as many units, and charges them);
+ * - throttle_budget_credit on b returns true: the caller then credits
+ *   'mirror' as many units, whether they were granted before the
+ *   mirroring (they are in what 'mirror' was charged) or after;
+ * - a waiter granted before the mirroring and abandoned after it
+ *   (throttle_budget_abandon, a cancelled throttle_budget_wait) gives
+ *   its units back to 'mirror' as well: they were in what it was
+ *   charged.
+ * A second call does nothing.  Takes b's lock, then mirror's: the one
+ * place where two budgets' locks nest (HACKING.md, "Locks").
+ */
+extern void throttle_budget_mirror (struct throttle_budget *b,
+                                    struct throttle_budget *mirror);
+extern bool throttle_budget_mirrored (struct throttle_budget *b);
 
 /* Change the capacity, to any value from 1 to
  * THROTTLE_BUDGET_MAX_UNITS.  Lowering it never revokes units already
@@ -258,7 +291,15 @@ extern int throttle_budget_set_capacity (struct throttle_budget *b,
 /* Fail every current and future wait (server unload). */
 extern void throttle_budget_shutdown (struct throttle_budget *b);
 
-extern uint64_t throttle_budget_get_capacity (struct throttle_budget *b);
+/* Without the lock: the filter asks on every request, and a value
+ * that a concurrent set_capacity replaces a moment later is as good
+ * as one read just before it.
+ */
+static inline uint64_t
+throttle_budget_get_capacity (struct throttle_budget *b)
+{
+  return __atomic_load_n (&b->capacity, __ATOMIC_SEQ_CST);
+}
 extern void throttle_budget_get_stats (struct throttle_budget *b,
                                        struct throttle_stats *stats);
 

@@ -76,7 +76,7 @@ held_exp (const struct req *r)
   if (r->state == RUNNING || r->a.stage == THROTTLE_ADMIT_SERVER)
     return r->a.charged;
   if (r->a.stage == THROTTLE_ADMIT_EXPORT && r->a.bw.w.granted)
-    return r->a.bw.w.got;
+    return r->a.bw.w.got & THROTTLE_BUDGET_MAX_UNITS;
   return 0;
 }
 
@@ -85,10 +85,21 @@ held_srv (const struct sim *s, const struct req *r)
 {
   if (s->no_server)
     return 0;
+  /* A request running on a bound export owes the server its units:
+   * charged at its grant, or in what the binding charged the server.
+   */
   if (r->state == RUNNING)
-    return r->a.charged;
+    return throttle_budget_mirrored (&((struct sim *) s)->e[r->exp].b) ?
+      r->a.charged : 0;
   if (r->a.stage == THROTTLE_ADMIT_SERVER && r->a.bw.w.granted)
     return r->a.bw.w.got;
+  /* Granted by its export before the binding, not yet polled: in what
+   * the binding charged the server.
+   */
+  if (r->a.stage == THROTTLE_ADMIT_EXPORT && r->a.bw.w.granted &&
+      !(r->a.bw.w.got & THROTTLE_BUDGET_MIRRORED) &&
+      throttle_budget_mirrored (&((struct sim *) s)->e[r->exp].b))
+    return r->a.bw.w.got & THROTTLE_BUDGET_MAX_UNITS;
   return 0;
 }
 
@@ -158,7 +169,10 @@ see_grants (struct sim *s, bool *exp_granted, bool *srv_granted)
     if (r->state == FREE)
       continue;
     eg = held_exp (r) > 0 || r->state == RUNNING;
-    sg = !s->no_server && (held_srv (s, r) > 0 || r->state == RUNNING);
+    /* Granted by the server itself (not owed through a binding). */
+    sg = !s->no_server &&
+      ((r->state == RUNNING && r->a.mirrored) ||
+       (r->a.stage == THROTTLE_ADMIT_SERVER && r->a.bw.w.granted));
     if (eg && !r->exp_seen) {
       r->exp_seen = true;
       exp_granted[r->exp] = true;
@@ -368,4 +382,14 @@ sim_complete (struct sim *s, struct req *r)
     r->offset += len;
     sim_admit (s, r);
   }
+}
+
+void
+sim_bind (struct sim *s)
+{
+  int i;
+
+  for (i = 0; i < s->nexp; i++)
+    throttle_admit_bind (&s->e[i].b, &s->server);
+  s->bound = true;
 }

@@ -74,6 +74,14 @@ struct sim {
    * schedules that reach a part stranded by the controller alone.
    */
   bool pressure;
+  /* The exports are bound by the server's budget (throttle_admit_bind)
+   * from the start, or, in a third of the schedules (with export
+   * capacities within the server's, as the filter requires), at step
+   * bind_step: until then only export 0 receives requests, as the
+   * filter binds when a second export opens.
+   */
+  bool bound;
+  unsigned bind_step;
   uint64_t next_tick;
   unsigned step;
   /* The schedule so far, to print on a failure. */
@@ -89,6 +97,7 @@ struct sim_cover {
   uint64_t steps, arrivals, in_parts, parts_granted, waited, at_server;
   uint64_t cancelled, cancelled_granted, below_page, lone;
   uint64_t ctl_down, ctl_up, tick_up;
+  uint64_t bound_late;          /* exports bound with requests in flight */
 };
 extern struct sim_cover sim_cover;
 
@@ -153,5 +162,8 @@ void sim_poll (struct sim *s, struct req *r);
  * unless a rest was left).
  */
 void sim_complete (struct sim *s, struct req *r);
+
+/* Bind every export by the server's budget (the filter's bind_locked). */
+void sim_bind (struct sim *s);
 
 #endif /* THROTTLE_SIM_MODEL_H */

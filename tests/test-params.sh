@@ -83,7 +83,15 @@ start_refused "throttle-capacity (the pool's default under throttle-metric=pages
     $wb throttle-metric=pages throttle-capacity=4503599627370495
 start_refused "throttle-capacity (the pool's default under throttle-metric=bytes).*half of RAM" \
     $wb throttle-capacity=$ram
-start_refused "throttle-capacity (.*half of RAM" $wb throttle-capacity=9223372036854775807
+start_refused "throttle-capacity (.*half of RAM" $wb throttle-capacity=4611686018427387903
+# Above what a budget's word holds (62 bits), in either mode, at start
+# and for the server's bound.
+start_refused "throttle-capacity=9223372036854775807: above 4611686018427387903, the largest capacity a budget holds" \
+    $wb throttle-capacity=9223372036854775807
+start_refused "throttle-capacity=4611686018427387904: above 4611686018427387903, the largest capacity a budget holds" \
+    throttle-capacity=4611686018427387904
+start_refused "throttle-server-capacity=4611686018427387904: above 4611686018427387903" \
+    throttle-server-capacity=4611686018427387904
 start_refused "throttle-writeback-pool: a writeback pool of $ram bytes.*half of RAM" \
     $wb throttle-writeback-pool=$ram
 # A pool of its own makes any capacity fine, and so does writethrough.

@@ -135,6 +135,24 @@ unmake (struct throttle_export *exp)
   free (exp);
 }
 
+/* Bind every export by the server's budget once there are two: one
+ * export within the server's capacity cannot exceed it, so until then
+ * its requests are not charged to the server at all (throttle-admit.h).
+ * Called with the registry lock held, after linking a new export and
+ * before it admits anything; an export once bound stays bound.
+ */
+static void
+bind_locked (void)
+{
+  struct throttle_export *exp;
+
+  throttle_lock_assert_held (&lock);
+  if (nr_exports < 2 || throttle_config.server == NULL)
+    return;
+  for (exp = registry; exp; exp = exp->next)
+    throttle_admit_bind (&exp->budget, throttle_config.server);
+}
+
 static void
 link_locked (struct throttle_export *exp)
 {
@@ -193,6 +211,7 @@ throttle_export_open (const char *name)
     exp = find_locked (name);
     if (exp == NULL && made) {
       link_locked (made);
+      bind_locked ();
       exp = made;
       made = NULL;
       made_here = true;

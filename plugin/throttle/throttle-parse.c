@@ -15,6 +15,7 @@
 
 #include <nbdkit-filter.h>
 
+#include "throttle-budget.h"
 #include "throttle-parse.h"
 
 int
@@ -123,6 +124,11 @@ throttle_capacity_check (const struct throttle_metric *m, uint64_t value,
 {
   uint64_t min = throttle_capacity_min (m);
 
+  if (value > THROTTLE_BUDGET_MAX_UNITS) {
+    snprintf (err, errlen, "%s: above %" PRIu64 ", the largest capacity "
+              "a budget holds", text, (uint64_t) THROTTLE_BUDGET_MAX_UNITS);
+    return -1;
+  }
   if (value >= min)
     return 0;
   if (m->page_units)
