@@ -333,7 +333,7 @@ def case_instr():
     p("difference of two runs of %s and %s MiB per job, so start-up and exit"
       % tuple(head["sizes"]))
     p("cancel out), over nbdkit's null plugin, which discards writes.")
-    p("Unlike the rates, this count does not move with the machine's load:")
+    p("Unlike case 1's rates, this count does not move with the machine's load:")
     p("what varies from round to round, the range, is glibc malloc's path")
     p("in nbdkit (and, for the binding rows, how many requests waited).")
     p("The kernel's share of a request (the socket, the wake-ups) is not in")
