@@ -27,7 +27,8 @@
 #                       least 2 (default 10; 2 for a smoke run)
 #   BENCH_CASES         which cases to run, of "1 instr 2 2m 4 5" (the
 #                       default: all); spaces or commas between them
-#   INSTR_REPEAT        rounds of case instr (default 3)
+#   INSTR_REPEAT        rounds of case instr (default 3, 1 for a smoke
+#                       run)
 #   BENCH_OUT           where BENCHMARKS.md and bench/*.svg go.  Default:
 #                       abs_top_srcdir for a full run, but
 #                       abs_top_builddir/bench-out for a smoke run or a
@@ -112,7 +113,7 @@ done
 [[ $T5 =~ ^[0-9]+$ ]] && [ "$T5" -ge 2 ] ||
   die "BENCH_ADAPT_TIME=$T5: expected a whole number of seconds, at least 2"
 [ "$ROUNDS1" -ge 1 ] || die "BENCH_ROUNDS1=$ROUNDS1: must be at least 1"
-INSTR_REPEAT=${INSTR_REPEAT:-3}
+INSTR_REPEAT=${INSTR_REPEAT:-$([ "$SMOKE" = 1 ] && echo 1 || echo 3)}
 [[ $INSTR_REPEAT =~ ^[0-9]+$ ]] && [ "$INSTR_REPEAT" -ge 1 ] ||
   die "INSTR_REPEAT=$INSTR_REPEAT: expected a whole number, at least 1"
 # A smoke run or a subset of the cases must not replace the committed
@@ -758,7 +759,7 @@ machine () {
   if [ $have_fio = yes ]; then echo "- fio: $(fio --version)"; fi
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "- cases run: $CASES$([ "$SMOKE" = 1 ] && echo " (**smoke run**: checks the plumbing, its numbers mean nothing)")"
-  echo "- rounds: $ROUNDS1 for case 1, $ROUNDS for the others; $T s per timed run, $T1P s in case 1's pinned 4K runs, $T2M s in case 2m, $T5 s in case 5"
+  echo "- rounds: $ROUNDS1 for case 1, $INSTR_REPEAT for case instr, $ROUNDS for the others; $T s per timed run, $T1P s in case 1's pinned 4K runs, $T2M s in case 2m, $T5 s in case 5"
   echo "- runs retried after a failure: $retried"
   echo "- idle check before the run (BENCH_IDLE=$IDLE_MODE; wanted: load average <= $MAX_LOAD (BENCH_MAX_LOAD), CPU idle >= ${MIN_IDLE}% (BENCH_MIN_IDLE), up to $IDLE_RETRIES more samples $IDLE_WAIT s apart (BENCH_IDLE_RETRIES, BENCH_IDLE_WAIT)): $idle_report"
   echo "- idle sample after the run: $idle_after"
