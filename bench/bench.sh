@@ -25,8 +25,10 @@
 #                       default 2 more)
 #   BENCH_ADAPT_TIME    seconds per run of case 5, a whole number, at
 #                       least 2 (default 10; 2 for a smoke run)
-#   BENCH_CASES         which cases to run, of "1 2 2m 4 5" (the
+#   BENCH_CASES         which cases to run, of "1 instr 2 2m 4 5" (the
 #                       default: all); spaces or commas between them
+#   INSTR_REPEAT        rounds of case instr (default 3, 1 for a smoke
+#                       run)
 #   BENCH_OUT           where BENCHMARKS.md and bench/*.svg go.  Default:
 #                       abs_top_srcdir for a full run, but
 #                       abs_top_builddir/bench-out for a smoke run or a
@@ -35,6 +37,11 @@
 #   BENCH_SMOKE=1       a short run that only checks the plumbing:
 #                       BENCH_TIME=0.5, one round, BENCH_IDLE=warn
 #                       (each still overridable)
+# Instructions per request alone, to compare two builds in a few
+# minutes (callgrind: the machine's load does not change the counts,
+# so no idle check; one valgrind at a time, though):
+#   make bench BENCH_CASES=instr      (report in bench-out/BENCHMARKS.md,
+#                                      numbers in bench-results/instr.tsv)
 # The machine must be idle (other work on it is the main noise).
 # Before the first run the script samples it: the 1-minute load
 # average, and the share of CPU time idle in /proc/stat over a few
@@ -67,7 +74,7 @@ case $SMOKE in
 esac
 T2M=${BENCH_TIME_2M:-$(awk "BEGIN { print $T * 2.5 }")}
 T1P=${BENCH_TIME_1P:-$(awk "BEGIN { print $T * 2.5 }")}
-ALL_CASES="1 2 2m 4 5"
+ALL_CASES="1 instr 2 2m 4 5"
 CASES=${BENCH_CASES:-$ALL_CASES}
 CASES=${CASES//,/ }
 MAX_LOAD=${BENCH_MAX_LOAD:-$(awk "BEGIN { print $(nproc) / 4 }")}
@@ -106,6 +113,9 @@ done
 [[ $T5 =~ ^[0-9]+$ ]] && [ "$T5" -ge 2 ] ||
   die "BENCH_ADAPT_TIME=$T5: expected a whole number of seconds, at least 2"
 [ "$ROUNDS1" -ge 1 ] || die "BENCH_ROUNDS1=$ROUNDS1: must be at least 1"
+INSTR_REPEAT=${INSTR_REPEAT:-$([ "$SMOKE" = 1 ] && echo 1 || echo 3)}
+[[ $INSTR_REPEAT =~ ^[0-9]+$ ]] && [ "$INSTR_REPEAT" -ge 1 ] ||
+  die "INSTR_REPEAT=$INSTR_REPEAT: expected a whole number, at least 1"
 # A smoke run or a subset of the cases must not replace the committed
 # report with a partial one.
 partial=no
@@ -372,10 +382,15 @@ idle_check () {
   fi
 }
 
-echo "bench: cases $CASES; rounds: $ROUNDS ($ROUNDS1 for case 1); $T s per run; results in $res"
-echo "bench: sampling the machine's idle state (${IDLE_SECS} s)"
-idle_check
-echo "bench: $idle_report"
+echo "bench: cases $CASES; rounds: $ROUNDS ($ROUNDS1 for case 1, $INSTR_REPEAT for case instr); $T s per run; results in $res"
+if [ "${CASES// /}" = instr ]; then
+  # Instruction counts do not move with the load: no reason to wait.
+  idle_report="skipped: case instr alone, whose counts do not depend on the machine's load"
+else
+  echo "bench: sampling the machine's idle state (${IDLE_SECS} s)"
+  idle_check
+fi
+echo "bench: idle check: $idle_report"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- 1. overhead: a capacity that never binds ------------------------
@@ -416,57 +431,156 @@ for ((r = 0; r < ROUNDS1; r++)); do
   fi
 done
 
-# Instructions per request, counted by callgrind in the server: the
-# one measure of case 1 that the machine's noise does not move.  nbdkit
-# runs under valgrind for two fio runs of 4K random writes (2 jobs,
-# queue depth 64) that differ only in their number of requests, each
-# over a prefilled area; the difference of the two totals over the
-# difference of the requests leaves out start-up, prefill and exit.
-# glibc's malloc takes different paths from run to run (about 20% of
-# nbdkit's own count without a filter), so each configuration is
-# counted INSTR_REPEAT times.  Results go to $res/instr.tsv: CONFIG,
-# then instructions per request of each repetition.
+# --- instr. instructions per request -------------------------------------
+# Counted by callgrind in the server: the one measure of the filter's
+# cost that the machine's load does not move.  nbdkit runs under
+# valgrind for two fio runs of 4K random writes (2 connections, queue
+# depth 64 each) that differ only in their number of requests; the
+# difference of the two totals over the difference of the requests
+# leaves out start-up and exit.  The backend is nbdkit's null plugin,
+# which discards writes (the memory plugin's page zeroing moved the
+# count by about 150 from run to run).
+#
+# valgrind runs one thread at a time, and over the bare null plugin a
+# request is done before the next one is read: none ever waits, so no
+# capacity binds there.  The binding configurations run over nbdkit's
+# delay filter below the throttle (INSTR_DELAY per write), where
+# requests overlap, and are set against no filter over the same delay:
+#   null    no filter; rate:1T; throttle:1G, the throttle's defaults
+#           with a capacity that never binds
+#   delay   no filter, the baseline of the two below; throttle:64K: 2
+#           connections of 16 nbdkit threads want up to 128K, twice the
+#           capacity
+#   delay2  two fio jobs (a connection each) on export names a and b,
+#           each wanting up to 64K, so neither export's 64K binds, under
+#           throttle-server-capacity=64K, which does
+# Whether a request waits depends on timing, so those two also get a
+# control socket, and the share of the larger run's extra requests
+# that waited for the budget that binds (the export's, or the
+# server's) is reported with them.  That share, and with it the count,
+# falls on a busy machine (valgrind's one running thread is late to
+# read new requests): the null rows do not move with the load, the
+# binding rows do, a little.
+#
+# Each round counts every configuration once; a difference or ratio
+# over no filter pairs a configuration with its baseline of the same
+# round.  Results:
+#   $res/instr.tsv         lines #sizes (MiB per job), #delay, #run
+#                          (date, commit, nbdkit), then SETUP CONFIG
+#                          and the instructions per request of each round
+#   $res/instr-waited.tsv  SETUP CONFIG BUDGET and the share of
+#                          requests that waited, of each round
 INSTR_SMALL=8 INSTR_LARGE=40    # MiB per fio job
-INSTR_REPEAT=3
-instr_per_request () {
-  local config=$1 args n total=() ir
+INSTR_SPAN=256M
+INSTR_DELAY=4ms
+INSTR_CONFIGS=("null none" "null rate:1T" "null throttle:1G" "delay none"
+               "delay throttle:64K"
+               "delay2 throttle:64K+throttle-server-capacity=64K")
+THROTTLE_CTL=${THROTTLE_CTL:-$abs_top_builddir/tools/throttle-ctl}
+
+# instr_waited BUDGET: prints "WAITED ADMITTED" of the default export's
+# budget (export) or the server's (server), from the control socket.
+instr_waited () {
+  "$THROTTLE_CTL" --json "$tmp/ctl" stats | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+if sys.argv[1] == "server":
+    b = j["server"]
+else:
+    b = [e for e in j["exports"] if e["name"] == ""][0]
+print(b["waited"], b["admitted"])' "$1"
+}
+
+# instr_count SETUP CONFIG: sets instr_ir to the instructions per
+# request, and instr_share to the share of requests that waited (empty
+# where nothing is meant to bind).
+instr_count () {
+  local setup=$1 config=$2 backend="null 1G" args n i ir budget=
+  local total=() waited=() admitted=() wa
+  [[ $setup = delay* ]] && backend="--filter=delay null 1G delay-write=$INSTR_DELAY"
   # shellcheck disable=SC2086
-  args=$(server_args "$config" $BE1)
+  args=$(server_args "$config" $backend)
+  if [[ $setup = delay* && $config = throttle:* ]]; then
+    args="$args throttle-control=$tmp/ctl"
+    budget="export"
+    [[ $config = *throttle-server-capacity=* ]] && budget=server
+  fi
   for n in $INSTR_SMALL $INSTR_LARGE; do
-    rm -f "$sock" "$tmp/cg.out"
+    rm -f "$sock" "$tmp/ctl" "$tmp/cg.out"
     # shellcheck disable=SC2086
     valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" \
       "$NBDKIT" -f -U "$sock" $args 2>"$tmp/server.log" &
     server_pid=$!
-    local i
-    for i in $(seq 300); do [ -S "$sock" ] && break; sleep 0.1; done
-    [ -S "$sock" ] || { cat "$tmp/server.log" >&2; die "instructions: $config: nbdkit under valgrind did not start"; }
-    prefill $SPAN1 || die "instructions: $config: prefill failed"
-    fio --ioengine=nbd --uri="$uri" --name=instr --rw=randwrite --bs=4k \
-      --iodepth=64 --numjobs=2 --size=$SPAN1 --io_size=${n}M \
-      >"$tmp/fio.out" 2>&1 || { cat "$tmp/fio.out" >&2; die "instructions: $config: fio failed"; }
-    kill -TERM "$server_pid"; wait "$server_pid" 2>/dev/null; server_pid=
+    for i in $(seq 300); do
+      [ -S "$sock" ] && { [ -z "$budget" ] || [ -S "$tmp/ctl" ]; } && break
+      kill -0 "$server_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    [ -S "$sock" ] || { cat "$tmp/server.log" >&2; die "instr: $setup $config: nbdkit under valgrind did not start"; }
+    if [ "$setup" = delay2 ]; then
+      fio --ioengine=nbd --rw=randwrite --bs=4k --iodepth=64 \
+        --size=$INSTR_SPAN --io_size="${n}M" \
+        --name=a --uri="nbd+unix:///a?socket=$sock" \
+        --name=b --uri="nbd+unix:///b?socket=$sock" >"$tmp/fio.out" 2>&1
+    else
+      fio --ioengine=nbd --uri="$uri" --name=instr --rw=randwrite --bs=4k \
+        --iodepth=64 --numjobs=2 --size=$INSTR_SPAN --io_size="${n}M" \
+        >"$tmp/fio.out" 2>&1
+    fi || { cat "$tmp/fio.out" "$tmp/server.log" >&2; die "instr: $setup $config: fio failed"; }
+    if [ -n "$budget" ]; then
+      wa=$(instr_waited $budget) || die "instr: $setup $config: no statistics from $tmp/ctl"
+      waited+=("${wa% *}") admitted+=("${wa#* }")
+    fi
+    kill -TERM "$server_pid"
+    wait "$server_pid" 2>/dev/null
+    server_pid=
     ir=$(sed -n 's/^totals: \([0-9]*\).*/\1/p' "$tmp/cg.out")
-    [ -n "$ir" ] || die "instructions: $config: no totals in callgrind's output"
+    [ -n "$ir" ] || die "instr: $setup $config: no totals in callgrind's output"
     total+=("$ir")
   done
-  instr_counts+=("$(( (total[1] - total[0]) / ((INSTR_LARGE - INSTR_SMALL) * 2 * 256) ))")
+  # 2 jobs of 4K requests: 256 of them per MiB.
+  instr_ir=$(( (total[1] - total[0]) / ((INSTR_LARGE - INSTR_SMALL) * 2 * 256) ))
+  instr_share=
+  [ -n "$budget" ] &&
+    instr_share=$(awk -v w="$((waited[1] - waited[0]))" -v a="$((admitted[1] - admitted[0]))" \
+                    'BEGIN { printf "%.3f", (a > 0 ? w / a : 0) }')
 }
-if want 1 && [ $have_fio = yes ] && command -v valgrind >/dev/null; then
-  echo "case 1, instructions per request (callgrind)"
-  printf '#sizes\t%s\t%s\n' $INSTR_SMALL $INSTR_LARGE > "$res/instr.tsv"
-  for c in none rate:1T throttle:1G; do
-    instr_counts=()
-    for ((i = 0; i < INSTR_REPEAT; i++)); do
-      instr_per_request "$c"
+
+if ! want instr; then
+  :
+elif [ $have_fio = no ]; then
+  echo "bench: case instr skipped: fio with its nbd engine is not installed (apt-get install fio)"
+elif ! command -v valgrind >/dev/null; then
+  echo "bench: case instr skipped: valgrind is not installed (apt-get install valgrind)"
+else
+  declare -A instr_irs instr_shares
+  for ((r = 0; r < INSTR_REPEAT; r++)); do
+    echo "case instr, round $r"
+    for e in "${INSTR_CONFIGS[@]}"; do
+      # shellcheck disable=SC2086
+      instr_count $e
+      instr_irs[$e]+=$'\t'$instr_ir
+      [ -n "$instr_share" ] && instr_shares[$e]+=$'\t'$instr_share
+      printf '  %-52s %5d instructions per request%s\n' "$e" "$instr_ir" \
+        "${instr_share:+, waited $instr_share}"
     done
-    printf '%s' "$c" >> "$res/instr.tsv"
-    printf '\t%s' "${instr_counts[@]}" >> "$res/instr.tsv"
-    printf '\n' >> "$res/instr.tsv"
-    echo "  instructions per request: $c: ${instr_counts[*]}"
   done
-elif want 1; then
-  echo "bench: case 1's instruction counts skipped: they need fio and valgrind (apt-get install fio valgrind)"
+  {
+    printf '#sizes\t%s\t%s\n' $INSTR_SMALL $INSTR_LARGE
+    printf '#delay\t%s\n' $INSTR_DELAY
+    printf '#run\t%s\t%s\t%s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')" \
+      "$(git -C "$abs_top_srcdir" describe --always --dirty 2>/dev/null || echo unknown)" \
+      "$("$NBDKIT" --version | head -1)"
+    for e in "${INSTR_CONFIGS[@]}"; do
+      printf '%s\t%s%s\n' "${e% *}" "${e#* }" "${instr_irs[$e]}"
+    done
+  } > "$res/instr.tsv"
+  for e in "${INSTR_CONFIGS[@]}"; do
+    [ -n "${instr_shares[$e]:-}" ] || continue
+    budget="export"
+    [[ $e = *throttle-server-capacity=* ]] && budget=server
+    printf '%s\t%s\t%s%s\n' "${e% *}" "${e#* }" $budget "${instr_shares[$e]}"
+  done > "$res/instr-waited.tsv"
 fi
 
 # --- 2. under pressure ------------------------------------------------
@@ -645,7 +759,7 @@ machine () {
   if [ $have_fio = yes ]; then echo "- fio: $(fio --version)"; fi
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "- cases run: $CASES$([ "$SMOKE" = 1 ] && echo " (**smoke run**: checks the plumbing, its numbers mean nothing)")"
-  echo "- rounds: $ROUNDS1 for case 1, $ROUNDS for the others; $T s per timed run, $T1P s in case 1's pinned 4K runs, $T2M s in case 2m, $T5 s in case 5"
+  echo "- rounds: $ROUNDS1 for case 1, $INSTR_REPEAT for case instr, $ROUNDS for the others; $T s per timed run, $T1P s in case 1's pinned 4K runs, $T2M s in case 2m, $T5 s in case 5"
   echo "- runs retried after a failure: $retried"
   echo "- idle check before the run (BENCH_IDLE=$IDLE_MODE; wanted: load average <= $MAX_LOAD (BENCH_MAX_LOAD), CPU idle >= ${MIN_IDLE}% (BENCH_MIN_IDLE), up to $IDLE_RETRIES more samples $IDLE_WAIT s apart (BENCH_IDLE_RETRIES, BENCH_IDLE_WAIT)): $idle_report"
   echo "- idle sample after the run: $idle_after"

@@ -251,32 +251,6 @@ def case1():
     p("fio's and nbdkit's threads on one CPU or apart: more than the few")
     p("percent being measured.  The goal is judged on the pinned 4K row.")
     p("")
-    instr = os.path.join(res_dir, "instr.tsv")
-    if os.path.exists(instr):
-        with open(instr) as f:
-            rows = [l.rstrip("\n").split("\t") for l in f if l.strip()]
-        counts = {r[0]: sorted(int(x) for x in r[1:])
-                  for r in rows if r[0] != "#sizes"}
-        sizes = [r[1:] for r in rows if r[0] == "#sizes"][0]
-        base = statistics.median(counts["none"]) if "none" in counts else 0
-        p("Instructions per request in the server (callgrind; 4K random")
-        p("writes from fio, 2 jobs, queue depth 64; the difference of two runs")
-        p("of %s and %s MiB per job, so start-up and exit cancel out)." % tuple(sizes))
-        p("Unlike the rates below, this count does not move with the machine's")
-        p("load (what varies from run to run, the range, is glibc malloc's path")
-        p("in nbdkit); the kernel's share of a request (the socket, the")
-        p("wake-ups) is not in it, so a filter's share of the whole is smaller.")
-        p("")
-        p("| configuration | instructions per request (median) | range, runs | over no filter |")
-        p("|---|---|---|---|")
-        for c in ("none", "rate:1T", "throttle:1G"):
-            if c in counts:
-                v = counts[c]
-                n = statistics.median(v)
-                p("| %s | %d | %d-%d, %d | %s |" % (
-                    config_name(c), n, v[0], v[-1], len(v),
-                    "" if c == "none" else "%+d" % (n - base)))
-        p("")
     p("| workload | client | configuration | MiB/s (median) | / no filter | target 0.97 | p50 | p99 | max |")
     p("|---|---|---|---|---|---|---|---|---|")
     for wl in ("4k-randwrite-qd64", "4k-randwrite-qd64x2",
@@ -310,6 +284,105 @@ CASE2 = [
     ("mix-4k95-1M5-4x16", "2M", 2 << 20, "rate:1600M",
      "95% 4K + 5% 1M random writes, 4 connections x queue depth 16"),
 ]
+
+# case instr's setups: the backend as shown, and the setup whose "none"
+# is the baseline.
+INSTR_SETUPS = {
+    "null": ("`null 1G`", "null"),
+    "delay": ("`--filter=delay null 1G delay-write=%s`", "delay"),
+    "delay2": ("as above; fio's two jobs on export names `a` and `b`", "delay"),
+}
+
+
+def read_instr():
+    """instr.tsv and instr-waited.tsv, or None when case instr did not run:
+    (header lines by key, [(setup, config, [per-round counts])],
+    {(setup, config): (budget, [per-round shares])})."""
+    path = os.path.join(res_dir, "instr.tsv")
+    if not os.path.exists(path):
+        return None
+    head, rows, waited = {}, [], {}
+    with open(path) as f:
+        for line in f:
+            r = line.rstrip("\n").split("\t")
+            if r[0].startswith("#"):
+                head[r[0][1:]] = r[1:]
+            else:
+                rows.append((r[0], r[1], [int(x) for x in r[2:]]))
+    wpath = os.path.join(res_dir, "instr-waited.tsv")
+    if os.path.exists(wpath):
+        with open(wpath) as f:
+            for line in f:
+                r = line.rstrip("\n").split("\t")
+                waited[(r[0], r[1])] = (r[2], [float(x) for x in r[3:]])
+    return head, rows, waited
+
+
+def case_instr():
+    """Instructions per request (callgrind): what a filter costs the
+    server's CPU per request, untouched by the machine's load."""
+    got = read_instr()
+    if got is None:
+        return
+    head, rows, waited = got
+    counts = {(s, c): v for s, c, v in rows}
+    p("## 1i. Instructions per request")
+    p("")
+    p("Instructions per request in the server (callgrind; 4K random")
+    p("writes from fio, 2 jobs (2 connections), queue depth 64; the")
+    p("difference of two runs of %s and %s MiB per job, so start-up and exit"
+      % tuple(head["sizes"]))
+    p("cancel out), over nbdkit's null plugin, which discards writes.")
+    p("Unlike case 1's rates, this count does not move with the machine's load:")
+    p("what varies from round to round, the range, is glibc malloc's path")
+    p("in nbdkit (and, for the binding rows, how many requests waited).")
+    p("The kernel's share of a request (the socket, the wake-ups) is not in")
+    p("it, so a filter's share of the whole is smaller.")
+    p("`make bench BENCH_CASES=instr` counts these alone in a few minutes")
+    p("(to compare two builds).  This table: %s, commit %s, %s."
+      % tuple(head["run"][:3]))
+    p("")
+    p("valgrind runs one thread at a time, so over the bare null plugin a")
+    p("request is done before the next is read and no capacity ever binds.")
+    p("The binding rows therefore run over nbdkit's delay filter (`delay-write=%s`," % head["delay"][0])
+    p("below the throttle), where requests overlap, and are set against no")
+    p("filter over the same delay, counted in the same round: with")
+    p("`throttle-capacity=64K` the 2 connections' 32 nbdkit threads want up to")
+    p("128K; with two export names, each wants up to 64K (its own capacity")
+    p("never binds) and `throttle-server-capacity=64K` binds.  *Waited* is the")
+    p("share of the larger run's extra requests that waited for the budget")
+    p("that binds (from the control socket; above 1 when the smaller run")
+    p("waited less).  A binding row's count grows with it, by over a")
+    p("thousand instructions per waiting request, and it falls on a busy machine,")
+    p("where valgrind's one running thread is late to read new requests:")
+    p("compare binding rows of two builds at similar shares, counted on an")
+    p("idle machine.  Differences and ratios are paired by round; each is")
+    p("median (lowest-highest).")
+    p("")
+    p("| configuration | backend | instructions per request (median) | range, rounds | over no filter | / no filter | waited |")
+    p("|---|---|---|---|---|---|---|")
+    for setup, config, v in rows:
+        backend, base = INSTR_SETUPS.get(setup, (setup, setup))
+        if "%s" in backend:
+            backend = backend % head["delay"][0]
+        name = config_name(config)
+        if config.startswith("throttle:") and "+" not in config and setup == "null":
+            name += ", defaults"
+        b = counts.get((base, "none"))
+        if config == "none" or b is None:
+            diff = ratio = ""
+        else:
+            d = [x - y for x, y in zip(v, b)]
+            diff = "%+d (%+d to %+d)" % (statistics.median(d), min(d), max(d))
+            ratio = fmt_spread((x / y for x, y in zip(v, b)), lambda r: "%.3f" % r)
+        w = waited.get((setup, config))
+        share = "" if w is None else "%s: %s" % (
+            w[0], fmt_spread(w[1], lambda x: "%.3f" % x))
+        p("| %s | %s | %d | %d-%d, %d | %s | %s | %s |" % (
+            name, backend, statistics.median(v), min(v), max(v), len(v),
+            diff, ratio, share))
+    p("")
+
 
 def case2():
     """Under pressure, throttle-load."""
@@ -858,6 +931,7 @@ def case_tests():
 
 header()
 case1()
+case_instr()
 case2()
 case2m()
 case3()
