@@ -178,6 +178,27 @@ run controlhuman 0 -t 0.5 --control "$tmp/thr.ctl" --unix "$tmp/thr.sock" &&
   grep -q '^  export "": capacity 131072, peak in flight' "$tmp/controlhuman.out" &&
   pass "control: the table shows what the throttle did" ||
   fail_later "control: no throttle section in the table"
+# An export name with a blank, a quote and a backslash is read whole
+# from the reply (it was once cut at the first quote), while a client
+# holds its budget open.
+if $PY -c 'import nbd' 2>/dev/null; then
+  hold_exports "$tmp/thr.sock" odd 'a "b\c'
+  run controlname 0 --json -t 0.3 --control "$tmp/thr.ctl" \
+      --unix "$tmp/thr.sock" &&
+    check_json controlname '
+names = [e["name"] for e in j["throttle"]["exports"]]
+assert sorted(names) == ["", "a \"b\\c"], names
+'
+  run controlnamehuman 0 -t 0.3 --control "$tmp/thr.ctl" \
+      --unix "$tmp/thr.sock" &&
+    grep -qF '  export "a \"b\\c": capacity 131072, peak in flight 4096' \
+      "$tmp/controlnamehuman.out" &&
+    pass "control: an odd export name is shown whole" ||
+    { fail_later "control: the odd export name"; cat "$tmp/controlnamehuman.out"; }
+  kill $held; wait $held 2>/dev/null || :
+else
+  echo "$0: skipped the odd export name: Debian's python3-libnbd is not installed"
+fi
 run controlbad 1 -t 0.5 --control "$tmp/nonexistent.ctl" --unix "$tmp/thr.sock" &&
   expect_err controlbad "--control .*nonexistent.ctl: No such file"
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json-reply.h"
 #include "load.h"
 #include "throttle-json.h"
 
@@ -69,48 +70,43 @@ size_str (uint32_t size, char *buf, size_t n)
     snprintf (buf, n, "%" PRIu32, size);
 }
 
-/* The first number after "key": in s, or 0.  Enough for the flat
- * objects of the control socket's stats reply, without a JSON parser.
- */
 static uint64_t
-json_u64 (const char *s, const char *key)
+get (json_object *obj, const char *key)
 {
-  char pat[64];
-  const char *p;
+  uint64_t u = 0;
 
-  snprintf (pat, sizeof pat, "\"%s\":", key);
-  p = strstr (s, pat);
-  return p ? strtoull (p + strlen (pat), NULL, 10) : 0;
+  reply_uint (obj, key, &u);
+  return u;
 }
 
-/* One block per export of the throttle's stats. */
+/* One block per export of the throttle's stats (load_control_stats
+ * checked that each has its name and counters).
+ */
 static void
-report_server_human (const char *stats, FILE *fp)
+report_server_human (json_object *stats, FILE *fp)
 {
-  const char *e = strstr (stats, "\"exports\":");
+  json_object *exports = reply_member (stats, "exports", json_type_array);
+  size_t i, n = json_object_array_length (exports);
+  uint64_t total;
 
   fprintf (fp, "\nthrottle (control socket):\n");
-  while (e && (e = strstr (e, "{\"name\":")) != NULL) {
-    const char *name = e + 8, *end = strchr (name + 1, '"');
-    char next_obj[] = "{\"name\":";
-    const char *next = strstr (e + 1, next_obj);
-    size_t len = end ? (size_t) (end - name - 1) : 0;
-    char *obj = strndup (e, next ? (size_t) (next - e) : strlen (e));
+  for (i = 0; i < n; i++) {
+    json_object *e = json_object_array_get_idx (exports, i);
 
-    if (obj == NULL)
-      return;
-    fprintf (fp, "  export \"%.*s\": capacity %" PRIu64 ", peak in flight %"
-             PRIu64 ", units charged %" PRIu64 "\n"
-             "    admitted %" PRIu64 ", waited %" PRIu64 ", wait total %.3f s,"
-             " max %.1f ms\n",
-             (int) len, name + 1, json_u64 (obj, "capacity"),
-             json_u64 (obj, "peak"), json_u64 (obj, "charged"),
-             json_u64 (obj, "admitted"), json_u64 (obj, "waited"),
-             json_u64 (obj, "wait_ns_total") / 1e9,
-             json_u64 (obj, "wait_ns_max") / 1e6);
-    free (obj);
-    e = next;
+    fprintf (fp, "  export ");
+    throttle_json_string (fp, reply_string (e, "name"));
+    fprintf (fp, ": capacity %" PRIu64 ", peak in flight %" PRIu64
+             ", units charged %" PRIu64 "\n"
+             "    admitted %" PRIu64 ", waited %" PRIu64 ", wait total "
+             "%.3f s, max %.1f ms\n",
+             get (e, "capacity"), get (e, "peak"), get (e, "charged"),
+             get (e, "admitted"), get (e, "waited"),
+             get (e, "wait_ns_total") / 1e9, get (e, "wait_ns_max") / 1e6);
   }
+  /* The reply is the server's first page of exports. */
+  if (reply_uint (stats, "exports_total", &total) && total > n)
+    fprintf (fp, "  (%" PRIu64 " more exports: throttle-ctl SOCKET stats "
+             "shows them all)\n", total - n);
 }
 
 static void
@@ -244,9 +240,12 @@ load_report_json (const struct load_config *cfg,
            ", \"mismatches\": %" PRIu64 "}%s\n",
            cfg->verify ? "true" : "false", res->verify_bytes,
            res->verify_mismatches, res->server_stats ? "," : "");
-  /* The control socket's reply is JSON already: embed it as is. */
+  /* The control socket's reply, as json-c writes it back. */
   if (res->server_stats)
-    fprintf (fp, "  \"throttle\": %s\n", res->server_stats);
+    fprintf (fp, "  \"throttle\": %s\n",
+             json_object_to_json_string_ext (res->server_stats,
+                                             JSON_C_TO_STRING_PLAIN |
+                                             JSON_C_TO_STRING_NOSLASHESCAPE));
   fprintf (fp, "}\n");
 }
 
@@ -286,6 +285,6 @@ load_result_free (struct load_result *res)
   for (i = 0; i < LOAD_MAX_SIZES; i++)
     free (res->by_size[i]);
   free (res->conns);
-  free (res->server_stats);
+  json_object_put (res->server_stats);
   memset (res, 0, sizeof *res);
 }
