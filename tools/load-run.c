@@ -359,6 +359,7 @@ all_ready (struct run *run)
     }
   }
   run->phase = RUNNING;
+  run->res->started = true;
   run->start_ns = run->last_reply_ns = run->last_event_ns = run->tick_ns =
     throttle_now_ns ();
   if (cfg->duration > 0) {

@@ -94,11 +94,12 @@ struct load_conn_result {
 };
 
 struct load_result {
+  bool started;                 /* the requests began: elapsed is measured */
   double elapsed;               /* seconds from the first request to the last reply */
   uint64_t ops, bytes;
   uint64_t read_ops, read_bytes;
   uint64_t write_ops, write_bytes;
-  uint64_t export_size;
+  uint64_t export_size;         /* 0 until connected */
   struct load_hist *all;        /* latencies of every request */
   struct load_hist *read, *write;
   struct load_hist *by_size[LOAD_MAX_SIZES];  /* indexed like cfg->sizes */
