@@ -153,7 +153,7 @@ if run hist 0 -t 1.5 --progress --histogram "$tmp/lat.dat" "$uri"; then
   else
     fail_later "hist: bad CDF"; cat "$tmp/lat.dat"
   fi
-  expect_err hist "throttle-load: +1\.[0-9]s .*MiB/s.*IOPS"
+  expect_err hist "throttle-load: run +1\.[0-9]s +[0-9.]+%  ETA .*MiB/s.*IOPS"
 fi
 
 # --verify passes on a server that keeps data ...
