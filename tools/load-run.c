@@ -446,6 +446,10 @@ finish_phase (struct run *run)
 
   if (run->phase == RUNNING) {
     run->end_ns = run->last_reply_ns;
+    /* A run ended early (^C) must not have its deadline end the
+     * read-back.
+     */
+    ev_timer_stop (run->loop, &run->deadline);
     if (run->cfg->progress)
       progress (run, true);
     if (run->cfg->verify) {
