@@ -78,14 +78,14 @@ def load_result(tool, path):
     if tool == "load":
         if j["status"] != "ok":
             raise SystemExit("%s: run failed: %s" % (path, j.get("error")))
-        r.bw = j["throughput"]
+        r.bw = j["throughput_bytes_per_second"]
         r.iops = j["iops"]
         lat = j["latency_us"]
         r.p50, r.p99, r.p999, r.max = lat["p50"], lat["p99"], lat["p99.9"], lat["max"]
         r.fairness = j["fairness"]
-        r.largest = j["largest_size"]
+        r.largest = j["largest_size_bytes"]
         r.largest_max = j["largest_size_max_latency_us"]
-        r.by_size = {s["size"]: s["latency_us"] for s in j["by_size"]}
+        r.by_size = {s["size_bytes"]: s["latency_us"] for s in j["by_size"]}
     else:
         r.jobs = fio_jobs(j)
         w = j["jobs"][0]["write"]

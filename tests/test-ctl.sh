@@ -105,6 +105,8 @@ if mode == "garbage":
     c.sendall(b"hello there\n")
 elif mode == "json":
     c.sendall(b'{"foo":1}\n')
+elif mode == "trailing":
+    c.sendall(b'{"exports":[]} x\n')
 elif mode == "partial":
     c.sendall(b'{"metric":"bytes"')
 elif mode == "silent":
@@ -124,6 +126,9 @@ expect 1 'the reply is not JSON (unexpected character at byte 0): "hello there"'
   "$tmp/fake.sock" stats
 fake json
 expect 1 'the reply has no "exports" array: not a throttle control socket' \
+  "$tmp/fake.sock" stats
+fake trailing
+expect 1 'the reply is not JSON (unexpected character at byte 15)' \
   "$tmp/fake.sock" stats
 fake partial
 expect 1 'closed the connection in the middle of a reply (17 bytes' \

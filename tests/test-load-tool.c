@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of throttle-load's pure parts: the --verify pattern and
- * map of written units (tools/load-verify.c), and the workload stream
- * (tools/load-workload.c).  test-load.sh drives the whole tool.
+ * map of written units (tools/load-verify.c), the workload stream
+ * (tools/load-workload.c) and --progress's estimate and line
+ * (tools/load-progress.c).  test-load.sh drives the whole tool.
  */
 
 #include <config.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "load.h"
+#include "load-progress.h"
 #include "load-verify.h"
 #include "load-workload.h"
 #include "check-main.h"
@@ -57,12 +59,17 @@ START_TEST (test_written)
   ck_assert_int_eq (load_written_init (&w, 1 << 20, 4 << 20), 0);
   ck_assert (!load_written_all (&w, 1 << 20, UNIT));
   load_written_mark (&w, (1 << 20) + 4 * UNIT, 2 * UNIT);
+  ck_assert_uint_eq (load_written_count (&w), 2);
   ck_assert (load_written_all (&w, (1 << 20) + 4 * UNIT, 2 * UNIT));
   ck_assert (!load_written_all (&w, (1 << 20) + 4 * UNIT, 3 * UNIT));
   ck_assert (!load_written_all (&w, (1 << 20) + 3 * UNIT, 2 * UNIT));
   /* A stretch longer than a read-back chunk, at the very end. */
   load_written_mark (&w, (5 << 20) - LOAD_VERIFY_CHUNK - UNIT,
                      LOAD_VERIFY_CHUNK + UNIT);
+  /* Marking again counts once; the last unit of the area counts. */
+  load_written_mark (&w, (1 << 20) + 4 * UNIT, UNIT);
+  ck_assert_uint_eq (load_written_count (&w),
+                     2 + LOAD_VERIFY_CHUNK / UNIT + 1);
 
   ck_assert (load_written_pending (&w));
   ck_assert (load_written_next (&w, &off, &size));
@@ -158,6 +165,83 @@ START_TEST (test_sequential)
 }
 END_TEST
 
+START_TEST (test_progress_estimate)
+{
+  struct load_progress p = { 0 };
+
+  /* By time: as far as the time, the rest of it left; requests that
+   * drain past the end stay at 100%.
+   */
+  load_progress_estimate (&p, 1.0, 4.0, 12345, 0);
+  ck_assert_double_eq_tol (p.fraction, 0.25, 1e-9);
+  ck_assert_double_eq_tol (p.eta, 3.0, 1e-9);
+  load_progress_estimate (&p, 4.5, 4.0, 12345, 0);
+  ck_assert_double_eq (p.fraction, 1);
+  ck_assert_double_eq (p.eta, 0);
+
+  /* By size: the rest at the mean rate so far. */
+  load_progress_estimate (&p, 2.0, 0, 1 << 20, 4 << 20);
+  ck_assert_double_eq_tol (p.fraction, 0.25, 1e-9);
+  ck_assert_double_eq_tol (p.eta, 6.0, 1e-9);
+  /* Nothing back yet: no rate, no ETA. */
+  load_progress_estimate (&p, 0.5, 0, 0, 4 << 20);
+  ck_assert_double_eq (p.fraction, 0);
+  ck_assert (p.eta < 0);
+  /* The last request goes past --bytes. */
+  load_progress_estimate (&p, 3.0, 0, (4 << 20) + 4096, 4 << 20);
+  ck_assert_double_eq (p.fraction, 1);
+  ck_assert_double_eq (p.eta, 0);
+  /* A read-back with nothing written is done at once. */
+  load_progress_estimate (&p, 0, 0, 0, 0);
+  ck_assert_double_eq (p.fraction, 1);
+}
+END_TEST
+
+/* P's line, in BUF. */
+static const char *
+line (const struct load_progress *p, char *buf, size_t len)
+{
+  FILE *fp = fmemopen (buf, len, "w");
+
+  ck_assert_ptr_nonnull (fp);
+  load_progress_print (fp, p);
+  ck_assert_int_eq (fclose (fp), 0);
+  return buf;
+}
+
+START_TEST (test_progress_line)
+{
+  struct load_progress p = { .phase = "run", .elapsed = 1.0,
+                             .fraction = 0.4, .eta = 1.5,
+                             .bytes_per_s = 10 * 1048576.0,
+                             .ops_per_s = 2560, .in_flight = 16 };
+  char buf[256];
+
+  ck_assert_str_eq (line (&p, buf, sizeof buf),
+                    "throttle-load: run       1.0s  40.0%  ETA 1.5s"
+                    "         10.0 MiB/s     2560 IOPS  in flight 16\n");
+  /* Not done: never 100.0% however close. */
+  p.fraction = 0.9996;
+  p.eta = 0.01;
+  ck_assert_ptr_nonnull (strstr (line (&p, buf, sizeof buf),
+                                 " 99.9%  ETA 0.0s "));
+  p.eta = -1;
+  ck_assert_ptr_nonnull (strstr (line (&p, buf, sizeof buf), "%  ETA -  "));
+  /* Long times in minutes and hours. */
+  p.elapsed = 725;
+  p.eta = 3 * 3600 + 7 * 60;
+  ck_assert_ptr_nonnull (strstr (line (&p, buf, sizeof buf),
+                                 "run     12m05s  99.9%  ETA 3h07m "));
+  p.phase = "verify";
+  p.elapsed = 0.3;
+  p.fraction = 1;
+  p.done = true;
+  ck_assert_ptr_nonnull (strstr (line (&p, buf, sizeof buf),
+                                 "throttle-load: verify    0.3s 100.0%  "
+                                 "done "));
+}
+END_TEST
+
 Suite *
 throttle_test_suite (void)
 {
@@ -168,6 +252,8 @@ throttle_test_suite (void)
   tcase_add_test (tc, test_written);
   tcase_add_test (tc, test_random);
   tcase_add_test (tc, test_sequential);
+  tcase_add_test (tc, test_progress_estimate);
+  tcase_add_test (tc, test_progress_line);
   suite_add_tcase (s, tc);
   return s;
 }

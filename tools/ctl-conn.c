@@ -209,12 +209,12 @@ excerpt (const char *s, char *buf, size_t len)
   return buf;
 }
 
-struct ctl_json *
+json_object *
 ctl_ask (const char *path, const char *line, double timeout, char **raw,
          char *err, size_t errlen)
 {
-  struct ctl_json *reply = NULL;
-  const struct ctl_json *e;
+  json_object *reply;
+  const char *e;
   char why[256], ex[320];
   char *buf;
   int fd;
@@ -228,30 +228,23 @@ ctl_ask (const char *path, const char *line, double timeout, char **raw,
   if (buf == NULL)
     return NULL;
 
-  reply = ctl_json_parse (buf, why, sizeof why);
+  reply = reply_parse (buf, why, sizeof why);
   if (reply == NULL) {
-    snprintf (err, errlen, "%s: the reply is not JSON (%s): \"%s\": not a "
-              "throttle control socket?", path, why,
-              excerpt (buf, ex, sizeof ex));
+    snprintf (err, errlen, "%s: the reply is %s: \"%s\": not a throttle "
+              "control socket?", path, why, excerpt (buf, ex, sizeof ex));
     goto fail;
   }
-  if (reply->type != CTL_JSON_OBJECT) {
-    snprintf (err, errlen, "%s: the reply is not a JSON object: \"%s\": "
-              "not a throttle control socket?", path,
-              excerpt (buf, ex, sizeof ex));
-    goto fail;
-  }
-  e = ctl_json_get (reply, "error");
-  if (e) {
+  if (json_object_object_get_ex (reply, "error", NULL)) {
+    e = reply_string (reply, "error");
     snprintf (err, errlen, "%s: the server refused: %s", path,
-              e->type == CTL_JSON_STRING ? e->str : "(no message)");
+              e ? e : "(no message)");
     goto fail;
   }
   *raw = buf;
   return reply;
 
  fail:
-  ctl_json_free (reply);
+  json_object_put (reply);
   free (buf);
   return NULL;
 }

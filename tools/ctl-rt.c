@@ -12,28 +12,30 @@
 #include "ctl.h"
 
 static const char *
-str (const struct ctl_json *obj, const char *key)
+str (json_object *obj, const char *key)
 {
-  const struct ctl_json *v = ctl_json_get (obj, key);
+  const char *s = reply_string (obj, key);
 
-  return v && v->type == CTL_JSON_STRING ? v->str : "?";
+  return s ? s : "?";
 }
 
 void
-ctl_print_rt (const struct ctl_json *reply)
+ctl_print_rt (json_object *reply)
 {
-  const struct ctl_json *rt = ctl_json_get (reply, "rt");
-  const struct ctl_json *on, *off_in;
+  json_object *rt = reply_member (reply, "rt", json_type_object);
+  json_object *off_in;
 
-  if (rt == NULL || rt->type != CTL_JSON_OBJECT)
+  if (rt == NULL)
     return;
-  on = ctl_json_get (rt, "on");
-  off_in = ctl_json_get (rt, "off_in_s");
   printf ("real-time %s (mode %s): %s",
-          on && on->type == CTL_JSON_BOOL && on->boolean ? "on" : "off",
+          reply_bool (rt, "on", false) ? "on" : "off",
           str (rt, "mode"), str (rt, "why"));
-  if (off_in && off_in->type == CTL_JSON_NUMBER)
-    printf ("; off in %.1f s unless %s", off_in->num,
+  /* A whole number of seconds reads as an integer. */
+  off_in = reply_member (rt, "off_in_s", json_type_double);
+  if (off_in == NULL)
+    off_in = reply_member (rt, "off_in_s", json_type_int);
+  if (off_in)
+    printf ("; off in %.1f s unless %s", json_object_get_double (off_in),
             "a kernel client connects or memory pressure recurs");
   printf ("\n");
 }

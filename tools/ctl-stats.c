@@ -30,47 +30,35 @@ error (const char *msg)
 /* The reply's exports array, or NULL with ERR if the reply is not the
  * filter's (a server that answers JSON of another shape).
  */
-static const struct ctl_json *
-exports_of (const struct ctl_json *reply, const char *path,
-            char *err, size_t errlen)
+static json_object *
+exports_of (json_object *reply, const char *path, char *err, size_t errlen)
 {
-  const struct ctl_json *a = ctl_json_get (reply, "exports"), *e;
+  json_object *a = reply_member (reply, "exports", json_type_array);
+  size_t i, n;
   uint64_t u;
 
-  if (a == NULL || a->type != CTL_JSON_ARRAY) {
+  if (a == NULL) {
     snprintf (err, errlen, "%s: the reply has no \"exports\" array: not a "
               "throttle control socket?", path);
     return NULL;
   }
-  for (e = a->child; e; e = e->next) {
-    const struct ctl_json *name = ctl_json_get (e, "name");
+  n = json_object_array_length (a);
+  for (i = 0; i < n; i++) {
+    json_object *e = json_object_array_get_idx (a, i);
 
-    if (name == NULL || name->type != CTL_JSON_STRING ||
-        !ctl_json_get_uint (e, "capacity", &u) ||
-        !ctl_json_get_uint (e, "in_flight", &u) ||
-        !ctl_json_get_uint (e, "admitted", &u) ||
-        !ctl_json_get_uint (e, "waited", &u) ||
-        !ctl_json_get_uint (e, "wait_ns_total", &u) ||
-        !ctl_json_get_uint (e, "wait_ns_max", &u)) {
+    if (reply_string (e, "name") == NULL ||
+        !reply_uint (e, "capacity", &u) ||
+        !reply_uint (e, "in_flight", &u) ||
+        !reply_uint (e, "admitted", &u) ||
+        !reply_uint (e, "waited", &u) ||
+        !reply_uint (e, "wait_ns_total", &u) ||
+        !reply_uint (e, "wait_ns_max", &u)) {
       snprintf (err, errlen, "%s: an export in the reply lacks a name or "
                 "a counter: not a throttle control socket?", path);
       return NULL;
     }
   }
   return a;
-}
-
-/* The member "exports" of REPLY, to append to. */
-static struct ctl_json *
-exports_member (struct ctl_json *reply)
-{
-  struct ctl_json *m;
-
-  for (m = reply->type == CTL_JSON_OBJECT ? reply->child : NULL; m;
-       m = m->next)
-    if (strcmp (m->key, "exports") == 0)
-      return m->type == CTL_JSON_ARRAY ? m : NULL;
-  return NULL;
 }
 
 /* Ask for the stats of every export: "stats", then "stats from N" for
@@ -80,11 +68,11 @@ exports_member (struct ctl_json *reply)
  * with ERR on failure, as ctl_ask does; a server whose pages do not
  * move forward is not the filter.
  */
-static struct ctl_json *
+static json_object *
 ask_all_stats (const char *path, double timeout, char **raw,
                char *err, size_t errlen)
 {
-  struct ctl_json *reply, *page = NULL, *all, *last;
+  json_object *reply, *page = NULL, *all;
   char *lines = NULL, *r, *p, line[64];
   uint64_t from = 0, next;
   size_t len, pages = 1;
@@ -99,15 +87,13 @@ ask_all_stats (const char *path, double timeout, char **raw,
     goto oom;
   }
   strcpy (lines + len++, "\n");
-  all = exports_member (reply);
+  all = reply_member (reply, "exports", json_type_array);
   /* An older filter has no pages; exports_of judges the shape. */
-  if (all == NULL || !ctl_json_get_uint (reply, "next", &next))
+  if (all == NULL || !reply_uint (reply, "next", &next))
     goto done;
-  for (last = all->child; last && last->next; last = last->next)
-    ;
   for (;;) {
-    struct ctl_json *pa;
-    size_t rlen;
+    json_object *pa;
+    size_t rlen, i, n;
 
     if (next <= from || ++pages > MAX_PAGES) {
       snprintf (err, errlen, "%s: the pages of the stats do not end: not a "
@@ -130,52 +116,54 @@ ask_all_stats (const char *path, double timeout, char **raw,
     strcpy (lines + len + rlen, "\n");
     len += rlen + 1;
     free (r);
-    pa = exports_member (page);
+    pa = reply_member (page, "exports", json_type_array);
     if (pa == NULL) {
       snprintf (err, errlen, "%s: the reply has no \"exports\" array: not "
                 "a throttle control socket?", path);
       goto fail;
     }
-    /* Move the page's exports to the end of the first reply's. */
-    if (last)
-      last->next = pa->child;
-    else
-      all->child = pa->child;
-    for (; pa->child; pa->child = pa->child->next)
-      last = pa->child;
-    if (!ctl_json_get_uint (page, "next", &next))
+    /* The page's exports go to the end of the first reply's, which
+     * takes a reference to each.
+     */
+    n = json_object_array_length (pa);
+    for (i = 0; i < n; i++)
+      if (json_object_array_add (all, json_object_get
+                                 (json_object_array_get_idx (pa, i))) == -1)
+        goto oom;
+    if (!reply_uint (page, "next", &next))
       break;
-    ctl_json_free (page);
+    json_object_put (page);
     page = NULL;
   }
  done:
-  ctl_json_free (page);
+  json_object_put (page);
   *raw = lines;
   return reply;
 
  oom:
   snprintf (err, errlen, "out of memory");
  fail:
-  ctl_json_free (page);
-  ctl_json_free (reply);
+  json_object_put (page);
+  json_object_put (reply);
   free (lines);
   return NULL;
 }
 
 static bool
-metric_is_bytes (const struct ctl_json *reply)
+metric_is_bytes (json_object *reply)
 {
-  const struct ctl_json *m = ctl_json_get (reply, "metric");
+  const char *m = reply_string (reply, "metric");
 
-  return m && m->type == CTL_JSON_STRING && strcmp (m->str, "bytes") == 0;
+  return m && strcmp (m, "bytes") == 0;
 }
 
+/* A counter that exports_of did not require: 0 if absent. */
 static uint64_t
-get (const struct ctl_json *e, const char *key)
+get (json_object *e, const char *key)
 {
   uint64_t u = 0;
 
-  ctl_json_get_uint (e, key, &u);
+  reply_uint (e, key, &u);
   return u;
 }
 
@@ -194,26 +182,23 @@ static const char *const headers[NCOLS] = {
 
 /* The export's latency target in ns, or 0 if it has none. */
 static uint64_t
-target_ns (const struct ctl_json *e)
+target_ns (json_object *e)
 {
-  const struct ctl_json *adapt = ctl_json_get (e, "adapt");
-  uint64_t ns = 0;
-
-  if (adapt && adapt->type == CTL_JSON_OBJECT)
-    ctl_json_get_uint (adapt, "latency_target_ns", &ns);
-  return ns;
+  return get (reply_member (e, "adapt", json_type_object),
+              "latency_target_ns");
 }
 
 #define CELL 64
 
 static void
-fill_row (char row[NCOLS][CELL], const struct ctl_json *e, bool bytes)
+fill_row (char row[NCOLS][CELL], json_object *e, bool bytes)
 {
-  const struct ctl_json *wb = ctl_json_get (e, "writeback"), *wberr;
+  json_object *wb = reply_member (e, "writeback", json_type_object);
   uint64_t waited = get (e, "waited");
   char name[MAX_EXPORT_DISPLAY];
+  const char *wberr;
 
-  ctl_format_export (ctl_json_get (e, "name")->str, name, sizeof name);
+  ctl_format_export (reply_string (e, "name"), name, sizeof name);
   /* A long name is cut where it says so. */
   if (strlen (name) >= CELL)
     strcpy (name + CELL - 4, "...");
@@ -239,14 +224,13 @@ fill_row (char row[NCOLS][CELL], const struct ctl_json *e, bool bytes)
     ctl_format_ns (get (e, "wait_ns_max"), row[COL_MAX_WAIT], CELL);
   else
     strcpy (row[COL_MAX_WAIT], "-");
-  if (wb && wb->type == CTL_JSON_OBJECT) {
+  if (wb) {
     ctl_format_units (get (wb, "pending_bytes"), true, row[COL_WB_PENDING],
                       CELL);
     snprintf (row[COL_WB_WRITES], CELL, "%" PRIu64,
               get (wb, "pending_writes"));
-    wberr = ctl_json_get (wb, "error");
-    snprintf (row[COL_WB_ERROR], CELL, "%s",
-              wberr && wberr->type == CTL_JSON_STRING ? wberr->str : "-");
+    wberr = reply_string (wb, "error");
+    snprintf (row[COL_WB_ERROR], CELL, "%s", wberr ? wberr : "-");
   }
   else {
     strcpy (row[COL_WB_PENDING], "-");
@@ -259,12 +243,12 @@ fill_row (char row[NCOLS][CELL], const struct ctl_json *e, bool bytes)
  * to too, on a line of its own (a filter without one says nothing).
  */
 static void
-print_server (const struct ctl_json *reply, bool bytes)
+print_server (json_object *reply, bool bytes)
 {
-  const struct ctl_json *sv = ctl_json_get (reply, "server");
+  json_object *sv = reply_member (reply, "server", json_type_object);
   char cap[CELL], infl[CELL], peak[CELL];
 
-  if (sv == NULL || sv->type != CTL_JSON_OBJECT)
+  if (sv == NULL)
     return;
   ctl_format_units (get (sv, "capacity"), bytes, cap, sizeof cap);
   ctl_format_units (get (sv, "in_flight"), bytes, infl, sizeof infl);
@@ -276,12 +260,12 @@ print_server (const struct ctl_json *reply, bool bytes)
 }
 
 static void
-print_table (const struct ctl_json *reply, const struct ctl_json *exports)
+print_table (json_object *reply, json_object *exports)
 {
-  const struct ctl_json *m = ctl_json_get (reply, "metric"), *e;
+  const char *m = reply_string (reply, "metric");
   bool bytes = metric_is_bytes (reply), shown[NCOLS];
   int width[NCOLS], c;
-  size_t n = 0, i;
+  size_t n = json_object_array_length (exports), i;
   char (*rows)[NCOLS][CELL];
 
   /* The target's and writeback's columns only where they say
@@ -289,16 +273,17 @@ print_table (const struct ctl_json *reply, const struct ctl_json *exports)
    */
   for (c = 0; c < NCOLS; c++)
     shown[c] = c != COL_TARGET && c < COL_WB_PENDING;
-  for (e = exports->child; e; e = e->next) {
-    n++;
+  for (i = 0; i < n; i++) {
+    json_object *e = json_object_array_get_idx (exports, i);
+
     if (target_ns (e) > 0)
       shown[COL_TARGET] = true;
-    if (ctl_json_get (e, "writeback"))
+    if (json_object_object_get_ex (e, "writeback", NULL))
       shown[COL_WB_PENDING] = shown[COL_WB_WRITES] = shown[COL_WB_ERROR] =
         true;
   }
   printf ("metric %s%s\n",
-          m && m->type == CTL_JSON_STRING ? m->str : "(unknown)",
+          m ? m : "(unknown)",
           bytes ? " (sizes in bytes, K = 1024)" : "");
   print_server (reply, bytes);
   ctl_print_rt (reply);
@@ -313,8 +298,8 @@ print_table (const struct ctl_json *reply, const struct ctl_json *exports)
   }
   for (c = 0; c < NCOLS; c++)
     width[c] = strlen (headers[c]);
-  for (i = 0, e = exports->child; e; e = e->next, i++) {
-    fill_row (rows[i], e, bytes);
+  for (i = 0; i < n; i++) {
+    fill_row (rows[i], json_object_array_get_idx (exports, i), bytes);
     for (c = 0; c < NCOLS; c++)
       if ((int) strlen (rows[i][c]) > width[c])
         width[c] = strlen (rows[i][c]);
@@ -335,8 +320,7 @@ print_table (const struct ctl_json *reply, const struct ctl_json *exports)
 int
 ctl_stats (const char *path, const char *export, bool json, double timeout)
 {
-  const struct ctl_json *exports;
-  struct ctl_json *reply;
+  json_object *reply, *exports;
   char err[1024], line[1100], q[1040];
   char *raw;
 
@@ -358,7 +342,7 @@ ctl_stats (const char *path, const char *export, bool json, double timeout)
   exports = exports_of (reply, path, err, sizeof err);
   if (exports == NULL) {
     error (err);
-    ctl_json_free (reply);
+    json_object_put (reply);
     free (raw);
     return 1;
   }
@@ -366,7 +350,7 @@ ctl_stats (const char *path, const char *export, bool json, double timeout)
     printf ("%s%s", raw, export ? "\n" : "");
   else
     print_table (reply, exports);
-  ctl_json_free (reply);
+  json_object_put (reply);
   free (raw);
   return fflush (stdout) == 0 ? 0 : 1;
 }
@@ -434,10 +418,10 @@ watch_header (int namew)
  */
 static void
 watch_row (const char *clock, int namew, const char *label,
-           const struct ctl_json *e, const struct seen *p, struct seen *s,
+           json_object *e, const struct seen *p, struct seen *s,
            double dt, bool bytes)
 {
-  const struct ctl_json *wb;
+  json_object *wb;
   char cap[CELL], infl[CELL], ar[CELL], wr[CELL], mw[CELL], xw[CELL],
     pend[CELL];
   uint64_t adm = get (e, "admitted"), wtd = get (e, "waited");
@@ -465,8 +449,8 @@ watch_row (const char *clock, int namew, const char *label,
     ctl_format_ns (get (e, "wait_ns_max"), xw, sizeof xw);
   else
     strcpy (xw, "-");
-  wb = ctl_json_get (e, "writeback");
-  if (wb && wb->type == CTL_JSON_OBJECT)
+  wb = reply_member (e, "writeback", json_type_object);
+  if (wb)
     ctl_format_units (get (wb, "pending_bytes"), true, pend, sizeof pend);
   else
     strcpy (pend, "-");
@@ -484,29 +468,28 @@ watch_row (const char *clock, int namew, const char *label,
  */
 #define SERVER_LABEL "(server wide)"
 static size_t
-watch_lines (const struct ctl_json *reply, const struct ctl_json *exports,
+watch_lines (json_object *reply, json_object *exports,
              const struct sample *prev, struct sample *cur, int namew)
 {
   bool bytes = metric_is_bytes (reply);
-  const struct ctl_json *e, *sv = ctl_json_get (reply, "server");
+  json_object *sv = reply_member (reply, "server", json_type_object);
   char clock[16], name[MAX_EXPORT_DISPLAY];
   time_t now = time (NULL);
   double dt = cur->t - prev->t;
-  size_t n = 0, lines = 0;
+  size_t n = json_object_array_length (exports), lines = 0, i;
 
   strftime (clock, sizeof clock, "%H:%M:%S", localtime (&now));
-  if (sv && sv->type == CTL_JSON_OBJECT) {
+  if (sv) {
     watch_row (clock, namew, SERVER_LABEL, sv,
                prev->has_server ? &prev->server : NULL, &cur->server, dt,
                bytes);
     cur->has_server = true;
     lines++;
   }
-  for (e = exports->child; e; e = e->next)
-    n++;
   cur->v = calloc (n ? n : 1, sizeof *cur->v);
-  for (e = exports->child; e; e = e->next) {
-    const char *nm = ctl_json_get (e, "name")->str;
+  for (i = 0; i < n; i++) {
+    json_object *e = json_object_array_get_idx (exports, i);
+    const char *nm = reply_string (e, "name");
     struct seen scratch, *s = &scratch;
 
     if (cur->v) {
@@ -538,8 +521,7 @@ ctl_watch (const char *path, double interval, long count, bool json,
   long i;
 
   for (i = 0; count == 0 || i < count; i++) {
-    const struct ctl_json *exports, *e;
-    struct ctl_json *reply;
+    json_object *reply, *exports;
     char err[1024], name[MAX_EXPORT_DISPLAY];
     char *raw;
     double wait;
@@ -569,7 +551,7 @@ ctl_watch (const char *path, double interval, long count, bool json,
     exports = exports_of (reply, path, err, sizeof err);
     if (exports == NULL) {
       error (err);
-      ctl_json_free (reply);
+      json_object_put (reply);
       free (raw);
       rc = 1;
       break;
@@ -577,10 +559,12 @@ ctl_watch (const char *path, double interval, long count, bool json,
     if (json)
       printf ("%s", raw);
     else {
+      size_t j, n = json_object_array_length (exports);
       int w = namew;
 
-      for (e = exports->child; e; e = e->next) {
-        int l = strlen (ctl_format_export (ctl_json_get (e, "name")->str,
+      for (j = 0; j < n; j++) {
+        json_object *e = json_object_array_get_idx (exports, j);
+        int l = strlen (ctl_format_export (reply_string (e, "name"),
                                            name, sizeof name));
         if (l > w)
           w = l;
@@ -597,7 +581,7 @@ ctl_watch (const char *path, double interval, long count, bool json,
       prev = cur;
       memset (&cur, 0, sizeof cur);
     }
-    ctl_json_free (reply);
+    json_object_put (reply);
     free (raw);
     if (fflush (stdout) != 0) {
       rc = 1;

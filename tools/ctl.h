@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ctl-json.h"
+#include "json-reply.h"
 
 /* ctl-conn.c */
 
@@ -21,9 +21,9 @@
  * no reply in time, a reply that is not JSON, or the server's own
  * error message.
  */
-extern struct ctl_json *ctl_ask (const char *path, const char *line,
-                                 double timeout, char **raw,
-                                 char *err, size_t errlen);
+extern json_object *ctl_ask (const char *path, const char *line,
+                             double timeout, char **raw,
+                             char *err, size_t errlen);
 
 /* ctl-format.c */
 
@@ -51,7 +51,7 @@ extern bool ctl_quote_export (const char *name, char *buf, size_t len);
 /* One line on the server's real-time mode, from the "rt" member of
  * REPLY (nothing if it has none).
  */
-extern void ctl_print_rt (const struct ctl_json *reply);
+extern void ctl_print_rt (json_object *reply);
 
 /* ctl-stats.c */
 

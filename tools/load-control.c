@@ -15,13 +15,55 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "json-reply.h"
 #include "load.h"
 
 #define MAX_REPLY (1024 * 1024)
 
-char *
+/* The counters report_server_human prints. */
+static const char *const counters[] = {
+  "capacity", "peak", "charged", "admitted", "waited", "wait_ns_total",
+  "wait_ns_max",
+};
+
+/* Whether REPLY is the filter's answer to "stats"; else ERR says why. */
+static bool
+is_stats (json_object *reply, char *err, size_t errlen)
+{
+  json_object *exports = reply_member (reply, "exports", json_type_array);
+  size_t i, j, n;
+  uint64_t u;
+
+  if (exports == NULL) {
+    snprintf (err, errlen, "the reply has no \"exports\" array: not a "
+              "throttle control socket?");
+    return false;
+  }
+  n = json_object_array_length (exports);
+  for (i = 0; i < n; i++) {
+    json_object *e = json_object_array_get_idx (exports, i);
+
+    if (reply_string (e, "name") == NULL) {
+      snprintf (err, errlen, "export %zu of the reply has no name: not a "
+                "throttle control socket?", i);
+      return false;
+    }
+    for (j = 0; j < sizeof counters / sizeof counters[0]; j++)
+      if (!reply_uint (e, counters[j], &u)) {
+        snprintf (err, errlen, "export %zu of the reply has no \"%s\": "
+                  "not a throttle control socket?", i, counters[j]);
+        return false;
+      }
+  }
+  return true;
+}
+
+json_object *
 load_control_stats (const char *path, double timeout, char *err, size_t errlen)
 {
+  json_object *reply;
+  const char *refused;
+  char why[256];
   struct sockaddr_un addr = { .sun_family = AF_UNIX };
   static const char cmd[] = "stats\n";
   char *buf = NULL, *nl = NULL;
@@ -69,12 +111,26 @@ load_control_stats (const char *path, double timeout, char *err, size_t errlen)
   }
   *nl = '\0';
   close (fd);
-  if (strncmp (buf, "{\"error\"", 8) == 0) {
-    snprintf (err, errlen, "the throttle answered %s", buf);
-    free (buf);
-    return NULL;
+  fd = -1;
+  reply = reply_parse (buf, why, sizeof why);
+  if (reply == NULL) {
+    snprintf (err, errlen, "the reply is %s: not a throttle control "
+              "socket?", why);
+    goto fail;
   }
-  return buf;
+  if (json_object_object_get_ex (reply, "error", NULL)) {
+    refused = reply_string (reply, "error");
+    snprintf (err, errlen, "the throttle refused: %s",
+              refused ? refused : "(no message)");
+    json_object_put (reply);
+    goto fail;
+  }
+  if (!is_stats (reply, err, errlen)) {
+    json_object_put (reply);
+    goto fail;
+  }
+  free (buf);
+  return reply;
 
  fail:
   free (buf);

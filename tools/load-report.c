@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* What a run measured: a table for people, JSON for scripts.
  *
- * Both print the same numbers.  A report of server-side statistics
- * (e.g. read from throttle-control) belongs after the client-side
- * sections, as its own "server" object in the JSON.
+ * Both print the same numbers.  Every key of the JSON that holds a
+ * measure names its unit (_bytes, _seconds, _bytes_per_second, _us),
+ * and a measure that does not exist (the latency of reads in a run
+ * without reads, a rate over no time) is null, never a 0 that reads
+ * as measured.  What the throttle said (--control) comes after the
+ * client's sections, as the "throttle" object.
  */
 
 #include <config.h>
@@ -13,11 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json-reply.h"
 #include "load.h"
 #include "throttle-json.h"
 
 /* Jain's index: (sum x)^2 / (n * sum x^2).  1 when every connection
- * moved the same amount; 1/n when one moved everything.
+ * moved the same amount; 1/n when one moved everything; 0 when none
+ * moved anything (undefined: null in the JSON).
  */
 static double
 load_fairness (const struct load_result *res)
@@ -69,48 +74,43 @@ size_str (uint32_t size, char *buf, size_t n)
     snprintf (buf, n, "%" PRIu32, size);
 }
 
-/* The first number after "key": in s, or 0.  Enough for the flat
- * objects of the control socket's stats reply, without a JSON parser.
- */
 static uint64_t
-json_u64 (const char *s, const char *key)
+get (json_object *obj, const char *key)
 {
-  char pat[64];
-  const char *p;
+  uint64_t u = 0;
 
-  snprintf (pat, sizeof pat, "\"%s\":", key);
-  p = strstr (s, pat);
-  return p ? strtoull (p + strlen (pat), NULL, 10) : 0;
+  reply_uint (obj, key, &u);
+  return u;
 }
 
-/* One block per export of the throttle's stats. */
+/* One block per export of the throttle's stats (load_control_stats
+ * checked that each has its name and counters).
+ */
 static void
-report_server_human (const char *stats, FILE *fp)
+report_server_human (json_object *stats, FILE *fp)
 {
-  const char *e = strstr (stats, "\"exports\":");
+  json_object *exports = reply_member (stats, "exports", json_type_array);
+  size_t i, n = json_object_array_length (exports);
+  uint64_t total;
 
   fprintf (fp, "\nthrottle (control socket):\n");
-  while (e && (e = strstr (e, "{\"name\":")) != NULL) {
-    const char *name = e + 8, *end = strchr (name + 1, '"');
-    char next_obj[] = "{\"name\":";
-    const char *next = strstr (e + 1, next_obj);
-    size_t len = end ? (size_t) (end - name - 1) : 0;
-    char *obj = strndup (e, next ? (size_t) (next - e) : strlen (e));
+  for (i = 0; i < n; i++) {
+    json_object *e = json_object_array_get_idx (exports, i);
 
-    if (obj == NULL)
-      return;
-    fprintf (fp, "  export \"%.*s\": capacity %" PRIu64 ", peak in flight %"
-             PRIu64 ", units charged %" PRIu64 "\n"
-             "    admitted %" PRIu64 ", waited %" PRIu64 ", wait total %.3f s,"
-             " max %.1f ms\n",
-             (int) len, name + 1, json_u64 (obj, "capacity"),
-             json_u64 (obj, "peak"), json_u64 (obj, "charged"),
-             json_u64 (obj, "admitted"), json_u64 (obj, "waited"),
-             json_u64 (obj, "wait_ns_total") / 1e9,
-             json_u64 (obj, "wait_ns_max") / 1e6);
-    free (obj);
-    e = next;
+    fprintf (fp, "  export ");
+    throttle_json_string (fp, reply_string (e, "name"));
+    fprintf (fp, ": capacity %" PRIu64 ", peak in flight %" PRIu64
+             ", units charged %" PRIu64 "\n"
+             "    admitted %" PRIu64 ", waited %" PRIu64 ", wait total "
+             "%.3f s, max %.1f ms\n",
+             get (e, "capacity"), get (e, "peak"), get (e, "charged"),
+             get (e, "admitted"), get (e, "waited"),
+             get (e, "wait_ns_total") / 1e9, get (e, "wait_ns_max") / 1e6);
   }
+  /* The reply is the server's first page of exports. */
+  if (reply_uint (stats, "exports_total", &total) && total > n)
+    fprintf (fp, "  (%" PRIu64 " more exports: throttle-ctl SOCKET stats "
+             "shows them all)\n", total - n);
 }
 
 static void
@@ -152,8 +152,11 @@ load_report_human (const struct load_config *cfg,
       lat_row (fp, s, res->by_size[i]);
     }
   size_str (cfg->sizes[l].size, s, sizeof s);
-  fprintf (fp, "\nmax latency of the largest size (%s): %.1f us\n", s,
-           us (res->by_size[l]->max_ns));
+  if (res->by_size[l]->count > 0)
+    fprintf (fp, "\nmax latency of the largest size (%s): %.1f us\n", s,
+             us (res->by_size[l]->max_ns));
+  else
+    fprintf (fp, "\nmax latency of the largest size (%s): none ran\n", s);
 
   fprintf (fp, "\n  connection %10s %14s %12s\n", "requests", "bytes", "MiB/s");
   for (i = 0; i < res->nr_conns; i++)
@@ -169,15 +172,38 @@ load_report_human (const struct load_config *cfg,
     report_server_human (res->server_stats, fp);
 }
 
+/* "KEY": V with PREC decimals, or null when the measure does not
+ * exist.
+ */
+static void
+json_num (FILE *fp, const char *key, int prec, double v, bool exists)
+{
+  fprintf (fp, "\"%s\": ", key);
+  if (exists)
+    fprintf (fp, "%.*f", prec, v);
+  else
+    fprintf (fp, "null");
+}
+
+/* A latency histogram in microseconds: its statistics are null when
+ * it counted nothing.
+ */
 static void
 json_lat (FILE *fp, const struct load_hist *h)
 {
-  fprintf (fp, "{\"count\": %" PRIu64 ", \"mean\": %.1f, \"p50\": %.1f, "
-           "\"p99\": %.1f, \"p99.9\": %.1f, \"max\": %.1f}",
-           h->count, h->count ? us (h->sum_ns / h->count) : 0,
-           us (load_hist_quantile (h, 0.50)),
-           us (load_hist_quantile (h, 0.99)),
-           us (load_hist_quantile (h, 0.999)), us (h->max_ns));
+  bool any = h->count > 0;
+
+  fprintf (fp, "{\"count\": %" PRIu64 ", ", h->count);
+  json_num (fp, "mean", 1, any ? us (h->sum_ns / h->count) : 0, any);
+  fprintf (fp, ", ");
+  json_num (fp, "p50", 1, us (load_hist_quantile (h, 0.50)), any);
+  fprintf (fp, ", ");
+  json_num (fp, "p99", 1, us (load_hist_quantile (h, 0.99)), any);
+  fprintf (fp, ", ");
+  json_num (fp, "p99.9", 1, us (load_hist_quantile (h, 0.999)), any);
+  fprintf (fp, ", ");
+  json_num (fp, "max", 1, us (h->max_ns), any);
+  fprintf (fp, "}");
 }
 
 void
@@ -185,6 +211,9 @@ load_report_json (const struct load_config *cfg,
                   const struct load_result *res, FILE *fp)
 {
   unsigned i, l = largest (cfg);
+  /* A rate needs time to be over. */
+  bool timed = res->started && res->elapsed > 0;
+  double fair = load_fairness (res);
 
   fprintf (fp, "{\n  \"status\": ");
   throttle_json_string (fp, res->error[0] ? "error" : "ok");
@@ -193,29 +222,38 @@ load_report_json (const struct load_config *cfg,
     throttle_json_string (fp, res->error);
   }
   fprintf (fp, ",\n  \"config\": {\"connections\": %u, \"queue_depth\": %u, "
-           "\"read_ratio\": %u, \"pattern\": \"%s\", ",
+           "\"read_percent\": %u, \"pattern\": \"%s\", ",
            cfg->connections, cfg->queue_depth, cfg->read_pct,
            cfg->sequential ? "sequential" : "random");
   if (cfg->bytes)
     fprintf (fp, "\"bytes\": %" PRIu64 ", ", cfg->bytes);
   else
-    fprintf (fp, "\"duration\": %g, ", cfg->duration);
+    fprintf (fp, "\"duration_seconds\": %g, ", cfg->duration);
+  fprintf (fp, "\"offset_bytes\": %" PRIu64 ", \"span_bytes\": ", cfg->offset);
+  if (cfg->span)
+    fprintf (fp, "%" PRIu64 ", ", cfg->span);
+  else
+    fprintf (fp, "null, ");
   fprintf (fp, "\"verify\": %s, \"seed\": %" PRIu64 ", \"block_sizes\": [",
            cfg->verify ? "true" : "false", cfg->seed);
   for (i = 0; i < cfg->nr_sizes; i++)
-    fprintf (fp, "%s{\"size\": %" PRIu32 ", \"weight\": %u}", i ? ", " : "",
-             cfg->sizes[i].size, cfg->sizes[i].weight);
-  fprintf (fp, "]},\n");
-  fprintf (fp, "  \"export_size\": %" PRIu64 ",\n", res->export_size);
-  fprintf (fp, "  \"elapsed\": %.6f,\n", res->elapsed);
-  fprintf (fp, "  \"ops\": %" PRIu64 ", \"bytes\": %" PRIu64 ",\n",
+    fprintf (fp, "%s{\"size_bytes\": %" PRIu32 ", \"weight\": %u}",
+             i ? ", " : "", cfg->sizes[i].size, cfg->sizes[i].weight);
+  fprintf (fp, "]},\n  ");
+  json_num (fp, "export_size_bytes", 0, res->export_size,
+            res->export_size > 0);
+  fprintf (fp, ",\n  ");
+  json_num (fp, "elapsed_seconds", 6, res->elapsed, res->started);
+  fprintf (fp, ",\n  \"ops\": %" PRIu64 ", \"bytes\": %" PRIu64 ",\n",
            res->ops, res->bytes);
   fprintf (fp, "  \"read_ops\": %" PRIu64 ", \"read_bytes\": %" PRIu64 ", "
-           "\"write_ops\": %" PRIu64 ", \"write_bytes\": %" PRIu64 ",\n",
+           "\"write_ops\": %" PRIu64 ", \"write_bytes\": %" PRIu64 ",\n  ",
            res->read_ops, res->read_bytes, res->write_ops, res->write_bytes);
-  fprintf (fp, "  \"throughput\": %.1f,\n", rate (res->bytes, res->elapsed));
-  fprintf (fp, "  \"iops\": %.1f,\n", rate (res->ops, res->elapsed));
-  fprintf (fp, "  \"latency_us\": ");
+  json_num (fp, "throughput_bytes_per_second", 1,
+            rate (res->bytes, res->elapsed), timed);
+  fprintf (fp, ",\n  ");
+  json_num (fp, "iops", 1, rate (res->ops, res->elapsed), timed);
+  fprintf (fp, ",\n  \"latency_us\": ");
   json_lat (fp, res->all);
   fprintf (fp, ",\n  \"read_latency_us\": ");
   json_lat (fp, res->read);
@@ -223,31 +261,40 @@ load_report_json (const struct load_config *cfg,
   json_lat (fp, res->write);
   fprintf (fp, ",\n  \"by_size\": [");
   for (i = 0; i < cfg->nr_sizes; i++) {
-    fprintf (fp, "%s\n    {\"size\": %" PRIu32 ", \"latency_us\": ",
+    fprintf (fp, "%s\n    {\"size_bytes\": %" PRIu32 ", \"latency_us\": ",
              i ? "," : "", cfg->sizes[i].size);
     json_lat (fp, res->by_size[i]);
     fprintf (fp, "}");
   }
   fprintf (fp, "],\n");
-  fprintf (fp, "  \"largest_size\": %" PRIu32 ", "
-           "\"largest_size_max_latency_us\": %.1f,\n",
-           cfg->sizes[l].size, us (res->by_size[l]->max_ns));
-  fprintf (fp, "  \"connections\": [");
-  for (i = 0; i < res->nr_conns; i++)
+  fprintf (fp, "  \"largest_size_bytes\": %" PRIu32 ", ", cfg->sizes[l].size);
+  json_num (fp, "largest_size_max_latency_us", 1,
+            us (res->by_size[l]->max_ns), res->by_size[l]->count > 0);
+  fprintf (fp, ",\n  \"connections\": [");
+  for (i = 0; i < res->nr_conns; i++) {
     fprintf (fp, "%s\n    {\"id\": %u, \"ops\": %" PRIu64 ", \"bytes\": %"
-             PRIu64 ", \"throughput\": %.1f}", i ? "," : "", i,
-             res->conns[i].ops, res->conns[i].bytes,
-             rate (res->conns[i].bytes, res->elapsed));
-  fprintf (fp, "],\n");
-  fprintf (fp, "  \"fairness\": %.6f,\n", load_fairness (res));
-  fprintf (fp, "  \"verify\": {\"enabled\": %s, \"bytes\": %" PRIu64
-           ", \"mismatches\": %" PRIu64 "}%s\n",
-           cfg->verify ? "true" : "false", res->verify_bytes,
-           res->verify_mismatches, res->server_stats ? "," : "");
-  /* The control socket's reply is JSON already: embed it as is. */
+             PRIu64 ", ", i ? "," : "", i, res->conns[i].ops,
+             res->conns[i].bytes);
+    json_num (fp, "throughput_bytes_per_second", 1,
+              rate (res->conns[i].bytes, res->elapsed), timed);
+    fprintf (fp, "}");
+  }
+  fprintf (fp, "],\n  ");
+  json_num (fp, "fairness", 6, fair, fair > 0);
+  /* Without --verify nothing was checked: null, not 0 bytes. */
+  fprintf (fp, ",\n  \"verify\": {\"enabled\": %s, ",
+           cfg->verify ? "true" : "false");
+  json_num (fp, "bytes", 0, res->verify_bytes, cfg->verify);
+  fprintf (fp, ", ");
+  json_num (fp, "mismatched_blocks", 0, res->verify_mismatches, cfg->verify);
+  fprintf (fp, "}");
+  /* The control socket's reply, as json-c writes it back. */
   if (res->server_stats)
-    fprintf (fp, "  \"throttle\": %s\n", res->server_stats);
-  fprintf (fp, "}\n");
+    fprintf (fp, ",\n  \"throttle\": %s",
+             json_object_to_json_string_ext (res->server_stats,
+                                             JSON_C_TO_STRING_PLAIN |
+                                             JSON_C_TO_STRING_NOSLASHESCAPE));
+  fprintf (fp, "\n}\n");
 }
 
 int
@@ -286,6 +333,6 @@ load_result_free (struct load_result *res)
   for (i = 0; i < LOAD_MAX_SIZES; i++)
     free (res->by_size[i]);
   free (res->conns);
-  free (res->server_stats);
+  json_object_put (res->server_stats);
   memset (res, 0, sizeof *res);
 }

@@ -29,6 +29,7 @@
 #include "throttle-clock.h"
 
 #include "load.h"
+#include "load-progress.h"
 #include "load-verify.h"
 #include "load-workload.h"
 
@@ -88,7 +89,14 @@ struct run {
   uint64_t issued_bytes;
 
   uint64_t start_ns, end_ns, last_reply_ns, last_event_ns;
+  /* --progress: what the current phase had done at the last line. */
   uint64_t tick_ops, tick_bytes, tick_ns;
+
+  /* The read-back of --verify: since when, how much there is to read,
+   * and how much has been.
+   */
+  uint64_t verify_start_ns, verify_total;
+  uint64_t verify_ops, verify_bytes;
 
   void *shared_wbuf, *shared_rbuf;   /* without --verify */
   struct load_written written;       /* --verify */
@@ -147,8 +155,11 @@ completed (void *opaque, int *error)
     res->verify_bytes += req->size;
   }
 
-  if (run->phase == VERIFYING)
+  if (run->phase == VERIFYING) {
+    run->verify_ops++;
+    run->verify_bytes += req->size;
     goto out;
+  }
 
   if (!req->is_read && run->written.bits)
     load_written_mark (&run->written, req->offset, req->size);
@@ -242,7 +253,51 @@ next_workload_req (struct conn *conn, struct req *req)
     load_written_all (&run->written, req->offset, req->size);
 }
 
-static void finish_phase (struct run *run);
+static unsigned total_in_flight (struct run *run);
+
+/* --progress: one line for the phase under way; DONE for its last,
+ * whose rates are the phase's mean.  A run by time is as far as its
+ * time; one by size (--bytes, and the read-back of --verify) as far
+ * as the bytes that came back.
+ */
+static void
+progress (struct run *run, bool done)
+{
+  const struct load_config *cfg = run->cfg;
+  struct load_progress p = { .done = done,
+                             .in_flight = total_in_flight (run) };
+  uint64_t now = throttle_now_ns (), ops, bytes;
+  double dt;
+
+  if (run->phase == VERIFYING) {
+    p.phase = "verify";
+    ops = run->verify_ops;
+    bytes = run->verify_bytes;
+    load_progress_estimate (&p, (now - run->verify_start_ns) / 1e9, 0,
+                            bytes, run->verify_total);
+  }
+  else {
+    p.phase = "run";
+    ops = run->res->ops;
+    bytes = run->res->bytes;
+    load_progress_estimate (&p, (now - run->start_ns) / 1e9, cfg->duration,
+                            bytes, cfg->bytes);
+  }
+  if (done) {
+    dt = p.elapsed;
+    p.ops_per_s = dt > 0 ? ops / dt : 0;
+    p.bytes_per_s = dt > 0 ? bytes / dt : 0;
+  }
+  else {
+    dt = (now - run->tick_ns) / 1e9;
+    p.ops_per_s = dt > 0 ? (ops - run->tick_ops) / dt : 0;
+    p.bytes_per_s = dt > 0 ? (bytes - run->tick_bytes) / dt : 0;
+  }
+  load_progress_print (stderr, &p);
+  run->tick_ns = now;
+  run->tick_ops = ops;
+  run->tick_bytes = bytes;
+}
 
 static void
 refill (struct conn *conn)
@@ -359,6 +414,7 @@ all_ready (struct run *run)
     }
   }
   run->phase = RUNNING;
+  run->res->started = true;
   run->start_ns = run->last_reply_ns = run->last_event_ns = run->tick_ns =
     throttle_now_ns ();
   if (cfg->duration > 0) {
@@ -390,8 +446,18 @@ finish_phase (struct run *run)
 
   if (run->phase == RUNNING) {
     run->end_ns = run->last_reply_ns;
+    /* A run ended early (^C) must not have its deadline end the
+     * read-back.
+     */
+    ev_timer_stop (run->loop, &run->deadline);
+    if (run->cfg->progress)
+      progress (run, true);
     if (run->cfg->verify) {
       run->phase = VERIFYING;
+      run->verify_start_ns = run->tick_ns = throttle_now_ns ();
+      run->tick_ops = run->tick_bytes = 0;
+      run->verify_total = load_written_count (&run->written) *
+        LOAD_VERIFY_UNIT;
       for (i = 0; i < run->cfg->connections; i++) {
         refill (&run->conns[i]);
         if (run->failed)
@@ -402,6 +468,8 @@ finish_phase (struct run *run)
         return;
     }
   }
+  if (run->phase == VERIFYING && run->cfg->progress)
+    progress (run, true);
   run->phase = DONE;
   ev_break (run->loop, EVBREAK_ALL);
 }
@@ -486,13 +554,6 @@ sigint_cb (struct ev_loop *loop, ev_signal *w, int revents)
   fail (run, "interrupted");
 }
 
-static const char *
-human_rate (double bytes_per_s, char *buf, size_t n)
-{
-  snprintf (buf, n, "%.1f MiB/s", bytes_per_s / 1048576);
-  return buf;
-}
-
 static void
 tick_cb (struct ev_loop *loop, ev_timer *w, int revents)
 {
@@ -513,20 +574,9 @@ tick_cb (struct ev_loop *loop, ev_timer *w, int revents)
     return;
   }
 
-  if (cfg->progress && run->phase == RUNNING && now > run->tick_ns) {
-    double dt = (now - run->tick_ns) / 1e9;
-    char rate[32];
-
-    fprintf (stderr, "throttle-load: %6.1fs %12s %9.0f IOPS  "
-             "in flight %u\n",
-             (now - run->start_ns) / 1e9,
-             human_rate ((run->res->bytes - run->tick_bytes) / dt,
-                         rate, sizeof rate),
-             (run->res->ops - run->tick_ops) / dt, in_flight);
-    run->tick_ns = now;
-    run->tick_ops = run->res->ops;
-    run->tick_bytes = run->res->bytes;
-  }
+  if (cfg->progress && (run->phase == RUNNING || run->phase == VERIFYING) &&
+      now > run->tick_ns)
+    progress (run, false);
 }
 
 static int

@@ -127,6 +127,17 @@ load_written_next (struct load_written *w, uint64_t *offset, uint32_t *size)
   return true;
 }
 
+uint64_t
+load_written_count (const struct load_written *w)
+{
+  uint64_t n = 0, i;
+
+  /* The bits past the last unit are never set. */
+  for (i = 0; i < w->units / 8 + 1; i++)
+    n += __builtin_popcount (w->bits[i]);
+  return n;
+}
+
 bool
 load_written_pending (const struct load_written *w)
 {

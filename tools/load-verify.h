@@ -58,6 +58,8 @@ extern bool load_written_all (const struct load_written *w, uint64_t offset,
  */
 extern bool load_written_next (struct load_written *w, uint64_t *offset,
                                uint32_t *size);
+/* How many units are marked written. */
+extern uint64_t load_written_count (const struct load_written *w);
 /* Whether load_written_next has stretches left to give. */
 extern bool load_written_pending (const struct load_written *w);
 

@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+struct json_object;
+
 #define LOAD_MAX_SIZES 16
 /* The NBD protocol lets servers refuse anything larger. */
 #define LOAD_MAX_BLOCK (32 * 1024 * 1024)
@@ -92,11 +94,12 @@ struct load_conn_result {
 };
 
 struct load_result {
+  bool started;                 /* the requests began: elapsed is measured */
   double elapsed;               /* seconds from the first request to the last reply */
   uint64_t ops, bytes;
   uint64_t read_ops, read_bytes;
   uint64_t write_ops, write_bytes;
-  uint64_t export_size;
+  uint64_t export_size;         /* 0 until connected */
   struct load_hist *all;        /* latencies of every request */
   struct load_hist *read, *write;
   struct load_hist *by_size[LOAD_MAX_SIZES];  /* indexed like cfg->sizes */
@@ -106,10 +109,10 @@ struct load_result {
   uint64_t verify_bytes;        /* read back and compared */
   uint64_t verify_mismatches;   /* blocks whose contents were wrong */
 
-  /* What the throttle reported about the run: the one-line JSON reply
-   * of its control socket to "stats", filled after load_run returns.
+  /* What the throttle reported about the run: its control socket's
+   * reply to "stats" (json-c), filled after load_run returns.
    */
-  char *server_stats;
+  struct json_object *server_stats;
 
   /* Not empty when the run failed: what went wrong, for the user. */
   char error[512];
@@ -118,11 +121,13 @@ struct load_result {
 extern int load_run (const struct load_config *cfg, struct load_result *res);
 
 /* Ask the throttle filter's control socket for "stats" (load-control.c).
- * Returns the reply (one line of JSON, malloc'd) or NULL with a message
- * in err.
+ * Returns the reply, checked to be the filter's (an object with an
+ * "exports" array, each export with its name and counters), for the
+ * caller to drop with json_object_put; or NULL with a message in err.
  */
-extern char *load_control_stats (const char *path, double timeout,
-                                 char *err, size_t errlen);
+extern struct json_object *load_control_stats (const char *path,
+                                               double timeout,
+                                               char *err, size_t errlen);
 /* The result's histograms, for load_run (load-report.c): -1 when
  * memory ran out; load_result_free frees what was made either way.
  */

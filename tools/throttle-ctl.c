@@ -74,13 +74,13 @@ parse_seconds (const char *s, double *out)
 /* Reports a reply that is not the filter's answer to LINE, frees it
  * and RAW, and returns NULL.
  */
-static struct ctl_json *
-unexpected (const char *path, const char *line, struct ctl_json *reply,
+static json_object *
+unexpected (const char *path, const char *line, json_object *reply,
             char *raw)
 {
   fprintf (stderr, "throttle-ctl: %s: unexpected reply to \"%s\": %s\n",
            path, line, raw);
-  ctl_json_free (reply);
+  json_object_put (reply);
   free (raw);
   return NULL;
 }
@@ -91,13 +91,12 @@ unexpected (const char *path, const char *line, struct ctl_json *reply,
  * export name cannot be sent (nothing was), 1 if the server could not
  * be asked or refused.
  */
-static struct ctl_json *
+static json_object *
 ask_set (const char *path, const char *what, const char *export,
          const char *value, double timeout, char *line, size_t linelen,
          char **raw, int *rc)
 {
-  const struct ctl_json *ok;
-  struct ctl_json *reply;
+  json_object *reply;
   char err[1024], q[1040];
 
   *rc = 1;
@@ -115,8 +114,7 @@ ask_set (const char *path, const char *what, const char *export,
     fprintf (stderr, "throttle-ctl: %s\n", err);
     return NULL;
   }
-  ok = ctl_json_get (reply, "ok");
-  if (ok == NULL || ok->type != CTL_JSON_BOOL || !ok->boolean)
+  if (!reply_bool (reply, "ok", false))
     return unexpected (path, line, reply, *raw);
   return reply;
 }
@@ -128,7 +126,7 @@ static int
 cmd_set_capacity (const char *path, const char *export, const char *size,
                   bool json, double timeout)
 {
-  struct ctl_json *reply;
+  json_object *reply;
   char q[1040], line[1100], num[32], a[32], b[32];
   const char *why, *where;
   int64_t sv;
@@ -169,9 +167,8 @@ cmd_set_capacity (const char *path, const char *export, const char *size,
                    num, timeout, line, sizeof line, &raw, &rc);
   if (reply == NULL)
     return rc;
-  if (!ctl_json_get_uint (reply, export ? "capacity" : "server_capacity",
-                          &cap) ||
-      !ctl_json_get_uint (reply, "previous", &prev) || cap != v) {
+  if (!reply_uint (reply, export ? "capacity" : "server_capacity", &cap) ||
+      !reply_uint (reply, "previous", &prev) || cap != v) {
     unexpected (path, line, reply, raw);
     return 1;
   }
@@ -186,7 +183,7 @@ cmd_set_capacity (const char *path, const char *export, const char *size,
     printf ("server-wide capacity %" PRIu64 " (%s), was %" PRIu64 " (%s)\n",
             cap, ctl_format_units (cap, true, a, sizeof a), prev,
             ctl_format_units (prev, true, b, sizeof b));
-  ctl_json_free (reply);
+  json_object_put (reply);
   free (raw);
   return fflush (stdout) == 0 ? 0 : 1;
 }
@@ -198,9 +195,9 @@ static int
 cmd_set_latency_target (const char *path, const char *export,
                         const char *target, bool json, double timeout)
 {
-  const struct ctl_json *echo, *prev;
-  struct ctl_json *reply;
+  json_object *reply, *prev;
   char q[1040], line[1100], was[32];
+  const char *echo;
   uint64_t ns = 0;
   char *raw;
   int rc;
@@ -218,12 +215,13 @@ cmd_set_latency_target (const char *path, const char *export,
                    sizeof line, &raw, &rc);
   if (reply == NULL)
     return rc;
-  echo = ctl_json_get (reply, "latency_target");
-  prev = ctl_json_get (reply, "previous_ns");
-  if (echo == NULL || echo->type != CTL_JSON_STRING ||
-      strcmp (echo->str, target) != 0 || prev == NULL ||
-      (prev->type != CTL_JSON_NULL && !ctl_json_get_uint (reply, "previous_ns",
-                                                          &ns))) {
+  /* previous_ns is null when there was no target: json-c gives a
+   * member whose value is null as present, but NULL.
+   */
+  echo = reply_string (reply, "latency_target");
+  if (echo == NULL || strcmp (echo, target) != 0 ||
+      !json_object_object_get_ex (reply, "previous_ns", &prev) ||
+      (prev != NULL && !reply_uint (reply, "previous_ns", &ns))) {
     unexpected (path, line, reply, raw);
     return 1;
   }
@@ -232,9 +230,9 @@ cmd_set_latency_target (const char *path, const char *export,
   else
     printf ("export %s: latency target %s, was %s\n",
             ctl_format_export (export, q, sizeof q), target,
-            prev->type == CTL_JSON_NULL ? "off"
+            prev == NULL ? "off"
             : ctl_format_ns (ns, was, sizeof was));
-  ctl_json_free (reply);
+  json_object_put (reply);
   free (raw);
   return fflush (stdout) == 0 ? 0 : 1;
 }
@@ -245,9 +243,9 @@ cmd_set_latency_target (const char *path, const char *export,
 static int
 cmd_set_rt (const char *path, const char *mode, bool json, double timeout)
 {
-  const struct ctl_json *ok, *rt, *m;
-  struct ctl_json *reply;
+  json_object *reply;
   char line[64], err[1024];
+  const char *m;
   char *raw;
 
   if (strcmp (mode, "on") != 0 && strcmp (mode, "off") != 0 &&
@@ -260,11 +258,9 @@ cmd_set_rt (const char *path, const char *mode, bool json, double timeout)
     fprintf (stderr, "throttle-ctl: %s\n", err);
     return 1;
   }
-  ok = ctl_json_get (reply, "ok");
-  rt = ctl_json_get (reply, "rt");
-  m = rt ? ctl_json_get (rt, "mode") : NULL;
-  if (ok == NULL || ok->type != CTL_JSON_BOOL || !ok->boolean ||
-      m == NULL || m->type != CTL_JSON_STRING || strcmp (m->str, mode) != 0) {
+  m = reply_string (reply_member (reply, "rt", json_type_object), "mode");
+  if (!reply_bool (reply, "ok", false) || m == NULL ||
+      strcmp (m, mode) != 0) {
     unexpected (path, line, reply, raw);
     return 1;
   }
@@ -272,7 +268,7 @@ cmd_set_rt (const char *path, const char *mode, bool json, double timeout)
     printf ("%s\n", raw);
   else
     ctl_print_rt (reply);
-  ctl_json_free (reply);
+  json_object_put (reply);
   free (raw);
   return fflush (stdout) == 0 ? 0 : 1;
 }
