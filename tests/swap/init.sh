@@ -258,14 +258,24 @@ swapdev=$(tail -n 1 /proc/swaps | awk '{ print $1 }'); swapdev=${swapdev#/dev/}
 echo "SWAP-QUEUE dev=$swapdev rotational=$(cat /sys/block/$swapdev/queue/rotational) max_sectors_kb=$(cat /sys/block/$swapdev/queue/max_sectors_kb) max_hw_sectors_kb=$(cat /sys/block/$swapdev/queue/max_hw_sectors_kb) nr_requests=$(cat /sys/block/$swapdev/queue/nr_requests) page_cluster=$(cat /proc/sys/vm/page-cluster)"
 
 # The TCP counters of a remote configuration: a packet dropped because
-# it came from the emergency reserves (PFMemallocDrop) or a retransmit
-# means the forwarding path ran short of memory.
+# it came from the emergency reserves (PFMemallocDrop), or dropped by
+# the stack or the device for want of room, means the forwarding path
+# ran short of memory; retransmits are reported beside them.
 netstats ()
 {
     [ -d /sys/class/net/eth0 ] || return 0
     awk '$1 == "TcpExt:" && !h { for (i = 2; i <= NF; i++) k[i] = $i; h = 1; next }
          $1 == "TcpExt:" { for (i = 2; i <= NF; i++) if (k[i] == "PFMemallocDrop") d = $i }
          END { printf "pfmemalloc_drop=%d ", d }' /proc/net/netstat
+    # Segments the guest's own stack or its network device dropped for
+    # want of memory or queue room: what a reserve too small for the
+    # forwarding shows besides PFMemallocDrop.  A retransmit without
+    # one of them is the host answering late (run-guest.sh).
+    awk '$1 == "TcpExt:" && !h { for (i = 2; i <= NF; i++) k[i] = $i; h = 1; next }
+         $1 == "TcpExt:" { for (i = 2; i <= NF; i++)
+                             if (k[i] ~ /^(RcvPruned|OfoPruned|TCPRcvQDrop|TCPBacklogDrop|TCPOFODrop)$/) d += $i }
+         END { printf "stack_drops=%d ", d + 0 }' /proc/net/netstat
+    printf "rx_dropped=%d " "$(cat /sys/class/net/eth0/statistics/rx_dropped)"
     awk '$1 == "Tcp:" && !h { for (i = 2; i <= NF; i++) k[i] = $i; h = 1; next }
          $1 == "Tcp:" { for (i = 2; i <= NF; i++) if (k[i] == "RetransSegs") r = $i }
          END { printf "retrans=%d\n", r }' /proc/net/snmp

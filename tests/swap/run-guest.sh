@@ -15,8 +15,8 @@
 #          reason=R wo=SECS si=SECS total=SECS
 #          guards=ok|missing|n/a|no-rt|rt-late|fork-leak|fork-fail|fork-missing
 #          swapout_mib=M swapin_mib=M target_mib=M wo_out_mib=M
-#          si_in_mib=M si_out_mib=M pfmemalloc_drop=N|- retrans=N|-
-#          stuck_warnings=N elapsed=SECS log=LOG
+#          si_in_mib=M si_out_mib=M pfmemalloc_drop=N|- stack_drops=N|-
+#          rx_dropped=N|- retrans=N|- stuck_warnings=N elapsed=SECS log=LOG
 #
 # and exits 0 when the boot passed: both phases completed and verified,
 # the guest swapped what the workload must (within SWAP_TOLERANCE), and
@@ -256,12 +256,17 @@ fi
 # Remote configurations (thr.plugin=nbd): a boot that completed still
 # fails when the forwarding path ran short of memory on the way: a
 # packet dropped for coming from the emergency reserves
-# (PFMemallocDrop), a TCP retransmit, or the nbd driver's warning of a
-# request unanswered for 30 s.  Every boot reports them.
+# (PFMemallocDrop), a segment dropped by the guest's stack or device
+# for want of room, or the nbd driver's warning of a request unanswered
+# for 30 s.  Every boot reports them, and its TCP retransmits, which
+# alone prove nothing: a loaded host answers after the guest's timer
+# (tests/swap/README.md).
 remote=0
 case " $args " in *" thr.plugin=nbd "*) remote=1 ;; esac
 pfdrop=$(sed -n 's/^NET-STATS.*pfmemalloc_drop=\([0-9]*\).*/\1/p' "$c" | tail -n 1)
 retrans=$(sed -n 's/^NET-STATS.* retrans=\([0-9]*\).*/\1/p' "$c" | tail -n 1)
+sdrops=$(sed -n 's/^NET-STATS.* stack_drops=\([0-9]*\).*/\1/p' "$c" | tail -n 1)
+rxdrops=$(sed -n 's/^NET-STATS.* rx_dropped=\([0-9]*\).*/\1/p' "$c" | tail -n 1)
 stuckw=$(grep -c 'Possible stuck request' "$c")
 
 if has 'blocked for more than'; then
@@ -280,12 +285,16 @@ elif has SWAPTEST-SHORT; then
     # Less than SWAP_AVAIL_MIB available: the guest is too small for
     # this configuration's server (common.sh).
     reason="short-memory:$(sed -n 's/^SWAPTEST-SHORT //p' "$c" | head -n 1 | tr ' ' _)"
-elif [ $swapin = 1 ] && [ "$remote" = 1 ] && [ -z "$pfdrop" ]; then
+elif [ $swapin = 1 ] && [ "$remote" = 1 ] &&
+     { [ -z "$pfdrop" ] || [ -z "$sdrops" ] || [ -z "$rxdrops" ]; }; then
     reason=net-stats-missing
 elif [ $swapin = 1 ] && [ "$remote" = 1 ] && [ "$pfdrop" != 0 ]; then
     reason=pfmemalloc-drop
-elif [ $swapin = 1 ] && [ "$remote" = 1 ] && [ "$retrans" != 0 ]; then
-    reason=tcp-retransmit
+elif [ $swapin = 1 ] && [ "$remote" = 1 ] &&
+     { [ "$sdrops" != 0 ] || [ "$rxdrops" != 0 ]; }; then
+    # A segment the guest dropped for want of memory: its retransmits
+    # (if any) are the reserve's failure, not the host's timing.
+    reason=guest-drop
 elif [ $swapin = 1 ] && [ "$remote" = 1 ] && [ "$stuckw" != 0 ]; then
     reason=stuck-request-warning
 elif [ $swapin = 1 ] && [ $volume != ok ]; then
@@ -362,5 +371,5 @@ status=fail
 if [ "$reason" = ok ] && { [ "$guards" = ok ] || [ "$guards" = n/a ]; }; then
     status=pass
 fi
-echo "RESULT cfg=$cfg boot=$boot accel=$accel status=$status writeout=$writeout swapin=$swapin hung=$hung reason=$reason wo=${wo:--} si=${si:--} total=${total:--} guards=$guards swapout_mib=$swapout_mib swapin_mib=$swapin_mib target_mib=$target wo_out_mib=${wo_out:--} si_in_mib=${si_in:--} si_out_mib=${si_out:--} pfmemalloc_drop=${pfdrop:--} retrans=${retrans:--} stuck_warnings=$stuckw elapsed=$elapsed log=$log"
+echo "RESULT cfg=$cfg boot=$boot accel=$accel status=$status writeout=$writeout swapin=$swapin hung=$hung reason=$reason wo=${wo:--} si=${si:--} total=${total:--} guards=$guards swapout_mib=$swapout_mib swapin_mib=$swapin_mib target_mib=$target wo_out_mib=${wo_out:--} si_in_mib=${si_in:--} si_out_mib=${si_out:--} pfmemalloc_drop=${pfdrop:--} stack_drops=${sdrops:--} rx_dropped=${rxdrops:--} retrans=${retrans:--} stuck_warnings=$stuckw elapsed=$elapsed log=$log"
 [ $status = pass ]
