@@ -241,11 +241,11 @@ throttle_get_ready (int thread_model)
 static int
 throttle_after_fork (nbdkit_backend *backend)
 {
-  started = true;
   if (throttle_guards_after_fork () == -1 ||
       throttle_quit_start () == -1 ||
       throttle_adapt_after_fork () == -1)
     return -1;
+  started = true;
   return throttle_control_after_fork ();
 }
 
