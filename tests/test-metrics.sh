@@ -52,6 +52,31 @@ grep -Eq '^nbdkit_throttle_capacity_pages\{export=""\} [1-9][0-9]*$' \
   { cat "$tmp/pages.out"; fail "the capacity not in pages under throttle-metric=pages"; }
 echo "ok: under throttle-metric=pages the names count pages"
 
+# A write that fails while the server runs is logged once, and the
+# next interval tries again: the directory removed, then made again.
+mkdir "$tmp/mdir"
+# shellcheck disable=SC2086
+"$NBDKIT" -f -U "$tmp/gone.sock" --filter="$THROTTLE_FILTER" memory 1M \
+  throttle-metrics-file="$tmp/mdir/m.prom" throttle-metrics-interval=0.05 \
+  $quiet >"$tmp/gone.log" 2>&1 &
+pid=$!
+_pids+=("$pid")
+wait_for_socket "$tmp/gone.sock" "$pid" || fail "no NBD socket"
+rm -rf "$tmp/mdir"
+failed_write ()
+{
+  grep -c "throttle-metrics-file=$tmp/mdir/m.prom: creating a temporary file beside it: No such file or directory: it keeps its last metrics" "$tmp/gone.log"
+}
+wait_until 30 "$pid" failed_write >/dev/null ||
+  { cat "$tmp/gone.log"; fail "no error when the directory went away"; }
+mkdir "$tmp/mdir"
+wait_until 30 "$pid" test -s "$tmp/mdir/m.prom" ||
+  fail "the file was not written again once the directory was back"
+stop_nbdkit "$pid"
+[ "$(failed_write)" = 1 ] ||
+  { cat "$tmp/gone.log"; fail "the failed write was logged $(failed_write) times, not once"; }
+echo "ok: a failed write is logged once, and the file comes back"
+
 # The live test, without -v: the summary at exit must not need it.
 # shellcheck disable=SC2086
 "$NBDKIT" -f -U "$tmp/live.sock" --filter="$THROTTLE_FILTER" memory 64M \

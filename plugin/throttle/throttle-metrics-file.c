@@ -26,6 +26,7 @@ static double interval = DEFAULT_INTERVAL;
 static const char *interval_text;       /* given, for its error */
 static mode_t file_mode;
 static int last_err;            /* of the last write; 0: it succeeded */
+static const char *last_step;   /* where it failed */
 
 int
 throttle_metrics_file_config (const char *key, const char *value)
@@ -148,13 +149,14 @@ throttle_metrics_file_update (void)
   if (tmp == NULL)              /* none, or config_complete failed */
     return;
   err = write_file (&step);
-  if (err && err != last_err)
+  if (err && (err != last_err || step != last_step))
     nbdkit_error ("throttle-metrics-file=%s: %s: %s: it keeps its last "
                   "metrics until a write succeeds (tried every %g s)",
                   path, step, throttle_errtext (err), interval);
   else if (err == 0 && last_err)
     nbdkit_debug ("throttle: metrics file %s written again", path);
   last_err = err;
+  last_step = step;
 }
 
 void
