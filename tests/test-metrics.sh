@@ -52,6 +52,28 @@ grep -Eq '^nbdkit_throttle_capacity_pages\{export=""\} [1-9][0-9]*$' \
   { cat "$tmp/pages.out"; fail "the capacity not in pages under throttle-metric=pages"; }
 echo "ok: under throttle-metric=pages the names count pages"
 
+# A server that refuses the command (one without it): its error line,
+# whole, on stderr, and status 1.
+$PY - "$tmp/old.ctl" >"$tmp/old.log" 2>&1 <<'PYEOF' &
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(1)
+c, _ = s.accept()
+c.recv(100)
+c.sendall(b'{"error":"unknown command \\"metrics\\": try help"}\n')
+c.close()
+PYEOF
+pid=$!
+_pids+=("$pid")
+wait_for_socket "$tmp/old.ctl" "$pid" || fail "no fake control socket"
+r=0
+"$THROTTLE_CTL" "$tmp/old.ctl" metrics >"$tmp/old.out" 2>&1 || r=$?
+[ $r = 1 ] && grep -qF 'the server refused: {"error":"unknown command \"metrics\": try help"}' \
+  "$tmp/old.out" ||
+  { cat "$tmp/old.out"; fail "a refusal of metrics: exit $r"; }
+echo "ok: a refusal is said whole: $(cat "$tmp/old.out")"
+
 # A write that fails while the server runs is logged once, and the
 # next interval tries again: the directory removed, then made again.
 mkdir "$tmp/mdir"

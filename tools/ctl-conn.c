@@ -284,7 +284,6 @@ char *
 ctl_ask_text (const char *path, const char *line, double timeout,
               char *err, size_t errlen)
 {
-  char ex[320];
   char *buf;
   int fd;
 
@@ -293,9 +292,11 @@ ctl_ask_text (const char *path, const char *line, double timeout,
     return NULL;
   buf = exchange (fd, path, line, true, timeout, err, errlen);
   close (fd);
+  /* The error line whole, as the server wrote it: the text is the
+   * reply as it is, and so is its refusal.
+   */
   if (buf && buf[0] == '{') {
-    snprintf (err, errlen, "%s: the server refused: %s", path,
-              excerpt (buf, ex, sizeof ex));
+    snprintf (err, errlen, "%s: the server refused: %s", path, buf);
     free (buf);
     return NULL;
   }

@@ -27,8 +27,8 @@ extern struct ctl_json *ctl_ask (const char *path, const char *line,
 
 /* The same for a reply of several lines, text up to a line "# EOF"
  * (the metrics): returns it without its last newline (to free), or
- * NULL with ERR, which holds the start of the server's error line if
- * it refused.
+ * NULL with ERR, which holds the server's error line as it came if it
+ * refused.
  */
 extern char *ctl_ask_text (const char *path, const char *line,
                            double timeout, char *err, size_t errlen);
