@@ -13,6 +13,11 @@
       moves) and the one the load implies, and that the file is
       rewritten.  Prints "ok: ..." per check; exits 1 if one failed.
 
+  metrics-check.py writeback NBD_SOCKET CTL_SOCKET
+      in writeback mode, after N writes and a flush: the writeback
+      families agree with the JSON stats' "writeback" member and with
+      the writes.
+
   metrics-check.py final METRICS_FILE CHARGED
       after the server exited: the file holds its last numbers, the
       default export's charged bytes CHARGED and nothing in flight.
@@ -254,6 +259,53 @@ def live(nbd_sock, ctl_sock, mfile):
     ctl.close()
 
 
+# The writeback families and their JSON members (the error as 0 or 1).
+WRITEBACK = [
+    ("pending_writes", "pending_writes", False),
+    ("pending_bytes", "pending_bytes", False),
+    ("peak_pending_bytes", "peak_pending_bytes", False),
+    ("pool_used_bytes", "pool_used", False),
+    ("pool_size_bytes", "pool_size", False),
+    ("written_writes", "written", True),
+    ("direct_writes", "direct", True),
+    ("failed_writes", "failed", True),
+    ("error_unreported", "error", False),
+]
+
+
+def writeback(nbd_sock, ctl_sock):
+    import nbd
+    n = 24
+    h = nbd.NBD()
+    h.connect_unix(nbd_sock)
+    for i in range(n):
+        h.pwrite(bytes([97 + i % 26]) * 4096, i * 4096)
+    h.flush()
+    stats = Control(ctl_sock).ask("stats")
+    fams = parse(read_metrics(ctl_sock), "writeback metrics")
+    compare(fams, stats, "writeback metrics")
+    wb = stats["exports"][0]["writeback"]
+    wrong = 0
+    for base, member, counter in WRITEBACK:
+        name = PREFIX + "writeback_" + base
+        want = wb[member] if member != "error" else int(wb[member] is not None)
+        if fams.get(name, (None,))[0] != ("counter" if counter else "gauge"):
+            bad("%s is not a %s" % (name, "counter" if counter else "gauge"))
+            wrong += 1
+        if value(fams, name, "", "writeback") != want:
+            bad("%s is %r, stats say %r"
+                % (name, value(fams, name, "", "writeback"), want))
+            wrong += 1
+    check(wrong == 0, "the writeback families are the JSON's")
+    got = (value(fams, PREFIX + "writeback_written_writes", "") +
+           value(fams, PREFIX + "writeback_direct_writes", ""))
+    check(got == n and
+          value(fams, PREFIX + "writeback_pending_bytes", "") == 0,
+          "%d of the %d writes written, none pending after the flush"
+          % (got, n))
+    h.shutdown()
+
+
 def final(mfile, charged):
     with open(mfile) as f:
         fams = parse(f.read(), "the final metrics file")
@@ -266,6 +318,8 @@ def final(mfile, charged):
 def main():
     if len(sys.argv) == 5 and sys.argv[1] == "live":
         live(*sys.argv[2:])
+    elif len(sys.argv) == 4 and sys.argv[1] == "writeback":
+        writeback(*sys.argv[2:])
     elif len(sys.argv) == 4 and sys.argv[1] == "final":
         final(*sys.argv[2:])
     else:

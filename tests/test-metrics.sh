@@ -99,6 +99,14 @@ stop_nbdkit "$pid"
   { cat "$tmp/gone.log"; fail "the failed write was logged $(failed_write) times, not once"; }
 echo "ok: a failed write is logged once, and the file comes back"
 
+# Writeback's pool and queue have families of their own.
+requires_writeback
+start_nbdkit wb --filter="$THROTTLE_FILTER" memory 64M throttle-mode=writeback \
+  throttle-control="$tmp/wb.ctl"
+$PY "$check" writeback "$tmp/wb.sock" "$tmp/wb.ctl" ||
+  fail "the writeback metrics (see above)"
+stop_nbdkit "$pid"
+
 # The live test, without -v: the summary at exit must not need it.
 # shellcheck disable=SC2086
 "$NBDKIT" -f -U "$tmp/live.sock" --filter="$THROTTLE_FILTER" memory 64M \

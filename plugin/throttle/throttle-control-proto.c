@@ -238,7 +238,7 @@ reply_metrics (FILE *out)
   FILE *fp = open_memstream (&text, &len);
 
   if (fp != NULL) {
-    throttle_metrics_write (fp);
+    throttle_metrics_write (fp, true);
     if (fclose (fp) == EOF)
       len = SIZE_MAX;
   }

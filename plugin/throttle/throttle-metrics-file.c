@@ -4,6 +4,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,12 +53,13 @@ throttle_metrics_file_config (const char *key, const char *value)
   return 0;
 }
 
-/* Write the whole text to a new file beside PATH and rename it over
+/* Write the whole text (with the features' families: see
+ * throttle_metrics_write) to a new file beside PATH and rename it over
  * PATH.  Returns 0, or the errno of the step that failed (the new file
  * removed); *step names it.
  */
 static int
-write_file (const char **step)
+write_file (bool features, const char **step)
 {
   FILE *fp;
   int fd, err = 0;
@@ -76,7 +78,7 @@ write_file (const char **step)
   }
   *step = "writing";
   errno = 0;
-  throttle_metrics_write (fp);
+  throttle_metrics_write (fp, features);
   if (fflush (fp) == EOF || ferror (fp))
     err = errno ? errno : EIO;
   if (fclose (fp) == EOF && err == 0)
@@ -121,7 +123,7 @@ throttle_metrics_file_config_complete (void)
   umask (mask);
   file_mode = 0666 & ~mask;
 
-  err = write_file (&step);
+  err = write_file (false, &step);
   if (err) {
     nbdkit_error ("throttle-metrics-file=%s: %s: %s", path, step,
                   throttle_errtext (err));
@@ -140,15 +142,16 @@ throttle_metrics_file_interval (void)
   return path ? interval : 0;
 }
 
-void
-throttle_metrics_file_update (void)
+/* Write the file, saying so if it fails for a new reason. */
+static void
+update (bool features)
 {
   const char *step;
   int err;
 
   if (tmp == NULL)              /* none, or config_complete failed */
     return;
-  err = write_file (&step);
+  err = write_file (features, &step);
   if (err && (err != last_err || step != last_step))
     nbdkit_error ("throttle-metrics-file=%s: %s: %s: it keeps its last "
                   "metrics until a write succeeds (tried every %g s)",
@@ -160,9 +163,15 @@ throttle_metrics_file_update (void)
 }
 
 void
+throttle_metrics_file_update (void)
+{
+  update (true);
+}
+
+void
 throttle_metrics_file_unload (void)
 {
-  throttle_metrics_file_update ();
+  update (false);
   free (path);
   free (tmp_template);
   free (tmp);

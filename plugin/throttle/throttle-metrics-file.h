@@ -30,14 +30,14 @@ extern int throttle_metrics_file_config (const char *key, const char *value);
 extern int throttle_metrics_file_config_complete (void);
 /* Seconds between writes; 0 without a file. */
 extern double throttle_metrics_file_interval (void);
-/* Write the file now.  A failure is logged once (nbdkit_error), when
- * it first happens or its reason changes, and the file keeps its last
- * text; the next interval tries again.  From the control thread, or
- * from nbdkit's main thread while that thread is not running.
+/* Write the file now, from the control thread.  A failure is logged
+ * once (nbdkit_error), when it first happens or its reason changes, and
+ * the file keeps its last text; the next interval tries again.
  */
 extern void throttle_metrics_file_update (void);
-/* The last write, then free everything: at unload, after the control
- * thread is stopped and before the budgets are freed.
+/* The last write, without the features' families (their state is
+ * gone), then free everything: at unload, after the control thread is
+ * stopped and before the budgets are freed.
  */
 extern void throttle_metrics_file_unload (void);
 

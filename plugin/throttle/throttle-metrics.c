@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "throttle-config.h"
@@ -32,6 +33,24 @@ struct family {
   size_t field;                 /* in struct throttle_stats */
   const char *help;
 };
+
+/* Added before the control thread starts, read only by it: no lock
+ * (throttle-metrics.h).
+ */
+static throttle_metrics_fn features[THROTTLE_METRICS_MAX_FEATURES];
+
+void
+throttle_metrics_add (throttle_metrics_fn fn)
+{
+  size_t i;
+
+  for (i = 0; i < THROTTLE_METRICS_MAX_FEATURES; i++)
+    if (features[i] == NULL || features[i] == fn) {
+      features[i] = fn;
+      return;
+    }
+  abort ();                   /* a new caller: raise the maximum */
+}
 
 #define F(field) offsetof (struct throttle_stats, field)
 
@@ -153,7 +172,7 @@ write_config (FILE *fp)
 }
 
 void
-throttle_metrics_write (FILE *fp)
+throttle_metrics_write (FILE *fp, bool with_features)
 {
   char name[128];
   size_t i;
@@ -174,5 +193,8 @@ throttle_metrics_write (FILE *fp)
     throttle_budget_get_stats (throttle_config.server, &s);
     write_value (fp, f, name, NULL, &s, 0);
   }
+  for (i = 0; with_features && i < THROTTLE_METRICS_MAX_FEATURES &&
+         features[i]; i++)
+    features[i] (fp);
   fputs (THROTTLE_PROM_EOF, fp);
 }
