@@ -26,6 +26,7 @@ builddir=${THROTTLE_BUILDDIR:-$top/build}
 PACKAGES=(
   build-essential autoconf automake libtool pkg-config perl bc python3
   nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin python3-libnbd
+  python3-prometheus-client
   libev-dev libjson-c-dev check
   fio qemu-utils
   qemu-system-x86 linux-image-amd64 busybox-static nbd-client

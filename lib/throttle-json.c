@@ -8,9 +8,8 @@
 
 #include "throttle-json.h"
 
-/* Length of the valid UTF-8 sequence at s, or 0 if it is not one. */
-static size_t
-utf8_len (const unsigned char *s)
+size_t
+throttle_utf8_len (const unsigned char *s)
 {
   unsigned char c = s[0];
   size_t n, i;
@@ -49,7 +48,7 @@ throttle_json_string (FILE *fp, const char *str)
       fprintf (fp, "\\u%04x", *s++);
     else if (*s < 0x80)
       putc (*s++, fp);
-    else if ((n = utf8_len (s)) > 0) {
+    else if ((n = throttle_utf8_len (s)) > 0) {
       fwrite (s, 1, n, fp);
       s += n;
     }

@@ -185,7 +185,7 @@ START_TEST (test_tokens)
   expect_error ("frob", "unknown command \\\"frob\\\"");
   expect_error ("help me", "usage: help");
   expect ("help", "{\"commands\":[\"stats [EXPORT]\",\"stats from N\","
-          "\"set limit EXPORT N\",\"set mode on|off\",\"help\"]}\n");
+          "\"metrics\",\"set limit EXPORT N\",\"set mode on|off\",\"help\"]}\n");
 }
 END_TEST
 
@@ -282,6 +282,43 @@ END_TEST
 /* set goes to the feature that added the command, with the named
  * export held for the call; a bad set lists every command added.
  */
+/* The metrics: the stats as a monitor scrapes them, each family once,
+ * the name escaped as a label value (only the quote; the control
+ * character is valid there; the byte that is not UTF-8 becomes
+ * U+FFFD), and the end a client reads up to.
+ */
+START_TEST (test_metrics)
+{
+  static const char *const lines[] = {
+    "nbdkit_throttle_info{metric=\"bytes\"} 1\n",
+    "nbdkit_throttle_exports 2\n",
+    "nbdkit_throttle_default_capacity_bytes 262144\n",
+    "nbdkit_throttle_capacity_bytes{export=\"\"} 262144\n",
+    "nbdkit_throttle_capacity_bytes{export=\"a b\\\"c\x01\xef\xbf\xbd\"} 262144\n",
+    "nbdkit_throttle_server_capacity_bytes 2097152\n",
+    "nbdkit_throttle_connections{export=\"\"} 0\n",
+    "nbdkit_throttle_connections{export=\"a b\\\"c\x01\xef\xbf\xbd\"} 1\n",
+    "nbdkit_throttle_charged_bytes_total{export=\"\"} 0\n",
+    "nbdkit_throttle_wait_seconds_total{export=\"\"} 0.000000000\n",
+    "# TYPE nbdkit_throttle_charged_bytes_total counter\n",
+    "# TYPE nbdkit_throttle_in_flight_bytes gauge\n",
+  };
+  char *r = ask ("metrics"), *p;
+  size_t i, n = strlen (r);
+
+  for (i = 0; i < sizeof lines / sizeof lines[0]; i++)
+    ck_assert_msg ((p = strstr (r, lines[i])) != NULL &&
+                   (p == r || p[-1] == '\n') &&
+                   strstr (p + 1, lines[i]) == NULL,
+                   "metrics: not once: %s", lines[i]);
+  ck_assert_msg (n > 6 && strcmp (r + n - 6, "# EOF\n") == 0 &&
+                 strstr (r, "# EOF") == r + n - 6,
+                 "metrics: does not end with # EOF");
+  free (r);
+  expect_error ("metrics now", "usage: metrics");
+}
+END_TEST
+
 START_TEST (test_set)
 {
   expect ("set limit \"\" 1048576", "{\"ok\":true,\"limit\":1048576}\n");
@@ -318,6 +355,7 @@ throttle_test_suite (void)
   tcase_add_checked_fixture (tc, setup, teardown);
   tcase_add_test (tc, test_tokens);
   tcase_add_test (tc, test_stats);
+  tcase_add_test (tc, test_metrics);
   tcase_add_test (tc, test_extra_stats);
   tcase_add_test (tc, test_set);
   suite_add_tcase (s, tc);

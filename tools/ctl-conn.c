@@ -99,12 +99,36 @@ ctl_connect (const char *path, double timeout, char *msg, size_t len)
   return fd;
 }
 
-/* Send LINE and a newline, read one line back.  Returns the line
- * without its newline (to free) or NULL with MSG.
+/* The end of a reply of several lines (the metrics'). */
+static const char text_end[] = "\n# EOF\n";
+
+/* Where the reply in BUF (GOT bytes, NEW of them just read) ends: its
+ * first newline, or with TEXT the newline of its "# EOF" line, unless
+ * its first line is JSON (an error).  NULL if it has not ended yet.
  */
 static char *
-exchange (int fd, const char *path, const char *line, double timeout,
-          char *msg, size_t len)
+reply_end (char *buf, size_t got, size_t new, bool text)
+{
+  size_t from = got - new, n = sizeof text_end - 1;
+  char *p;
+
+  if (!text || buf[0] == '{')
+    return memchr (buf + from, '\n', got - from);
+  if (got >= n - 1 && memcmp (buf, text_end + 1, n - 1) == 0)
+    return buf + n - 2;
+  /* The end may straddle two reads. */
+  from = from >= n ? from - n : 0;
+  p = memmem (buf + from, got - from, text_end, n);
+  return p ? p + n - 1 : NULL;
+}
+
+/* Send LINE and a newline, read one line back (with TEXT, the lines up
+ * to "# EOF").  Returns the reply without its last newline (to free)
+ * or NULL with MSG.
+ */
+static char *
+exchange (int fd, const char *path, const char *line, bool text,
+          double timeout, char *msg, size_t len)
 {
   double deadline = now () + timeout;
   size_t n = strlen (line), off = 0, got = 0;
@@ -174,8 +198,8 @@ exchange (int fd, const char *path, const char *line, double timeout,
                   "throttle control socket?", path, got);
       goto fail;
     }
-    nl = memchr (buf + got, '\n', r);
     got += r;
+    nl = reply_end (buf, got, r, text);
   }
   *nl = '\0';
   if (memchr (buf, '\0', nl - buf) != NULL) {
@@ -223,7 +247,7 @@ ctl_ask (const char *path, const char *line, double timeout, char **raw,
   fd = ctl_connect (path, timeout, err, errlen);
   if (fd == -1)
     return NULL;
-  buf = exchange (fd, path, line, timeout, err, errlen);
+  buf = exchange (fd, path, line, false, timeout, err, errlen);
   close (fd);
   if (buf == NULL)
     return NULL;
@@ -247,4 +271,27 @@ ctl_ask (const char *path, const char *line, double timeout, char **raw,
   json_object_put (reply);
   free (buf);
   return NULL;
+}
+
+char *
+ctl_ask_text (const char *path, const char *line, double timeout,
+              char *err, size_t errlen)
+{
+  char *buf;
+  int fd;
+
+  fd = ctl_connect (path, timeout, err, errlen);
+  if (fd == -1)
+    return NULL;
+  buf = exchange (fd, path, line, true, timeout, err, errlen);
+  close (fd);
+  /* The error line whole, as the server wrote it: the text is the
+   * reply as it is, and so is its refusal.
+   */
+  if (buf && buf[0] == '{') {
+    snprintf (err, errlen, "%s: the server refused: %s", path, buf);
+    free (buf);
+    return NULL;
+  }
+  return buf;
 }

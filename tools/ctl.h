@@ -25,6 +25,14 @@ extern json_object *ctl_ask (const char *path, const char *line,
                              double timeout, char **raw,
                              char *err, size_t errlen);
 
+/* The same for a reply of several lines, text up to a line "# EOF"
+ * (the metrics): returns it without its last newline (to free), or
+ * NULL with ERR, which holds the server's error line as it came if it
+ * refused.
+ */
+extern char *ctl_ask_text (const char *path, const char *line,
+                           double timeout, char *err, size_t errlen);
+
 /* ctl-format.c */
 
 /* V units, compact: with a 1024-power suffix when the metric counts

@@ -29,6 +29,7 @@ static const char usage_text[] =
   "       throttle-ctl [--json] [--timeout SECS] SOCKET set server-capacity SIZE\n"
   "       throttle-ctl [--json] [--timeout SECS] SOCKET set rt on|off|auto\n"
   "       throttle-ctl [--json] [--timeout SECS] SOCKET watch [INTERVAL [COUNT]]\n"
+  "       throttle-ctl [--timeout SECS] SOCKET metrics\n"
   "The default export is \"\".  SIZE is read as nbdkit reads sizes\n"
   "(nbdkit_parse_size): a whole number with an optional suffix b, s (512),\n"
   "K, M, G, T, P or E (powers of 1024): 4096, 256K, 64M.  DURATION takes\n"
@@ -273,6 +274,22 @@ cmd_set_rt (const char *path, const char *mode, bool json, double timeout)
   return fflush (stdout) == 0 ? 0 : 1;
 }
 
+/* The stats in the Prometheus text format, as the server wrote them. */
+static int
+cmd_metrics (const char *path, double timeout)
+{
+  char err[1024];
+  char *text = ctl_ask_text (path, "metrics", timeout, err, sizeof err);
+
+  if (text == NULL) {
+    fprintf (stderr, "throttle-ctl: %s\n", err);
+    return 1;
+  }
+  printf ("%s\n", text);
+  free (text);
+  return fflush (stdout) == 0 ? 0 : 1;
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -357,5 +374,11 @@ main (int argc, char *argv[])
     }
     return ctl_watch (path, interval, count, json, timeout);
   }
-  return usage_error ("unknown command \"%s\": stats, set or watch", cmd);
+  if (strcmp (cmd, "metrics") == 0) {
+    if (n > 0)
+      return usage_error ("metrics: takes no arguments");
+    return cmd_metrics (path, timeout);
+  }
+  return usage_error ("unknown command \"%s\": stats, set, watch or metrics",
+                      cmd);
 }

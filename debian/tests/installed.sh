@@ -43,13 +43,16 @@ nbdkit -U - --filter=throttle memory 1G throttle-capacity=1M \
            -b 4k:90,1M:10 --read-ratio 0 -t 2 --verify --control $ctl &&
          /usr/bin/throttle-ctl $ctl stats &&
          /usr/bin/throttle-ctl $ctl set capacity '' 2M &&
-         /usr/bin/throttle-ctl --json $ctl stats ''" > "$tmp/run.out" 2>&1 ||
+         /usr/bin/throttle-ctl --json $ctl stats '' &&
+         /usr/bin/throttle-ctl $ctl metrics" > "$tmp/run.out" 2>&1 ||
   { cat "$tmp/run.out"; fail "nbdkit --filter=throttle with throttle-load and throttle-ctl"; }
 cat "$tmp/run.out"
 grep -q '^verify: .* 0 bad blocks' "$tmp/run.out" || fail "throttle-load: no clean verify"
 grep -q '^""  *1M ' "$tmp/run.out" || fail "throttle-ctl stats: no row for the default export at 1M"
 grep -q 'capacity 2097152 (2M), was 1048576 (1M)' "$tmp/run.out" || fail "throttle-ctl set capacity"
 grep -q '"name":"","capacity":2097152' "$tmp/run.out" || fail "throttle-ctl --json stats after the change"
+grep -q '^nbdkit_throttle_capacity_bytes{export=""} 2097152$' "$tmp/run.out" || fail "throttle-ctl metrics after the change"
+grep -q '^nbdkit: throttle: summary export="" capacity=2097152 ' "$tmp/run.out" || fail "no summary at exit"
 echo "ok: nbdkit --filter=throttle memory 1G, throttle-load and throttle-ctl from the package"
 
 # The disk plugin by its short name.

@@ -20,6 +20,7 @@
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
 #include "throttle-json.h"
+#include "throttle-metrics.h"
 
 /* Added before the control thread starts, read only by it: no lock
  * (throttle-control-proto.h).
@@ -226,6 +227,31 @@ reply_stats (FILE *out, struct throttle_export *exp, size_t from)
   free (line);
 }
 
+/* The metrics, or an error line if they do not fit the output bound:
+ * written whole or not at all, since a client reads up to "# EOF".
+ */
+static void
+reply_metrics (FILE *out)
+{
+  char *text = NULL;
+  size_t len = 0;
+  FILE *fp = open_memstream (&text, &len);
+
+  if (fp != NULL) {
+    throttle_metrics_write (fp, true);
+    if (fclose (fp) == EOF)
+      len = SIZE_MAX;
+  }
+  if (fp == NULL || len > THROTTLE_CONTROL_MAX_OUTPUT)
+    throttle_control_reply_error (out, "metrics: the reply does not fit in "
+                                  "%d bytes or memory ran out: use "
+                                  "throttle-metrics-file, or stats from N",
+                                  THROTTLE_CONTROL_MAX_OUTPUT);
+  else
+    fwrite (text, 1, len, out);
+  free (text);
+}
+
 /* --- the tokenizer ----------------------------------------------------- */
 
 /* Split off the next word of *p, in place.  A word is a run of
@@ -336,7 +362,8 @@ reply_help (FILE *out)
 {
   size_t i;
 
-  fputs ("{\"commands\":[\"stats [EXPORT]\",\"stats from N\"", out);
+  fputs ("{\"commands\":[\"stats [EXPORT]\",\"stats from N\",\"metrics\"",
+         out);
   for (i = 0; i < nr_setters; i++) {
     putc (',', out);
     throttle_json_string (out, setters[i]->usage);
@@ -406,6 +433,12 @@ throttle_control_execute (FILE *out, char *line)
   }
   else if (strcmp (argv[0], "stats") == 0)
     cmd_stats (out, argc, argv);
+  else if (strcmp (argv[0], "metrics") == 0) {
+    if (argc != 1)
+      throttle_control_reply_error (out, "usage: metrics");
+    else
+      reply_metrics (out);
+  }
   else if (strcmp (argv[0], "set") == 0)
     cmd_set (out, argc, argv);
   else

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: the control socket and the periodic stats.
+/* nbdkit-throttle filter: the control socket, the periodic stats and
+ * the metrics file's timer.
  *
  * One thread runs a libev loop that serves line-oriented commands on a
  * Unix socket (see CONTROL SOCKET in nbdkit-throttle-filter(1)); this
@@ -39,6 +40,7 @@
 #include "throttle-control.h"
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
+#include "throttle-metrics-file.h"
 #include "throttle-parse.h"
 
 /* A command line, without its newline, is at most this long. */
@@ -64,6 +66,7 @@ static ev_async stop_watcher;
 static ev_io accept_watcher;
 static ev_timer accept_retry;
 static ev_timer stats_timer;
+static ev_timer metrics_timer;
 static pthread_t thread;
 static bool thread_running;
 
@@ -386,6 +389,16 @@ stats_cb (struct ev_loop *loop, ev_timer *w, int revents)
   } while (from < total);
 }
 
+/* A file write on the loop: the file is small, and where it is (a
+ * local directory, not the device this server serves) is the
+ * operator's choice (nbdkit-throttle-filter(1)).
+ */
+static void
+metrics_cb (struct ev_loop *loop, ev_timer *w, int revents)
+{
+  throttle_metrics_file_update ();
+}
+
 static void
 stop_cb (struct ev_loop *loop, ev_async *w, int revents)
 {
@@ -532,10 +545,11 @@ throttle_control_config_complete (void)
 int
 throttle_control_after_fork (void)
 {
+  double metrics_interval = throttle_metrics_file_interval ();
   sigset_t all, old;
   int err;
 
-  if (listen_fd == -1 && stats_interval == 0)
+  if (listen_fd == -1 && stats_interval == 0 && metrics_interval == 0)
     return 0;
 
   owner_pid = getpid ();
@@ -554,6 +568,13 @@ throttle_control_after_fork (void)
   if (stats_interval > 0) {
     ev_timer_init (&stats_timer, stats_cb, stats_interval, stats_interval);
     ev_timer_start (control_loop, &stats_timer);
+  }
+  if (metrics_interval > 0) {
+    /* At once (the process that serves may be a fork of the one that
+     * wrote the first), then every interval.
+     */
+    ev_timer_init (&metrics_timer, metrics_cb, 0., metrics_interval);
+    ev_timer_start (control_loop, &metrics_timer);
   }
 
   /* Signals are nbdkit's business: the thread inherits a full mask. */

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: the control socket (throttle-control=SOCKET)
- * and the periodic statistics (throttle-stats-interval=SECS).
+/* nbdkit-throttle filter: the control socket (throttle-control=SOCKET),
+ * the periodic statistics (throttle-stats-interval=SECS) and the
+ * rewrites of the metrics file (throttle-metrics-file.h).
  *
- * Both are served by one thread of their own running a libev loop, so
+ * All are served by one thread of their own running a libev loop, so
  * that no operator, however slow or broken his client, can stall the
  * data path: the loop takes only locks that no thread holds across a
  * plugin call or a wait, and each briefly (which: HACKING.md, "Locks").

@@ -10,8 +10,8 @@
  *
  * Modules: throttle.c (the filter), throttle-serve (its data path),
  * throttle-guards (with -realtime and -memlock under it), -writeback,
- * -control, -capacity, -export, -quit, -pace, -abort, -adapt-glue,
- * -remote; lib/ is called
+ * -control, -metrics-file, -capacity, -export, -quit, -pace, -abort,
+ * -adapt-glue, -remote; lib/ is called
  * through them.  Everything up to .after_fork, and .cleanup and
  * .unload, run in nbdkit's main thread with no connection thread.
  *
@@ -22,6 +22,7 @@
  * .config           throttle.c  throttle-capacity, -metric, -reads, -split.
  *                   guards      throttle_guards_config.
  *                   control     throttle_control_config.
+ *                   metrics-file throttle_metrics_file_config.
  *                   writeback   throttle_writeback_config.
  *                   adapt-glue  throttle_adapt_config.
  *                   remote      throttle_remote_config.
@@ -45,6 +46,10 @@
  *                   control     throttle_control_config_complete: binds the
  *                               socket, so misuse is reported before nbdkit
  *                               forks.
+ *                   metrics-file throttle_metrics_file_config_complete:
+ *                               writes the file a first time (it needs
+ *                               the registry), so a path that cannot be
+ *                               written is refused before nbdkit forks.
  *                   writeback   throttle_writeback_config_complete.
  *                   (adapt-glue registers its state per export with
  *                   throttle_export_add_feature before the first
@@ -81,12 +86,15 @@
  *                               permitted, the watcher thread (memory
  *                               pressure, the end of a hold).
  *                   quit        throttle_quit_start: the shutdown prober.
- *                   control     throttle_control_after_fork: the control
- *                               thread.
  *                   adapt-glue  throttle_adapt_after_fork: with a target
  *                               configured, the clock thread that ends the
  *                               controllers' windows on time (a target first
  *                               set live starts it from the control thread).
+ *                   throttle.c  notes that the server started: only then
+ *                               is the summary printed at unload.
+ *                   control     throttle_control_after_fork: the control
+ *                               thread, whose loop also rewrites the
+ *                               metrics file.
  *
  * .list_exports     writeback   throttle_writeback_list_exports: in
  *                               writeback mode the plugin's list less
@@ -165,8 +173,13 @@
  *                               watcher (throttle_realtime_stop).
  *                   abort       throttle_abort_uninstall: the handler's code
  *                               goes with the filter.
- *                   throttle.c  the summary line of the server-wide budget,
- *                               then of each export.
+ *                   metrics-file throttle_metrics_file_unload: the last
+ *                               write, with the final numbers, after the
+ *                               control thread (which rewrites it) and
+ *                               before the budgets are freed.
+ *                   throttle.c  if the server started, the summary line
+ *                               of the server-wide budget, then of each
+ *                               export, on stderr.
  *                   export      throttle_export_free_all: fails every wait,
  *                               frees the budgets and their adapt-glue state.
  *                   throttle.c  the server-wide budget, after the exports'

@@ -21,6 +21,7 @@
 #include "throttle-config.h"
 #include "throttle-abort.h"
 #include "throttle-control-proto.h"
+#include "throttle-metrics.h"
 #include "throttle-parse.h"
 #include "throttle-wbq.h"
 #include "throttle-wbsize.h"
@@ -194,6 +195,7 @@ throttle_writeback_config_complete (void)
                 pool_bytes, WB_ELEM, need,
                 (int) (pool_bytes < WB_MAX_WRITE ? pool_bytes : WB_MAX_WRITE));
   throttle_control_add_extra_stats (throttle_writeback_stats_json);
+  throttle_metrics_add (throttle_writeback_metrics);
   return 0;
 }
 

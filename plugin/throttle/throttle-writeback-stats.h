@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: write-behind's members of the control
- * socket's stats.
+ * socket's stats, and its metrics.
  */
 
 #ifndef THROTTLE_WRITEBACK_STATS_H
 #define THROTTLE_WRITEBACK_STATS_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "throttle-export.h"
 
@@ -20,5 +21,12 @@
  */
 extern void throttle_writeback_stats_json (struct throttle_export *exp,
                                            char *buf, size_t len);
+
+/* The same numbers as metrics (a throttle_metrics_fn): the families
+ * nbdkit_throttle_writeback_*, each with one sample per export in
+ * writeback (the default export alone, once a writable connection made
+ * its queue; none before).  The control thread's.
+ */
+extern void throttle_writeback_metrics (FILE *fp);
 
 #endif /* THROTTLE_WRITEBACK_STATS_H */

@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@
 #include "throttle-export.h"
 #include "throttle-guards.h"
 #include "throttle-guards-config.h"
+#include "throttle-metrics-file.h"
 #include "throttle-pace.h"
 #include "throttle-parse.h"
 #include "throttle-quit.h"
@@ -44,6 +46,7 @@ static const char *capacity_text;       /* as given, for its errors */
 static uint64_t server_capacity;        /* 0 = throttle-capacity */
 static const char *server_capacity_text;
 static struct throttle_budget server_budget;
+static bool started;                    /* .after_fork was called */
 
 /* The filter's own keys: 1 if key is one and its value is good, 0 if
  * it is not one, -1 after the error line (throttle-parse.h).
@@ -96,6 +99,7 @@ throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
   if ((r = own_config (key, value)) != 0 ||
       (r = throttle_guards_config (key, value)) != 0 ||
       (r = throttle_control_config (key, value)) != 0 ||
+      (r = throttle_metrics_file_config (key, value)) != 0 ||
       (r = throttle_writeback_config (key, value)) != 0 ||
       (r = throttle_adapt_config (key, value)) != 0 ||
       (r = throttle_remote_config (key, value)) != 0)
@@ -187,6 +191,7 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   }
   throttle_capacity_config_complete ();
   if (throttle_control_config_complete () == -1 ||
+      throttle_metrics_file_config_complete () == -1 ||
       throttle_writeback_config_complete () == -1)
     return -1;
   nbdkit_debug ("throttle: capacity %" PRIu64 " units per export, %" PRIu64
@@ -210,6 +215,7 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   "                            charged one by one (default true).\n" \
   throttle_guards_config_help "\n" \
   throttle_control_config_help "\n" \
+  throttle_metrics_file_config_help "\n" \
   throttle_writeback_config_help "\n" \
   throttle_adapt_config_help "\n" \
   throttle_remote_config_help
@@ -239,8 +245,19 @@ throttle_after_fork (nbdkit_backend *backend)
       throttle_quit_start () == -1 ||
       throttle_adapt_after_fork () == -1)
     return -1;
+  started = true;
   return throttle_control_after_fork ();
 }
+
+/* The summary at exit goes to stderr whether or not -v was given, as
+ * nbdkit's stats filter writes its statistics at exit (there to a
+ * file; statsfile=/dev/stderr is its usual use): nbdkit 1.32 has no
+ * call that logs what is neither an error nor a debug line.  A server
+ * in the background without -v has no stderr (nbdkit points it at
+ * /dev/null): throttle-metrics-file is written a last time instead.
+ * Only for a server that started (started): a refused configuration
+ * has only its error to say.
+ */
 
 static void
 print_summary (struct throttle_export *exp, void *opaque)
@@ -248,15 +265,15 @@ print_summary (struct throttle_export *exp, void *opaque)
   struct throttle_stats s;
 
   throttle_budget_get_stats (&exp->budget, &s);
-  nbdkit_debug ("throttle: summary export=\"%s\" capacity=%" PRIu64
-                " in_flight=%" PRIu64 " peak=%" PRIu64
-                " charged=%" PRIu64 " admitted=%" PRIu64
-                " waited=%" PRIu64 " cancelled=%" PRIu64
-                " clamped=%" PRIu64
-                " wait_total_ms=%.3f wait_max_ms=%.3f",
-                exp->name, s.capacity, s.in_flight, s.peak, s.charged,
-                s.admitted, s.waited, s.cancelled, s.clamped,
-                s.wait_ns_total / 1e6, s.wait_ns_max / 1e6);
+  fprintf (stderr, "nbdkit: throttle: summary export=\"%s\" capacity=%" PRIu64
+           " in_flight=%" PRIu64 " peak=%" PRIu64
+           " charged=%" PRIu64 " admitted=%" PRIu64
+           " waited=%" PRIu64 " cancelled=%" PRIu64
+           " clamped=%" PRIu64
+           " wait_total_ms=%.3f wait_max_ms=%.3f\n",
+           exp->name, s.capacity, s.in_flight, s.peak, s.charged,
+           s.admitted, s.waited, s.cancelled, s.clamped,
+           s.wait_ns_total / 1e6, s.wait_ns_max / 1e6);
 }
 
 /* Before the exports' lines: a script reading the last summary line
@@ -268,14 +285,14 @@ print_server_summary (void)
   struct throttle_stats s;
 
   throttle_budget_get_stats (throttle_config.server, &s);
-  nbdkit_debug ("throttle: summary server capacity=%" PRIu64
-                " in_flight=%" PRIu64 " peak=%" PRIu64
-                " charged=%" PRIu64 " admitted=%" PRIu64
-                " waited=%" PRIu64 " clamped=%" PRIu64
-                " wait_total_ms=%.3f wait_max_ms=%.3f",
-                s.capacity, s.in_flight, s.peak, s.charged, s.admitted,
-                s.waited, s.clamped, s.wait_ns_total / 1e6,
-                s.wait_ns_max / 1e6);
+  fprintf (stderr, "nbdkit: throttle: summary server capacity=%" PRIu64
+           " in_flight=%" PRIu64 " peak=%" PRIu64
+           " charged=%" PRIu64 " admitted=%" PRIu64
+           " waited=%" PRIu64 " clamped=%" PRIu64
+           " wait_total_ms=%.3f wait_max_ms=%.3f\n",
+           s.capacity, s.in_flight, s.peak, s.charged, s.admitted,
+           s.waited, s.clamped, s.wait_ns_total / 1e6,
+           s.wait_ns_max / 1e6);
 }
 
 static void
@@ -293,9 +310,11 @@ throttle_unload (void)
   throttle_control_unload ();
   throttle_guards_unload ();
   throttle_abort_uninstall ();
-  if (throttle_config.server)
+  throttle_metrics_file_unload ();
+  if (started) {
     print_server_summary ();
-  throttle_export_foreach (print_summary, NULL);
+    throttle_export_foreach (print_summary, NULL);
+  }
   throttle_export_free_all ();
   if (throttle_config.server) {
     throttle_budget_shutdown (throttle_config.server);

@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* nbdkit-throttle: the Prometheus text exposition format (see
+ * throttle-prom.h).
+ */
+
+#include <config.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "throttle-json.h"
+#include "throttle-prom.h"
+
+void
+throttle_prom_family (FILE *fp, const char *name, const char *type,
+                      const char *help)
+{
+  fprintf (fp, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+void
+throttle_prom_label_value (FILE *fp, const char *str)
+{
+  const unsigned char *s = (const unsigned char *) str;
+  size_t n;
+
+  putc ('"', fp);
+  while (*s) {
+    if (*s == '"' || *s == '\\') {
+      putc ('\\', fp);
+      putc (*s++, fp);
+    }
+    else if (*s == '\n') {
+      fputs ("\\n", fp);
+      s++;
+    }
+    else if (*s < 0x80)
+      putc (*s++, fp);
+    else if ((n = throttle_utf8_len (s)) > 0) {
+      fwrite (s, 1, n, fp);
+      s += n;
+    }
+    else {
+      fputs ("\xef\xbf\xbd", fp);   /* U+FFFD */
+      s++;
+    }
+  }
+  putc ('"', fp);
+}
+
+static void
+sample_name (FILE *fp, const char *name, const char *label,
+             const char *value)
+{
+  fputs (name, fp);
+  if (label) {
+    fprintf (fp, "{%s=", label);
+    throttle_prom_label_value (fp, value);
+    putc ('}', fp);
+  }
+  putc (' ', fp);
+}
+
+void
+throttle_prom_sample (FILE *fp, const char *name, const char *label,
+                      const char *value, uint64_t v)
+{
+  sample_name (fp, name, label, value);
+  fprintf (fp, "%" PRIu64 "\n", v);
+}
+
+void
+throttle_prom_sample_ns (FILE *fp, const char *name, const char *label,
+                         const char *value, uint64_t ns)
+{
+  sample_name (fp, name, label, value);
+  fprintf (fp, "%" PRIu64 ".%09" PRIu64 "\n",
+           ns / 1000000000, ns % 1000000000);
+}

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* nbdkit-throttle: the Prometheus text exposition format (version
+ * 0.0.4, what Prometheus scrapes and node_exporter's textfile
+ * collector reads), written to a stdio stream without allocating: the
+ * filter's control command "metrics" and its metrics file.
+ *
+ * A family is its HELP and TYPE lines, then all its samples: the
+ * format wants a family's samples together, so a writer walks its
+ * sources once per family.  A counter's name ends in _total (its TYPE
+ * line names it so); a name carries its unit (_bytes, _seconds).
+ * The caller checks fp's error state, as for any other write.
+ */
+
+#ifndef THROTTLE_PROM_H
+#define THROTTLE_PROM_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* The last line of a complete exposition: a comment to the format's
+ * parsers, and the end of the reply to a client of the control socket.
+ */
+#define THROTTLE_PROM_EOF "# EOF\n"
+
+/* "# HELP name help" and "# TYPE name type" ("counter", "gauge").
+ * name and help are the caller's constants: a name of
+ * [a-zA-Z_:][a-zA-Z0-9_:]*, a help without a backslash or a newline.
+ */
+extern void throttle_prom_family (FILE *fp, const char *name,
+                                  const char *type, const char *help);
+
+/* One sample line: name{label="value"} v, or name v if label is NULL.
+ * value is escaped as the format wants (\\, \" and \n), and each byte
+ * that does not begin a valid UTF-8 sequence becomes U+FFFD, so any C
+ * string is a valid label value.
+ */
+extern void throttle_prom_sample (FILE *fp, const char *name,
+                                  const char *label, const char *value,
+                                  uint64_t v);
+/* The same for a duration of ns nanoseconds, written in seconds as an
+ * exact decimal (1.250000000), so that a reader's float of it is the
+ * nearest to ns / 1e9, as a float of the JSON's nanoseconds divided
+ * would be.
+ */
+extern void throttle_prom_sample_ns (FILE *fp, const char *name,
+                                     const char *label, const char *value,
+                                     uint64_t ns);
+
+/* Write s as a label value, with its quotes (throttle_prom_sample). */
+extern void throttle_prom_label_value (FILE *fp, const char *s);
+
+#endif /* THROTTLE_PROM_H */
