@@ -129,6 +129,7 @@ cmd_set_capacity (const char *path, const char *export, const char *size,
                   bool json, double timeout)
 {
   struct ctl_json *reply;
+  const struct ctl_json *warning;
   char q[1040], line[1100], num[32], a[32], b[32];
   const char *why, *where;
   int64_t sv;
@@ -175,6 +176,12 @@ cmd_set_capacity (const char *path, const char *export, const char *size,
     unexpected (path, line, reply, raw);
     return 1;
   }
+  /* Set, but more than the machine could ever have in flight: the
+   * server says why.
+   */
+  warning = ctl_json_get (reply, "warning");
+  if (warning && warning->type == CTL_JSON_STRING)
+    fprintf (stderr, "throttle-ctl: warning: %s\n", warning->str);
   if (json)
     printf ("%s\n", raw);
   else if (export)
