@@ -102,6 +102,39 @@ for ok in "$wb throttle-capacity=$ram throttle-writeback-pool=16M" \
     >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "refused: $ok"; }
 done
 
+# A capacity more than RAM could ever hold in flight (bytes; pages and
+# requests: one page each) starts, with a warning saying why; RAM's
+# size itself, the most that could be in flight, gets none.  2^50
+# bytes, pages or requests exceed any machine this runs on.
+big=1125899906842624
+for metric in bytes pages requests; do
+  for p in throttle-capacity throttle-server-capacity; do
+    "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M \
+      throttle-metric=$metric $p=$big --run true >"$tmp/out" 2>&1 ||
+      { cat "$tmp/out"; fail "refused: $metric $p=$big"; }
+    grep -q "warning: $p=$big: above [0-9]* $metric, the most this machine's RAM ($ram bytes) could hold in flight (.*): this capacity can never be reached, so it never throttles" "$tmp/out" ||
+      { cat "$tmp/out"; fail "no warning for $metric $p=$big"; }
+  done
+done
+# The bound itself: one more than RAM's bytes, or its pages, warns.
+for c in "throttle-capacity=$(( ram + 1 ))" \
+         "throttle-metric=requests throttle-capacity=$(( ram / 4096 + 1 ))"; do
+  "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M $c --run true \
+    >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "refused: $c"; }
+  grep -q "never throttles" "$tmp/out" ||
+    { cat "$tmp/out"; fail "no warning for $c"; }
+done
+"$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M throttle-capacity=$ram \
+  throttle-server-capacity=$ram --run true >"$tmp/out" 2>&1 ||
+  { cat "$tmp/out"; fail "refused: a capacity of RAM's size"; }
+! grep -q "never throttles" "$tmp/out" ||
+  { cat "$tmp/out"; fail "a capacity of RAM's size warned"; }
+"$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M throttle-metric=pages \
+  throttle-capacity=$(( ram / 4096 )) --run true >"$tmp/out" 2>&1 ||
+  { cat "$tmp/out"; fail "refused: RAM's pages"; }
+! grep -q "never throttles" "$tmp/out" ||
+  { cat "$tmp/out"; fail "a capacity of RAM's pages warned"; }
+
 "$NBDKIT" --filter="$THROTTLE_FILTER" memory --help >"$tmp/help" 2>&1
 for p in throttle-capacity throttle-metric throttle-reads throttle-split; do
   grep -q "^$p=" "$tmp/help" || fail "--help does not list $p"

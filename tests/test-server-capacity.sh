@@ -163,6 +163,24 @@ echo "$r" | grep -q 'error.*server-capacity \\"1G\\": under throttle-metric=page
   fail "set server-capacity 1G under pages: not refused"
 r=$(ctl_send "$pctl" 'set capacity "" 512')
 echo "$r" | grep -q '"ok":true' || fail "set capacity 512 under pages: $r"
+# More pages than RAM could ever hold in flight: set, with the warning
+# nbdkit gives at start (test-params.sh), in the reply.
+r=$(ctl_send "$pctl" 'set server-capacity 1125899906842624')
+echo "set server-capacity 2^50 -> $r"
+echo "$r" | grep -q '"ok":true,"server_capacity":1125899906842624,.*"warning":"server-capacity \\"1125899906842624\\": above [0-9]* pages, the most this machine.s RAM .*never throttles"' ||
+  fail "set server-capacity 2^50 pages: no warning"
+r=$(ctl_send "$pctl" 'set capacity "" 1125899906842624')
+echo "set capacity 2^50 -> $r"
+echo "$r" | grep -q '"ok":true,.*"capacity":1125899906842624,.*"warning":"capacity \\"1125899906842624\\": above [0-9]* pages' ||
+  fail "set capacity 2^50 pages: no warning"
+"$THROTTLE_CTL" "$pctl" set capacity "" 1125899906842624 >"$tmp/out" 2>&1 ||
+  { cat "$tmp/out"; fail "throttle-ctl set capacity 2^50 pages"; }
+cat "$tmp/out"
+grep -q '^throttle-ctl: warning: capacity "1125899906842624": above .*never throttles' "$tmp/out" ||
+  fail "throttle-ctl set capacity 2^50 pages: no warning"
+r=$(ctl_send "$pctl" 'set capacity "" 512')
+echo "$r" | grep -q '"ok":true' && ! echo "$r" | grep -q warning ||
+  fail "set capacity 512 under pages: $r"
 # throttle-ctl sends the suffix as typed, so the server can say why.
 r=0; "$THROTTLE_CTL" "$pctl" set capacity "" 1M >"$tmp/out" 2>&1 || r=$?
 cat "$tmp/out"

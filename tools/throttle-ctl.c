@@ -128,6 +128,7 @@ cmd_set_capacity (const char *path, const char *export, const char *size,
                   bool json, double timeout)
 {
   json_object *reply;
+  const char *warning;
   char q[1040], line[1100], num[32], a[32], b[32];
   const char *why, *where;
   int64_t sv;
@@ -173,6 +174,12 @@ cmd_set_capacity (const char *path, const char *export, const char *size,
     unexpected (path, line, reply, raw);
     return 1;
   }
+  /* Set, but more than the machine could ever have in flight: the
+   * server says why.
+   */
+  warning = reply_string (reply, "warning");
+  if (warning)
+    fprintf (stderr, "throttle-ctl: warning: %s\n", warning);
   if (json)
     printf ("%s\n", raw);
   else if (export)

@@ -37,12 +37,28 @@ parse_capacity (FILE *out, const char *value, int64_t *r)
   return 0;
 }
 
+/* The end of a set reply: with "warning" when the capacity was set
+ * but can never be reached (throttle_capacity_ram_check), as nbdkit
+ * would have warned at start, so the operator reads why.
+ */
+static void
+reply_warning (FILE *out, bool huge, const char *warning)
+{
+  if (huge) {
+    nbdkit_debug ("throttle: control: warning: %s", warning);
+    fputs (",\"warning\":", out);
+    throttle_json_string (out, warning);
+  }
+  fputs ("}\n", out);
+}
+
 static void
 set_capacity (FILE *out, struct throttle_export *exp, const char *value)
 {
   const char *name = exp->name;
   uint64_t previous;
-  char err[512];
+  char err[512], warning[512];
+  bool huge;
   int64_t r;
 
   if (parse_capacity (out, value, &r) == -1)
@@ -58,6 +74,9 @@ set_capacity (FILE *out, struct throttle_export *exp, const char *value)
       throttle_control_reply_error (out, "%s", err);
       return;
     }
+    huge = throttle_capacity_ram_check (&throttle_config.metric, r,
+                                        throttle_ram (), what,
+                                        warning, sizeof warning) == 1;
   }
   /* Every export's capacity stays within the server's, so that the
    * server-wide budget bounds the sum and never clamps an export's
@@ -93,8 +112,9 @@ set_capacity (FILE *out, struct throttle_export *exp, const char *value)
                 " -> %" PRId64, name, previous, r);
   fputs ("{\"ok\":true,\"export\":", out);
   throttle_json_string (out, name);
-  fprintf (out, ",\"capacity\":%" PRId64 ",\"previous\":%" PRIu64 "}\n",
+  fprintf (out, ",\"capacity\":%" PRId64 ",\"previous\":%" PRIu64,
            r, previous);
+  reply_warning (out, huge, warning);
 }
 
 struct ceiling_ctx {
@@ -123,7 +143,8 @@ set_server_capacity (FILE *out, struct throttle_export *unused,
 {
   struct ceiling_ctx ctx = { .max = throttle_config.capacity };
   uint64_t previous;
-  char err[512], what[256];
+  char err[512], what[256], warning[512];
+  bool huge;
   int64_t r;
 
   if (throttle_config.server == NULL) {
@@ -140,6 +161,9 @@ set_server_capacity (FILE *out, struct throttle_export *unused,
     throttle_control_reply_error (out, "%s", err);
     return;
   }
+  huge = throttle_capacity_ram_check (&throttle_config.metric, r,
+                                      throttle_ram (), what,
+                                      warning, sizeof warning) == 1;
   /* Not below an export's capacity, nor below throttle-capacity, at
    * which every budget made from now on starts.
    */
@@ -164,7 +188,8 @@ set_server_capacity (FILE *out, struct throttle_export *unused,
   nbdkit_debug ("throttle: control: server capacity %" PRIu64 " -> %" PRId64,
                 previous, r);
   fprintf (out, "{\"ok\":true,\"server_capacity\":%" PRId64
-           ",\"previous\":%" PRIu64 "}\n", r, previous);
+           ",\"previous\":%" PRIu64, r, previous);
+  reply_warning (out, huge, warning);
 }
 
 static void

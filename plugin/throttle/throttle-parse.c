@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <nbdkit-filter.h>
 
@@ -179,6 +180,51 @@ throttle_capacity_unit_check (const struct throttle_metric *m,
             "(%.0f %ciB); write the number of pages",
             what, text, value, bytes / 1024.0, units[i]);
   return -1;
+}
+
+int
+throttle_capacity_ram_check (const struct throttle_metric *m,
+                             uint64_t value, uint64_t ram,
+                             const char *what, char *err, size_t errlen)
+{
+  const char *unit, *why;
+  uint64_t max;
+
+  if (strcmp (m->name, "bytes") == 0) {
+    max = ram;
+    unit = "bytes";
+    why = "each byte in flight is held in the server's memory";
+  }
+  else if (strcmp (m->name, "pages") == 0) {
+    max = ram / THROTTLE_PAGE_SIZE;
+    unit = "pages";
+    why = "each page in flight is held in the server's memory";
+  }
+  else if (strcmp (m->name, "requests") == 0) {
+    max = ram / THROTTLE_PAGE_SIZE;
+    unit = "requests";
+    why = "each request in flight holds at least a page: a worker "
+      "thread's stack or a writeback buffer";
+  }
+  else
+    return 0;
+  if (value <= max)
+    return 0;
+  snprintf (err, errlen, "%s: above %" PRIu64 " %s, the most this machine's "
+            "RAM (%" PRIu64 " bytes) could hold in flight (%s): this "
+            "capacity can never be reached, so it never throttles",
+            what, max, unit, ram, why);
+  return 1;
+}
+
+uint64_t
+throttle_ram (void)
+{
+  long pages = sysconf (_SC_PHYS_PAGES), size = sysconf (_SC_PAGESIZE);
+
+  if (pages <= 0 || size <= 0)
+    return UINT64_MAX;          /* unknown: never warn */
+  return (uint64_t) pages * size;
 }
 
 const char *

@@ -88,6 +88,27 @@ extern int throttle_capacity_unit_check (const struct throttle_metric *m,
                                          const char *what,
                                          char *err, size_t errlen);
 
+/* Whether 'value' (a capacity or server capacity, named by what) is
+ * more than the machine could ever have in flight: 0 if not (or the
+ * metric's unit is unknown: a user metric), 1 if so, with the reason
+ * in err for the caller to warn with (a warning: such a capacity
+ * works, it only never throttles).  Every unit in flight holds memory
+ * of the server's own: a byte of data, a page of it, and a request
+ * either a worker thread, whose stack is at least a page, or a
+ * writeback buffer of at least a page.  So more than ram bytes,
+ * ram / THROTTLE_PAGE_SIZE pages or requests, can never be in flight
+ * at once.  ram is the machine's physical memory (throttle_ram), a
+ * parameter so that the unit test can choose it.
+ */
+extern int throttle_capacity_ram_check (const struct throttle_metric *m,
+                                        uint64_t value, uint64_t ram,
+                                        const char *what,
+                                        char *err, size_t errlen);
+/* The machine's physical memory in bytes (not a cgroup's limit, which
+ * can change while nbdkit runs).
+ */
+extern uint64_t throttle_ram (void);
+
 /* The English text of an errno, the one way the filter spells one:
  * not strerror or %m, whose message catalogue lookup makes nbdkit hang
  * in exit under LD_PRELOAD=libasan (p11-kit's destructor waits in

@@ -118,7 +118,8 @@ throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
 
 /* A capacity given as key=text (value parsed) that the metric, now
  * known, cannot take (below its smallest, or bytes where it counts
- * pages or requests): its one error line.
+ * pages or requests): its one error line.  One more than RAM could
+ * ever hold in flight works, never throttling: a warning.
  */
 static int
 check_capacity (const char *key, const char *text, uint64_t value)
@@ -133,6 +134,10 @@ check_capacity (const char *key, const char *text, uint64_t value)
     nbdkit_error ("%s", err);
     return -1;
   }
+  if (throttle_capacity_ram_check (&throttle_config.metric, value,
+                                   throttle_ram (), what,
+                                   err, sizeof err) == 1)
+    throttle_warning ("%s", err);
   return 0;
 }
 
