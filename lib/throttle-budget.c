@@ -335,7 +335,7 @@ fast_read (struct throttle_budget *b, uint64_t need,
 }
 
 static inline __attribute__ ((always_inline)) int
-fast_commit (struct throttle_budget *b, struct throttle_budget_fast *f)
+fast_swap (struct throttle_budget *b, struct throttle_budget_fast *f)
 {
   uint64_t w = f->word;        /* a local, so that f stays in registers */
 
@@ -345,15 +345,33 @@ fast_commit (struct throttle_budget *b, struct throttle_budget_fast *f)
     f->word = w;
     return fast_fits (f) ? 1 : -1;
   }
+  return 0;
+}
+
+static inline __attribute__ ((always_inline)) int
+fast_confirm (struct throttle_budget *b, struct throttle_budget_fast *f)
+{
   if (__atomic_load_n (&b->cap_seq, __ATOMIC_SEQ_CST) != f->seq) {
     /* Charged under a capacity that has changed since: give the units
-     * back (granting whoever queued behind them meanwhile).
+     * back (granting whoever queued behind them meanwhile).  Taken
+     * before b was mirrored and given back after, they were in what
+     * the mirror was charged (throttle_budget_mirror).
      */
-    throttle_budget_credit (b, f->need);
+    if (throttle_budget_credit (b, f->need) &&
+        !(f->word & THROTTLE_BUDGET_MIRRORED))
+      throttle_budget_credit (b->mirror, f->need);
     return -1;
   }
   count_grant (b, f->need, (f->word & THROTTLE_BUDGET_MAX_UNITS) + f->need);
   return 0;
+}
+
+static inline __attribute__ ((always_inline)) int
+fast_commit (struct throttle_budget *b, struct throttle_budget_fast *f)
+{
+  int r = fast_swap (b, f);
+
+  return r == 0 ? fast_confirm (b, f) : r;
 }
 
 /* Returns the units taken and counted (with THROTTLE_BUDGET_MIRRORED
@@ -382,10 +400,17 @@ throttle_budget_fast_read (struct throttle_budget *b, uint64_t need,
 }
 
 int
-throttle_budget_fast_commit (struct throttle_budget *b,
-                             struct throttle_budget_fast *f)
+throttle_budget_fast_swap (struct throttle_budget *b,
+                           struct throttle_budget_fast *f)
 {
-  return fast_commit (b, f);
+  return fast_swap (b, f);
+}
+
+int
+throttle_budget_fast_confirm (struct throttle_budget *b,
+                              struct throttle_budget_fast *f)
+{
+  return fast_confirm (b, f);
 }
 
 int

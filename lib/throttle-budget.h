@@ -176,12 +176,17 @@ extern int throttle_budget_enqueue (struct throttle_budget *b,
  * waits, they do not fit, the capacity is changing); the caller goes
  * on with throttle_budget_enqueue_locked.
  *
- * throttle_budget_fast_commit: its compare-and-swap and its second
- * reading of the sequence count.  0: the units are taken and counted,
- * to be given back with one throttle_budget_credit; 1: the word had
- * changed and they still fit: commit again; -1: holding nothing (they
- * no longer fit, or the capacity changed meanwhile and they were given
- * back): go on with throttle_budget_enqueue_locked.
+ * throttle_budget_fast_swap: its compare-and-swap.  0: the units are
+ * in the word: confirm next; 1: the word had changed and they still
+ * fit: swap again; -1: holding nothing, they no longer fit: go on with
+ * throttle_budget_enqueue_locked.
+ *
+ * throttle_budget_fast_confirm: its second reading of the sequence
+ * count.  0: the units are taken and counted, to be given back with
+ * one throttle_budget_credit (f->word, the word the swap found, says
+ * with THROTTLE_BUDGET_MIRRORED whether they are owed to a mirror);
+ * -1: the capacity changed meanwhile and they were given back: go on
+ * with throttle_budget_enqueue_locked.
  *
  * throttle_budget_enqueue_locked: throttle_budget_enqueue without the
  * fast charge.
@@ -197,8 +202,10 @@ struct throttle_budget_fast {
 extern bool throttle_budget_fast_read (struct throttle_budget *b,
                                        uint64_t need,
                                        struct throttle_budget_fast *f);
-extern int throttle_budget_fast_commit (struct throttle_budget *b,
-                                        struct throttle_budget_fast *f);
+extern int throttle_budget_fast_swap (struct throttle_budget *b,
+                                      struct throttle_budget_fast *f);
+extern int throttle_budget_fast_confirm (struct throttle_budget *b,
+                                         struct throttle_budget_fast *f);
 extern int throttle_budget_enqueue_locked (struct throttle_budget *b,
                                            struct throttle_budget_waiter *bw,
                                            enum throttle_budget_kind kind,

@@ -5,20 +5,29 @@
  * test-sim.c steps the admission whole: each charge and credit is one
  * step there.  Here the steps are the budget's own atomic ones, so the
  * races of the fast path are among the schedules: a fast charge reads
- * (throttle_budget_fast_read) and commits (throttle_budget_fast_commit)
- * at two steps with anything between them, a credit subtracts
+ * (throttle_budget_fast_read), swaps (throttle_budget_fast_swap) and
+ * confirms (throttle_budget_fast_confirm) at three steps with anything
+ * between them, a credit subtracts
  * (throttle_budget_credit_release) and grants
  * (throttle_budget_credit_grant) at two steps, and the locked steps
  * (a charge decided under the lock, a waiter's poll or abandonment, a
  * capacity change) come in any order among them.  A few simulated
  * threads each run requests of every kind (whole, in parts, exact; some
  * above the capacity) one after another; the capacity moves up and
- * down, below a quantum and to 1.  Then a drain: every thread finishes.
+ * down, below a quantum and to 1; in half the schedules the budget is
+ * mirrored (throttle_budget_mirror) into a second one at a step drawn
+ * from the seed, and the threads keep the mirror's contract (charge it
+ * what a grant marked mirrored gave, credit it when a credit says so).
+ * Then a drain: every thread finishes.
  *
  * Checked after every step:
  * - accounting: the units in flight are exactly what the threads hold
  *   (granted, and not yet subtracted by their credit), so a charge
- *   lost, taken twice or credited twice shows at once;
+ *   lost, taken twice or credited twice shows at once; and the
+ *   mirror's are what is owed to it: every unit the threads hold once
+ *   the budget is mirrored (charged by the mirroring, or by the thread
+ *   whose grant was marked), but a granted waiter's marked units, which
+ *   its poll charges;
  * - the bound: a step that granted anything leaves at most the
  *   capacity in flight, or a single holder;
  * - FIFO: a charge taken at once (fast or locked) finds no waiter
@@ -59,7 +68,8 @@
 
 enum thread_state {
   IDLE,                         /* no request */
-  READ,                         /* the fast charge has read: commit next */
+  READ,                         /* the fast charge has read: swap next */
+  SWAPPED,                      /* its units are in the word: confirm next */
   LOCKED,                       /* the locked path decides next */
   QUEUED,                       /* waiting (maybe granted, not yet polled) */
   HOLDING,                      /* granted: credit next */
@@ -78,6 +88,8 @@ struct thread {
 
 struct sched {
   uint64_t seed, rng;
+  struct throttle_budget m;     /* the mirror */
+  unsigned mirror_step;         /* 0: never mirrored */
   unsigned step;
   bool verbose;
   struct throttle_budget b;
@@ -90,7 +102,7 @@ struct sched {
 
 static struct {
   uint64_t fast, fast_retried, fast_gave_back, fast_refused, locked_now,
-    queued, abandoned, grants_owed;
+    queued, abandoned, grants_owed, mirrored, owed_mirror;
 } cover;
 
 static const char *const kind_name[] = { "whole", "parts", "exact" };
@@ -132,10 +144,16 @@ say (struct sched *s, const char *fmt, ...)
 }
 
 static uint64_t
+in_flight_of (struct throttle_budget *b)
+{
+  return __atomic_load_n (&b->word, __ATOMIC_SEQ_CST) &
+    THROTTLE_BUDGET_MAX_UNITS;
+}
+
+static uint64_t
 in_flight (struct sched *s)
 {
-  return __atomic_load_n (&s->b.word, __ATOMIC_SEQ_CST) &
-    ~THROTTLE_BUDGET_SLOW;
+  return in_flight_of (&s->b);
 }
 
 static bool
@@ -162,12 +180,14 @@ look_before (struct sched *s, struct before *bf)
   }
 }
 
-/* A charge taken at once by thread i: it must have overtaken nobody. */
+/* A charge taken at once by thread i (bf NULL: a fast charge, whose
+ * swap was its moment): it must have overtaken nobody.
+ */
 static void
 taken_at_once (struct sched *s, const struct before *bf, int i,
                uint64_t units, const char *how)
 {
-  if (bf->waiters > 0)
+  if (bf && bf->waiters > 0)
     sched_fail (s, "thread %d took %" PRIu64 " units %s past %u waiters",
           i, units, how, bf->waiters);
   s->t[i].st = HOLDING;
@@ -176,10 +196,31 @@ taken_at_once (struct sched *s, const struct before *bf, int i,
   s->charged += units;
 }
 
+/* A grant of 'got' (maybe marked THROTTLE_BUDGET_MIRRORED): the units,
+ * after charging the mirror what a marked grant owes it.
+ */
+static uint64_t
+owe_mirror (struct sched *s, uint64_t got)
+{
+  uint64_t units = got & THROTTLE_BUDGET_MAX_UNITS, c;
+  struct throttle_budget_waiter w;
+
+  if (got & THROTTLE_BUDGET_MIRRORED) {
+    cover.owed_mirror++;
+    if (throttle_budget_enqueue (&s->m, &w, THROTTLE_BUDGET_EXACT, units, 0,
+                                 &c) != 0)
+      sched_fail (s, "the mirror did not take %" PRIu64 " units at once",
+                  units);
+  }
+  return units;
+}
+
 static void
 check (struct sched *s, const struct before *bf, bool granted_now)
 {
-  uint64_t held = 0, holders = 0, owed = 0, waiters = 0;
+  uint64_t held = 0, holders = 0, owed = 0, crediting = 0, waiters = 0;
+  uint64_t swapped = 0;
+  bool mirrored = throttle_budget_mirrored (&s->b);
   uint64_t now = in_flight (s);
   uint64_t cap = throttle_budget_get_capacity (&s->b);
   int i, j;
@@ -188,10 +229,25 @@ check (struct sched *s, const struct before *bf, bool granted_now)
     const struct thread *t = &s->t[i];
 
     if (t->st == HOLDING || (t->st == QUEUED && t->bw.w.granted)) {
-      held += t->st == HOLDING ? t->held : t->bw.w.got;
+      uint64_t u = t->st == HOLDING ? t->held :
+        t->bw.w.got & THROTTLE_BUDGET_MAX_UNITS;
+
+      held += u;
       holders++;
+      /* Owed to the mirror once there is one: all a holder holds, but
+       * a granted waiter's marked units until its poll charges them.
+       */
+      if (mirrored &&
+          !(t->st == QUEUED && (t->bw.w.got & THROTTLE_BUDGET_MIRRORED)))
+        owed += u;
     }
-    owed += t->st == CREDITING;
+    /* Swapped but not confirmed: in the word, not yet a grant. */
+    if (t->st == SWAPPED) {
+      swapped += t->need;
+      if (mirrored && !(t->f.word & THROTTLE_BUDGET_MIRRORED))
+        owed += t->need;
+    }
+    crediting += t->st == CREDITING;
     waiters += waiting (t);
     /* Granted at this step, from the queue. */
     if (t->st == QUEUED && t->bw.w.granted && !bf->granted[i]) {
@@ -203,13 +259,17 @@ check (struct sched *s, const struct before *bf, bool granted_now)
                 i, t->bw.w.got, j);
     }
   }
-  if (now != held)
+  if (now != held + swapped)
     sched_fail (s, "%" PRIu64 " units in flight but the threads hold %" PRIu64
-          " (a charge lost, taken twice or credited twice)", now, held);
-  if (granted_now && now > cap && holders > 1)
-    sched_fail (s, "a grant left %" PRIu64 " in flight over the capacity %"
-          PRIu64 " with %" PRIu64 " holders", now, cap, holders);
-  if (waiters > 0 && now == 0 && owed == 0)
+          " (a charge lost, taken twice or credited twice)", now,
+          held + swapped);
+  if (granted_now && held > cap && holders > 1)
+    sched_fail (s, "a grant left %" PRIu64 " granted over the capacity %"
+          PRIu64 " with %" PRIu64 " holders", held, cap, holders);
+  if (mirrored && in_flight_of (&s->m) != owed)
+    sched_fail (s, "the mirror has %" PRIu64 " units in flight but %" PRIu64
+                " are owed to it", in_flight_of (&s->m), owed);
+  if (waiters > 0 && now == 0 && crediting == 0)
     sched_fail (s, "%" PRIu64 " waiters, nothing in flight and no credit about "
           "to grant: the head is stranded (capacity %" PRIu64 ")",
           waiters, cap);
@@ -252,8 +312,8 @@ step_thread (struct sched *s, const struct before *bf, int i, bool drain,
              bool *granted_now)
 {
   struct thread *t = &s->t[i];
-  bool would_swap, seq_moved;
-  uint64_t got;
+  bool seq_moved;
+  uint64_t got, flags;
   int r;
 
   switch (t->st) {
@@ -262,27 +322,39 @@ step_thread (struct sched *s, const struct before *bf, int i, bool drain,
       arrive (s, i);
     break;
   case READ:
-    /* Whether its compare-and-swap will find the word it read while
-     * the capacity changed since: it must then give the units back.
-     */
-    would_swap = t->f.word == __atomic_load_n (&s->b.word, __ATOMIC_SEQ_CST);
-    seq_moved = t->f.seq != __atomic_load_n (&s->b.cap_seq, __ATOMIC_SEQ_CST);
-    r = throttle_budget_fast_commit (&s->b, &t->f);
-    say (s, "t%d: fast commit: %s", i,
-         r == 0 ? "taken" : r == 1 ? "word moved, again" : "locked path");
+    r = throttle_budget_fast_swap (&s->b, &t->f);
+    say (s, "t%d: fast swap: %s", i,
+         r == 0 ? "in the word" : r == 1 ? "word moved, again" :
+         "locked path");
     if (r == 0) {
-      cover.fast++;
-      *granted_now = true;
-      taken_at_once (s, bf, i, t->need, "by the fast path");
+      /* The swap is when a fast charge takes its place. */
+      if (bf->waiters > 0)
+        sched_fail (s, "thread %d took %" PRIu64 " units by the fast path "
+                    "past %u waiters", i, t->need, bf->waiters);
+      t->st = SWAPPED;
     }
     else if (r == 1)
       cover.fast_retried++;
+    else
+      t->st = LOCKED;
+    break;
+  case SWAPPED:
+    seq_moved = t->f.seq != __atomic_load_n (&s->b.cap_seq, __ATOMIC_SEQ_CST);
+    r = throttle_budget_fast_confirm (&s->b, &t->f);
+    say (s, "t%d: fast confirm: %s", i,
+         r == 0 ? "taken" : "capacity moved: given back, locked path");
+    if (r == 0) {
+      cover.fast++;
+      *granted_now = true;
+      taken_at_once (s, NULL, i,
+                     owe_mirror (s, t->need |
+                                 (t->f.word & THROTTLE_BUDGET_MIRRORED)),
+                     "by the fast path");
+    }
     else {
-      if (would_swap && seq_moved)
-        cover.fast_gave_back++;
+      cover.fast_gave_back += seq_moved;
       t->st = LOCKED;
     }
-
     break;
   case LOCKED:
     r = throttle_budget_enqueue_locked (&s->b, &t->bw, t->kind, t->need,
@@ -292,7 +364,7 @@ step_thread (struct sched *s, const struct before *bf, int i, bool drain,
     if (r == 0) {
       cover.locked_now++;
       *granted_now = true;
-      taken_at_once (s, bf, i, got, "under the lock");
+      taken_at_once (s, bf, i, owe_mirror (s, got), "under the lock");
     }
     else if (r == 1) {
       cover.queued++;
@@ -314,17 +386,20 @@ step_thread (struct sched *s, const struct before *bf, int i, bool drain,
     r = throttle_budget_poll (&s->b, &t->bw, &got);
     say (s, "t%d: poll: %s", i, r == 0 ? "granted" : "waits");
     if (r == 0) {
+      t->held = owe_mirror (s, got);
       s->admitted++;
-      s->charged += got;
+      s->charged += t->held;
       t->st = HOLDING;
-      t->held = got;
     }
     else if (r == -1)
       sched_fail (s, "thread %d: poll failed", i);
     break;
   case HOLDING:
     say (s, "t%d: credit %" PRIu64 ": subtract", i, t->held);
-    if (throttle_budget_credit_release (&s->b, t->held)) {
+    flags = throttle_budget_credit_release (&s->b, t->held);
+    if (flags & THROTTLE_BUDGET_MIRRORED)
+      throttle_budget_credit (&s->m, t->held);
+    if (flags & THROTTLE_BUDGET_SLOW) {
       cover.grants_owed++;
       t->st = CREDITING;
     }
@@ -366,11 +441,20 @@ run_schedule (uint64_t seed, bool verbose)
   s->seed = s->rng = seed;
   s->verbose = verbose;
   throttle_budget_init (&s->b, BASE);
+  /* Never binds: only its accounting is checked. */
+  throttle_budget_init (&s->m, THROTTLE_BUDGET_MAX_UNITS);
+  /* Decided from the seed, not drawn. */
+  s->mirror_step = seed % 2 ? 1 + seed / 2 % STEPS : 0;
 
   for (s->step = 0; s->step < STEPS; s->step++) {
     look_before (s, &bf);
     granted_now = false;
-    if (sim_pick (&s->rng, 10) == 0)
+    if (s->step + 1 == s->mirror_step) {
+      say (s, "mirror (%" PRIu64 " in flight)", in_flight (s));
+      throttle_budget_mirror (&s->b, &s->m);
+      cover.mirrored++;
+    }
+    else if (sim_pick (&s->rng, 10) == 0)
       set_capacity (s);
     else
       step_thread (s, &bf, sim_pick (&s->rng, THREADS), false, &granted_now);
@@ -401,6 +485,9 @@ run_schedule (uint64_t seed, bool verbose)
           st.in_flight, st.waiters);
   if (__atomic_load_n (&s->b.word, __ATOMIC_SEQ_CST) & THROTTLE_BUDGET_SLOW)
     sched_fail (s, "after the drain the fast charge is still closed");
+  if (in_flight_of (&s->m) != 0)
+    sched_fail (s, "after the drain the mirror has %" PRIu64 " in flight",
+                in_flight_of (&s->m));
   if (st.admitted != s->admitted || st.charged != s->charged ||
       st.cancelled != s->cancelled)
     sched_fail (s, "stats: admitted %" PRIu64 " charged %" PRIu64 " cancelled %"
@@ -408,6 +495,7 @@ run_schedule (uint64_t seed, bool verbose)
           st.admitted, st.charged, st.cancelled, s->admitted, s->charged,
           s->cancelled);
   throttle_budget_destroy (&s->b);
+  throttle_budget_destroy (&s->m);
 }
 
 START_TEST (test_schedules)
@@ -432,15 +520,18 @@ START_TEST (test_schedules)
            PRIu64 " given back for a capacity change, %" PRIu64
            " refused), %" PRIu64 " taken under the lock, %" PRIu64
            " queued, %" PRIu64 " abandoned, %" PRIu64 " credits that "
-           "granted\n", n, STEPS, cover.fast, cover.fast_retried,
+           "granted, %" PRIu64 " mirrored, %" PRIu64 " grants owed to the "
+           "mirror\n", n, STEPS, cover.fast, cover.fast_retried,
            cover.fast_gave_back, cover.fast_refused, cover.locked_now,
-           cover.queued, cover.abandoned, cover.grants_owed);
+           cover.queued, cover.abandoned, cover.grants_owed, cover.mirrored,
+           cover.owed_mirror);
   /* Every race of the fast path is reached in the default run. */
   if (n >= SCHEDULES) {
     ck_assert_uint_gt (cover.fast_retried, 0);
     ck_assert_uint_gt (cover.fast_gave_back, 0);
     ck_assert_uint_gt (cover.grants_owed, 0);
     ck_assert_uint_gt (cover.abandoned, 0);
+    ck_assert_uint_gt (cover.owed_mirror, 0);
   }
 }
 END_TEST
