@@ -22,10 +22,9 @@ throttle_admit_in_parts (const struct throttle_admit_policy *p,
                          uint32_t count, uint64_t offset, uint64_t need)
 {
   /* Large: more than twice the part minimum, so that a part is worth
-   * a backend call of its own.  Page-aligned, so that every part is.
-   */
-  /* A part is at least a page's units: a request of two pages or less
-   * is never split, and most stop at the first test.
+   * a backend call of its own; the minimum is at least a page's units,
+   * so most requests stop at the first test.  Page-aligned, so that
+   * every part is.
    */
   return need > 2 * p->page_units && p->split && p->page_units != 0 &&
     count <= p->split_max &&
