@@ -106,6 +106,8 @@ throttle_admit_start (struct throttle_admit *a,
    * if the request must wait.
    */
   a->waited = false;
+  a->len = count;
+  a->mirrored = false;
   a->exp = exp;
   a->server = server;
   a->policy = p;
@@ -121,14 +123,10 @@ throttle_admit_start (struct throttle_admit *a,
   /* Most requests: granted whole at once, and owed to no server. */
   if (r == 0 && got == need) {
     a->charged = got;
-    a->len = count;
-    a->mirrored = false;
     a->stage = THROTTLE_ADMIT_GRANTED;
     return 0;
   }
   a->charged = 0;
-  a->len = count;
-  a->mirrored = false;
   a->stage = THROTTLE_ADMIT_EXPORT;
   if (r == 1) {
     a->waited = true;

@@ -587,8 +587,7 @@ credit_release (struct throttle_budget *b, uint64_t units)
   uint64_t old;
 
   if (units == 0)
-    return __atomic_load_n (&b->word, __ATOMIC_RELAXED) &
-      THROTTLE_BUDGET_MIRRORED;
+    return 0;                   /* nothing to grant, nor to mirror */
   old = __atomic_fetch_sub (&b->word, units, __ATOMIC_SEQ_CST);
   /* Crediting more than is held is a caller bug that would silently
    * raise the effective capacity; refuse to underflow.
