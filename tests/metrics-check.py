@@ -18,6 +18,13 @@
       families agree with the JSON stats' "writeback" member and with
       the writes.
 
+  metrics-check.py swap CTL_SOCKET SAFE REASONS
+      the swap verdict: the JSON stats' "swap" member says safe (SAFE
+      yes or no) with exactly the reasons REASONS (comma-separated,
+      "" for none), each with why, and the metrics say the same: the
+      0/1 gauge, and one sample per reason of the fixed list, 1 for
+      those in REASONS, 0 for the others.
+
   metrics-check.py final METRICS_FILE CHARGED
       after the server exited: the file holds its last numbers, the
       default export's charged bytes CHARGED and nothing in flight.
@@ -320,9 +327,39 @@ def final(mfile, charged):
           "nothing in flight)" % charged)
 
 
+# The reasons of the swap verdict, a contract with every dashboard.
+SWAP_REASONS = ["io-flusher", "rt", "oom", "mlock", "reserve",
+                "min-free-kbytes"]
+
+
+def swap(ctl_sock, safe, reasons):
+    want_safe = safe == "yes"
+    want = sorted(r for r in reasons.split(",") if r)
+    sw = Control(ctl_sock).ask("stats").get("swap")
+    if not check(isinstance(sw, dict), "stats has a \"swap\" object"):
+        return
+    check(sw.get("safe") is want_safe and
+          sorted(sw.get("unsafe", {})) == want,
+          "stats: safe %s, unsafe %r (want %s, %r)"
+          % (sw.get("safe"), sw.get("unsafe"), safe, want))
+    check(all(isinstance(v, str) and v for v in sw["unsafe"].values()),
+          "stats: each reason says why")
+    fams = parse(read_metrics(ctl_sock), "metrics")
+    check(fams.get(PREFIX + "swap_safe", (None,))[0] == "gauge" and
+          value(fams, PREFIX + "swap_safe", what="swap") == want_safe,
+          "metrics: swap_safe %d" % want_safe)
+    typ, samples = fams.get(PREFIX + "swap_unsafe", (None, []))
+    got = {s.labels.get("reason"): s.value for s in samples}
+    check(typ == "gauge" and
+          got == {r: float(r in want) for r in SWAP_REASONS},
+          "metrics: swap_unsafe %r" % got)
+
+
 def main():
     if len(sys.argv) == 5 and sys.argv[1] == "live":
         live(*sys.argv[2:])
+    elif len(sys.argv) == 5 and sys.argv[1] == "swap":
+        swap(*sys.argv[2:])
     elif len(sys.argv) == 4 and sys.argv[1] == "writeback":
         writeback(*sys.argv[2:])
     elif len(sys.argv) == 4 and sys.argv[1] == "final":

@@ -3,12 +3,16 @@
 # The thread and process guards of the throttle filter, against a real
 # nbdkit: bad values are refused by name; io-flusher, rt and oom do
 # what the kernel permits (auto), refuse to start without it (on), or
-# stay away (off); mlock and the heap reserve show in VmLck and in the
-# debug output; and the reserve really spares nbdkit's core the page
-# faults of a worker's first large request.
+# stay away (off); throttle-swap sets them all, a guard's own parameter
+# overriding it either way; mlock and the heap reserve show in VmLck
+# and in the debug output; and the reserve really spares nbdkit's core
+# the page faults of a worker's first large request.  What the guards
+# could not take is said in one warning line, the swap verdict, and
+# nothing else warns (test-swap-safe.sh: the verdict in stats and the
+# metrics).
 #
 # Where this machine cannot grant a guard (no CAP_SYS_RESOURCE here),
-# the test asserts the refusal and the warning, and says so; the swap
+# the test asserts the refusal and the verdict, and says so; the swap
 # guest (tests/swap/) asserts the granted case.
 
 . "${abs_srcdir:-$(dirname "$0")}/functions.sh"
@@ -120,6 +124,37 @@ must_start() {
     start "$@" && return 0
     cat "$tmp/log"; fail "nbdkit $* exited with $rc"
 }
+sanitized=no
+case "${SANITIZERS:-no}" in no|"") ;; *) sanitized=yes ;; esac
+# warnings: the filter's warning lines of the last start, but those of
+# mallopt, which a sanitizer's malloc refuses.
+warnings() {
+    grep 'throttle: warning: ' "$tmp/log" |
+        if [ $sanitized = yes ]; then grep -v 'mallopt refused'; else cat; fi
+}
+# verdict_names REASON (WHY: the swap verdict of the last start names
+# the reason with the beginning of its why; passes or fails later.
+# Also: the filter warned in that one line alone.
+verdict_names() {
+    local n
+    n=$(warnings | wc -l)
+    if [ "$n" != 1 ]; then
+        fail_later "$1: $n warning lines, not the verdict's one:"
+        warnings
+    elif grep 'throttle: warning: not safe for swap: ' "$tmp/log" |
+            grep -qF -- "$1"; then
+        pass "the verdict names $1"
+    else
+        fail_later "the verdict does not name '$1':"
+        grep 'throttle: warning: ' "$tmp/log"
+    fi
+}
+# verdict_lacks REASON: the last start's verdict, if any, does not name
+# REASON.
+verdict_lacks() {
+    ! grep 'throttle: warning: not safe for swap: ' "$tmp/log" |
+        grep -qF -- "$1" || fail_later "the verdict names $1"
+}
 stop() {
     finish "$pid"
     if [ -n "$bg" ]; then wait "$bg" 2>/dev/null || :; fi
@@ -191,12 +226,11 @@ check_flags() {   # want: set|clear
 must_start
 if [ $can_io_flusher = yes ]; then
     check_flags set
-    grep -q 'throttle-io-flusher=auto' "$tmp/log" &&
-        fail_later "io-flusher=auto warned although PR_SET_IO_FLUSHER is permitted"
+    verdict_lacks 'io-flusher ('
 else
-    grep -q 'warning: throttle-io-flusher=auto: cannot set PR_SET_IO_FLUSHER' \
-         "$tmp/log" && pass "io-flusher=auto warned: $(grep -o 'warning: throttle-io-flusher=auto: [^(]*' "$tmp/log")" ||
-        fail_later "io-flusher=auto did not warn"
+    verdict_names 'io-flusher (PR_SET_IO_FLUSHER refused: needs CAP_SYS_RESOURCE'
+    grep -q 'throttle-swap=off' "$tmp/log" ||
+        fail_later "the verdict does not name throttle-swap, the parameter to change"
     check_flags clear
     echo "note: PR_SET_IO_FLUSHER is refused here (no CAP_SYS_RESOURCE):" \
          "flags asserted absent; tests/swap asserts them set in the guest"
@@ -213,6 +247,7 @@ must_start throttle-io-flusher=off
 check_flags clear
 grep -E '(warning|error): throttle-io-flusher' "$tmp/log" &&
     fail_later "io-flusher=off still warns about throttle-io-flusher"
+verdict_names 'io-flusher (throttle-io-flusher=off)'
 stop
 
 # --- throttle-rt ------------------------------------------------------------
@@ -246,7 +281,7 @@ if [ $can_rt = yes ]; then
     grep -q 'SCHED_FIFO on demand' "$tmp/log" || fail_later "rt: debug output lacks 'SCHED_FIFO on demand'"
 else
     check_policy other
-    grep -q 'warning: throttle-rt=auto' "$tmp/log" || fail_later "rt=auto did not warn"
+    verdict_names 'rt ('
 fi
 stop
 must_start throttle-rt=off
@@ -261,9 +296,7 @@ if [ $can_drop = yes ]; then
     refuse throttle-rt=on "throttle-rt=on"
     must_start 
     check_policy other
-    grep -q 'warning: throttle-rt=auto: cannot set SCHED_FIFO' "$tmp/log" &&
-        pass "rt=auto without CAP_SYS_NICE warned" ||
-        fail_later "rt=auto without CAP_SYS_NICE did not warn"
+    verdict_names 'rt (SCHED_FIFO refused: needs CAP_SYS_NICE'
     stop
     wrapper=()
 else
@@ -278,9 +311,7 @@ if [ $can_oom = yes ]; then
         fail_later "oom=auto: oom_score_adj is $adj"
 else
     [ "$adj" = "$my_oom" ] || fail_later "oom=auto: oom_score_adj changed to $adj"
-    grep -q 'warning: throttle-oom=auto: cannot set oom_score_adj' "$tmp/log" &&
-        pass "oom=auto warned: oom_score_adj stays $adj (no CAP_SYS_RESOURCE)" ||
-        fail_later "oom=auto did not warn"
+    verdict_names 'oom (oom_score_adj -1000 refused: needs CAP_SYS_RESOURCE)'
 fi
 stop
 if [ $can_oom = no ]; then
@@ -292,11 +323,68 @@ grep -E '(warning|error): throttle-oom' "$tmp/log" &&
 [ "$(cat "/proc/$pid/oom_score_adj")" = "$my_oom" ] || fail_later "oom=off changed oom_score_adj"
 stop
 
+# --- throttle-swap: every guard at once, each still its own ----------------
+refuse throttle-swap=maybe "throttle-swap=maybe: expected auto, on"
+# off: ordinary throttling, quiet: no guard, no reserve, no warning; the
+# verdict (no) in the debug output only.
+must_start throttle-swap=off
+check_flags clear
+check_policy other
+[ "$(cat "/proc/$pid/oom_score_adj")" = "$my_oom" ] ||
+    fail_later "throttle-swap=off changed oom_score_adj"
+grep -q 'mlock off (nothing), heap reserve 0 bytes (none)' "$tmp/log" &&
+    pass "throttle-swap=off: nothing locked, no reserve" ||
+    fail_later "throttle-swap=off: something locked or reserved"
+[ -z "$(warnings)" ] || { warnings; fail_later "throttle-swap=off warned (above)"; }
+grep -q 'not safe for swap (throttle-swap=off: ordinary throttling): io-flusher (throttle-swap=off); rt (throttle-swap=off); oom (throttle-swap=off); mlock (throttle-swap=off); reserve (throttle-swap=off)' "$tmp/log" &&
+    pass "throttle-swap=off: no warning, the verdict in the debug output" ||
+    fail_later "throttle-swap=off: no debug line of the verdict naming every guard"
+stop
+# A guard's own parameter overrides it, before or after it.
+for args in "throttle-swap=off throttle-mlock=auto" \
+            "throttle-mlock=auto throttle-swap=off"; do
+    # shellcheck disable=SC2086
+    must_start $args
+    # (A sanitizer's runtime makes mlock a no-op: VmLck stays 0.)
+    lck=$(vmlck_kb)
+    grep -q 'mlock auto (everything, on fault)' "$tmp/log" &&
+        { (( lck > 0 )) || [ $sanitized = yes ]; } &&
+        pass "$args: mlock taken, VmLck $lck kB" ||
+        fail_later "$args: mlock not taken (VmLck $lck kB)"
+    [ -z "$(warnings)" ] || { warnings; fail_later "$args warned (above)"; }
+    grep -q 'mlock (throttle-swap=off)' "$tmp/log" &&
+        fail_later "$args: the verdict still names mlock"
+    stop
+done
+# on: every guard required; where one cannot be had nbdkit does not
+# start, naming throttle-swap and how to do without that guard.  A
+# guard turned off by its own parameter is not required.
+on_args=(throttle-swap=on)
+if [ $can_io_flusher = no ]; then
+    refuse throttle-swap=on "throttle-swap=on: cannot set PR_SET_IO_FLUSHER"
+    grep -q 'use throttle-swap=auto, or throttle-io-flusher=off, to start without it' "$tmp/log" ||
+        fail_later "throttle-swap=on: the error does not say how to start without io-flusher"
+    on_args+=(throttle-io-flusher=off)
+fi
+[ $can_oom = yes ] || on_args+=(throttle-oom=off)
+[ $can_rt = yes ] || on_args+=(throttle-rt=off)
+must_start "${on_args[@]}"
+[ $can_rt = yes ] && check_policy fifo
+grep -q 'mlock onfault (everything, on fault), heap reserve 20971520 bytes (faulted and locked)' "$tmp/log" &&
+    pass "${on_args[*]}: everything locked, the reserve locked" ||
+    fail_later "${on_args[*]}: not everything locked, or no reserve"
+if [ $can_io_flusher = no ]; then
+    verdict_names 'io-flusher (throttle-io-flusher=off)'
+else
+    [ -z "$(warnings)" ] || { warnings; fail_later "${on_args[*]} warned (above)"; }
+    grep -q 'throttle: safe for swap' "$tmp/log" ||
+        fail_later "${on_args[*]}: the verdict is not 'safe for swap'"
+fi
+stop
+
 # --- the --run command inherits none of it ---------------------------------
 # nbdkit forks the --run command from the thread that ran get_ready: it
 # must not come out real-time, OOM-proof or an IO flusher.
-sanitized=no
-case "${SANITIZERS:-no}" in no|"") ;; *) sanitized=yes ;; esac
 if [ $sanitized = yes ]; then
     echo "note: sanitizer build: a preloaded sanitizer runtime crashes the" \
          "--run shell: --run inheritance not tested"
@@ -394,10 +482,10 @@ if [ $can_drop = yes ]; then
     wrapper=(capsh --drop=cap_ipc_lock -- -c 'ulimit -l 64; exec "$0" "$@"')
     refuse throttle-mlock=onfault "throttle-mlock=onfault"
     must_start
-    grep -q 'warning: throttle-mlock=auto: cannot lock all' "$tmp/log" &&
-        grep -q 'mlock auto (pools and reserve)' "$tmp/log" &&
-        pass "mlock=auto without CAP_IPC_LOCK: warned, pools only" ||
-        fail_later "mlock=auto without CAP_IPC_LOCK: no warning or no fallback"
+    grep -q 'mlock auto (pools and reserve)' "$tmp/log" &&
+        pass "mlock=auto without CAP_IPC_LOCK: pools only" ||
+        fail_later "mlock=auto without CAP_IPC_LOCK: no fallback"
+    verdict_names "mlock (cannot lock all of nbdkit's memory"
     stop
     wrapper=()
 fi

@@ -16,8 +16,7 @@ requires $PY -c 'import prometheus_client.parser'
 
 check=$srcdir/metrics-check.py
 # Ordinary throttling: no guard's warning in the logs read below.
-quiet="throttle-io-flusher=off throttle-rt=off throttle-oom=off
-       throttle-mlock=off throttle-reserve=0"
+quiet="throttle-swap=off"
 
 # Misuse, each refused with one error line naming the parameter.
 mkdir "$tmp/dir"

@@ -33,6 +33,9 @@ start_refused "throttle-split=maybe: expected a boolean" throttle-split=maybe
 for p in throttle-io-flusher throttle-rt throttle-oom; do
   start_refused "$p=yes: expected auto, on or off" $p=yes
 done
+start_refused "throttle-swap=yes: expected auto, on (require every guard, for swap) or off (no guard, for ordinary throttling)" \
+    throttle-swap=yes
+start_refused "throttle-swap=: expected auto, on" throttle-swap=
 start_refused "throttle-mlock=all: expected auto, onfault, pool or off" throttle-mlock=all
 start_refused "throttle-reserve=lots: not a size" throttle-reserve=lots
 start_refused "throttle-threads=0: expected 1 to 1024 (nbdkit's --threads value)" \

@@ -3,11 +3,12 @@
 # Storage over a network: the filter in front of nbdkit's nbd plugin
 # forwarding to a second nbdkit (the memory plugin) on 127.0.0.1.
 # Data goes through the chain and reaches the storage server; the
-# filter warns once at start when vm.min_free_kbytes (a file stood in
-# for it with throttle-min-free-file) is below 16384 and the plugin's
-# parameters say its storage is remote (or throttle-remote=true says
-# so), and not otherwise; a bad throttle-remote stops nbdkit.  See
-# plugin/throttle/throttle-remote.h.
+# swap verdict's one warning line at start names vm.min_free_kbytes (a
+# file stood in for it with throttle-min-free-file) when it is below
+# 16384 and the plugin's parameters say its storage is remote (or
+# throttle-remote=true says so), and not otherwise; a bad
+# throttle-remote stops nbdkit.  See plugin/throttle/throttle-remote.h;
+# the verdict in stats and the metrics: test-swap-safe.sh.
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 requires_file "$THROTTLE_FILTER"
 requires "$NBDKIT" nbd --version
@@ -79,6 +80,8 @@ grep -q 'vm\.min_free_kbytes is 1970, below 16384' "$tmp/w" ||
   fail "the warning does not name vm.min_free_kbytes, 1970 and 16384"
 grep -q 'sysctl vm\.min_free_kbytes=16384' "$tmp/w" ||
   fail "the warning does not say what to set"
+grep -q 'warning: not safe for swap: .*min-free-kbytes (vm\.min_free_kbytes is 1970' "$tmp/w" ||
+  fail "the warning is not the swap verdict's"
 echo "ok: hostname=, min_free 1970: one warning"
 
 # As much as the minimum: no warning, but the debug log says it checked.

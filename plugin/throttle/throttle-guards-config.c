@@ -15,6 +15,7 @@
 #include "throttle-parse.h"
 
 struct throttle_guards_params throttle_guards_params = {
+  .swap = THROTTLE_GUARD_AUTO,
   .io_flusher = THROTTLE_GUARD_AUTO,
   .rt = THROTTLE_GUARD_AUTO,
   .oom = THROTTLE_GUARD_AUTO,
@@ -36,7 +37,8 @@ static const char *const lock_words[] = {
 };
 
 static int
-parse_guard (const char *key, const char *value, enum throttle_guard_mode *mode)
+parse_guard (const char *key, const char *value, unsigned given,
+             enum throttle_guard_mode *mode)
 {
   int i;
 
@@ -44,6 +46,35 @@ parse_guard (const char *key, const char *value, enum throttle_guard_mode *mode)
                            "expected auto, on or off", &i) == -1)
     return -1;
   *mode = i;
+  gp->given |= given;
+  return 1;
+}
+
+/* throttle-swap=MODE: every guard not given its own parameter takes
+ * MODE (mlock's "on" is onfault, the reserve is none under "off").
+ */
+static int
+parse_swap (const char *key, const char *value)
+{
+  int i;
+
+  if (throttle_parse_word (key, value, throttle_guard_words,
+                           "expected auto, on (require every guard, for "
+                           "swap) or off (no guard, for ordinary "
+                           "throttling)", &i) == -1)
+    return -1;
+  gp->swap = i;
+  if (!(gp->given & THROTTLE_GIVEN_IO_FLUSHER))
+    gp->io_flusher = i;
+  if (!(gp->given & THROTTLE_GIVEN_RT))
+    gp->rt = i;
+  if (!(gp->given & THROTTLE_GIVEN_OOM))
+    gp->oom = i;
+  if (!(gp->given & THROTTLE_GIVEN_MLOCK))
+    gp->mlock = i == THROTTLE_GUARD_OFF ? THROTTLE_LOCK_OFF :
+      i == THROTTLE_GUARD_ON ? THROTTLE_LOCK_ONFAULT : THROTTLE_LOCK_AUTO;
+  if (!(gp->given & THROTTLE_GIVEN_RESERVE))
+    gp->reserve = i == THROTTLE_GUARD_OFF ? 0 : -1;
   return 1;
 }
 
@@ -53,12 +84,15 @@ throttle_guards_config (const char *key, const char *value)
   int64_t size;
   int i;
 
+  if (strcmp (key, "throttle-swap") == 0)
+    return parse_swap (key, value);
   if (strcmp (key, "throttle-io-flusher") == 0)
-    return parse_guard (key, value, &gp->io_flusher);
+    return parse_guard (key, value, THROTTLE_GIVEN_IO_FLUSHER,
+                        &gp->io_flusher);
   if (strcmp (key, "throttle-rt") == 0)
-    return parse_guard (key, value, &gp->rt);
+    return parse_guard (key, value, THROTTLE_GIVEN_RT, &gp->rt);
   if (strcmp (key, "throttle-oom") == 0)
-    return parse_guard (key, value, &gp->oom);
+    return parse_guard (key, value, THROTTLE_GIVEN_OOM, &gp->oom);
   if (strcmp (key, "throttle-rt-hold") == 0)
     return throttle_parse_seconds (key, value, 0, 86400,
                                    "expected a number of seconds from 0 to "
@@ -78,6 +112,7 @@ throttle_guards_config (const char *key, const char *value)
                              "expected auto, onfault, pool or off", &i) == -1)
       return -1;
     gp->mlock = i;
+    gp->given |= THROTTLE_GIVEN_MLOCK;
     return 1;
   }
   if (strcmp (key, "throttle-reserve") == 0) {
@@ -85,6 +120,7 @@ throttle_guards_config (const char *key, const char *value)
     if (throttle_parse_size (key, value, 0, INT64_MAX, "", &size) == -1)
       return -1;
     gp->reserve = size;
+    gp->given |= THROTTLE_GIVEN_RESERVE;
     return 1;
   }
   if (strcmp (key, "throttle-threads") == 0)
@@ -107,6 +143,12 @@ throttle_guards_config (const char *key, const char *value)
     return 1;
   }
   return 0;
+}
+
+const char *
+throttle_guards_key (unsigned given, const char *own_key)
+{
+  return gp->given & given ? own_key : "throttle-swap";
 }
 
 uint32_t

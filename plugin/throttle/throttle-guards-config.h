@@ -1,9 +1,14 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: the guards' parameters (throttle-io-flusher,
- * throttle-rt and its hold and pressure file, throttle-oom,
- * throttle-mlock, throttle-reserve, throttle-threads,
+/* nbdkit-throttle filter: the guards' parameters (throttle-swap,
+ * throttle-io-flusher, throttle-rt and its hold and pressure file,
+ * throttle-oom, throttle-mlock, throttle-reserve, throttle-threads,
  * throttle-max-request).  Set by .config; read only after it, by the
  * guards, the real-time switch and the memory locks.
+ *
+ * throttle-swap is the default of the five guards (io-flusher, rt,
+ * oom, mlock, reserve): off turns them all off (ordinary throttling),
+ * on makes each required, auto takes what can be taken.  A guard's
+ * own parameter, in any order, overrides it for that guard.
  */
 
 #ifndef THROTTLE_GUARDS_CONFIG_H
@@ -45,7 +50,16 @@ enum throttle_lock_mode {
   THROTTLE_LOCK_AUTO
 };
 
+/* Which guards were given their own parameter (the given field). */
+#define THROTTLE_GIVEN_IO_FLUSHER 1u
+#define THROTTLE_GIVEN_RT         2u
+#define THROTTLE_GIVEN_OOM        4u
+#define THROTTLE_GIVEN_MLOCK      8u
+#define THROTTLE_GIVEN_RESERVE    16u
+
 struct throttle_guards_params {
+  enum throttle_guard_mode swap;        /* throttle-swap */
+  unsigned given;                       /* THROTTLE_GIVEN_* */
   enum throttle_guard_mode io_flusher, rt, oom;
   enum throttle_lock_mode mlock;
   int64_t reserve;              /* -1 = computed */
@@ -66,6 +80,12 @@ extern const char *const throttle_guard_words[];
  */
 extern int throttle_guards_config (const char *key, const char *value);
 
+/* The parameter that decided a guard's mode: own_key if given
+ * (THROTTLE_GIVEN_*), else "throttle-swap".  For the messages that
+ * name what to change.
+ */
+extern const char *throttle_guards_key (unsigned given, const char *own_key);
+
 /* throttle-max-request: the largest read or write the filter passes
  * on, and advertises as the maximum block size; 0 with
  * throttle-max-request=plugin: the plugin's maximum is advertised, and
@@ -78,6 +98,10 @@ extern uint32_t throttle_guards_max_request (void);
 extern bool throttle_guards_lock_pools (void);
 
 #define throttle_guards_config_help \
+  "throttle-swap=auto|on|off   The default of every guard below: on\n" \
+  "                            requires each, off turns them off for\n" \
+  "                            ordinary throttling (default auto: take\n" \
+  "                            what can be taken).\n" \
   "throttle-io-flusher=auto|on|off  PR_SET_IO_FLUSHER for request threads\n" \
   "                            (default auto).\n" \
   "throttle-rt=auto|on|off     Request threads SCHED_FIFO priority 1\n" \

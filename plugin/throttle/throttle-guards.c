@@ -32,6 +32,7 @@
 #include "throttle-memlock.h"
 #include "throttle-parse.h"
 #include "throttle-realtime.h"
+#include "throttle-verdict.h"
 
 /* The parameters, read only after .config. */
 static const struct throttle_guards_params *const gp =
@@ -71,34 +72,69 @@ throttle_guards_rt_active (void)
   return rt_active;
 }
 
-/* A guard the kernel refused: fatal for "on", a warning for "auto". */
-static int
-refused (enum throttle_guard_mode mode, const char *key, const char *what,
-         int err, const char *consequence)
+/* A process guard, as its messages and the verdict name it. */
+struct guard {
+  unsigned given;               /* THROTTLE_GIVEN_* */
+  const char *key;              /* its own parameter */
+  enum throttle_swap_reason reason;
+  const char *what;             /* what was refused, and what it needs */
+  const char *why;              /* the verdict's reason */
+  const char *off_why[2];       /* ... when off: by key, by throttle-swap */
+};
+
+static const struct guard io_flusher = {
+  THROTTLE_GIVEN_IO_FLUSHER, "throttle-io-flusher", THROTTLE_SWAP_IO_FLUSHER,
+  "cannot set PR_SET_IO_FLUSHER (needs CAP_SYS_RESOURCE, Linux >= 5.6)",
+  "PR_SET_IO_FLUSHER refused: needs CAP_SYS_RESOURCE and Linux >= 5.6",
+  { "throttle-io-flusher=off", "throttle-swap=off" },
+};
+static const struct guard rt = {
+  THROTTLE_GIVEN_RT, "throttle-rt", THROTTLE_SWAP_RT,
+  "cannot set SCHED_FIFO (needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1, "
+  "and real-time runtime in the cgroup)",
+  "SCHED_FIFO refused: needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1",
+  { "throttle-rt=off", "throttle-swap=off" },
+};
+static const struct guard oom = {
+  THROTTLE_GIVEN_OOM, "throttle-oom", THROTTLE_SWAP_OOM,
+  "cannot set oom_score_adj to -1000 (needs CAP_SYS_RESOURCE)",
+  "oom_score_adj -1000 refused: needs CAP_SYS_RESOURCE",
+  { "throttle-oom=off", "throttle-swap=off" },
+};
+
+/* A guard turned off: the verdict's reason names who turned it off. */
+static void
+turned_off (const struct guard *g)
 {
-  if (mode == THROTTLE_GUARD_ON) {
-    nbdkit_error ("%s=on: %s: %s; use %s=auto or off to start without it",
-                  key, what, throttle_errtext (err), key);
-    return -1;
-  }
-  throttle_warning ("%s=auto: %s: %s: %s", key, what, throttle_errtext (err),
-                    consequence);
-  return 0;
+  throttle_verdict_missing (g->reason,
+                            g->off_why[throttle_guards_key (g->given, g->key)
+                                       != g->key]);
 }
 
-#define IO_FLUSHER_WHAT \
-  "cannot set PR_SET_IO_FLUSHER (needs CAP_SYS_RESOURCE, Linux >= 5.6)"
-#define IO_FLUSHER_CONSEQUENCE \
-  "serving without it, NOT SAFE for swap on a device this server serves"
-#define RT_WHAT \
-  "cannot set SCHED_FIFO (needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1, " \
-  "and real-time runtime in the cgroup)"
-#define RT_CONSEQUENCE \
-  "read replies may hang under memory pressure unless " \
-  "vm.min_free_kbytes is raised"
-#define OOM_WHAT \
-  "cannot set oom_score_adj to -1000 (needs CAP_SYS_RESOURCE)"
-#define OOM_CONSEQUENCE "the OOM killer may kill this server"
+/* A guard the kernel refused: fatal for "on", naming the parameter
+ * that asked for it; for "auto" a reason of the verdict, which says
+ * it once for all of them, and a debug line with the errno.
+ */
+static int
+refused (const struct guard *g, enum throttle_guard_mode mode, int err)
+{
+  const char *by = throttle_guards_key (g->given, g->key);
+
+  if (mode == THROTTLE_GUARD_ON) {
+    if (by == g->key)
+      nbdkit_error ("%s=on: %s: %s; use %s=auto or off to start without it",
+                    g->key, g->what, throttle_errtext (err), g->key);
+    else
+      nbdkit_error ("throttle-swap=on: %s: %s; use throttle-swap=auto, or "
+                    "%s=off, to start without it",
+                    g->what, throttle_errtext (err), g->key);
+    return -1;
+  }
+  nbdkit_debug ("throttle: %s=auto: %s: %s", by, g->what,
+                throttle_errtext (err));
+  throttle_verdict_missing (g->reason, g->why);
+  return 0;
+}
 
 /* Each returns 0 or an errno. */
 static int
@@ -166,51 +202,59 @@ rt_runtime_us (void)
 /* Tries each process guard and undoes it at once: nbdkit forks the
  * --run command from this thread, which must not inherit them.  The
  * guards are set for real in after_fork; trying them here is what lets
- * "on" refuse to start, and "auto" warn, while stderr is still the
- * user's terminal.
+ * "on" refuse to start, and the verdict warn, while stderr is still
+ * the user's terminal.
  */
 static int
 probe_guards (void)
 {
   int err;
 
-  if (gp->io_flusher != THROTTLE_GUARD_OFF) {
+  if (gp->io_flusher == THROTTLE_GUARD_OFF)
+    turned_off (&io_flusher);
+  else {
     err = set_io_flusher (1);
     if (err == 0) {
       set_io_flusher (0);
       io_flusher_active = true;
     }
-    else if (refused (gp->io_flusher, "throttle-io-flusher",
-                      IO_FLUSHER_WHAT, err, IO_FLUSHER_CONSEQUENCE) == -1)
+    else if (refused (&io_flusher, gp->io_flusher, err) == -1)
       return -1;
   }
 
-  if (gp->rt != THROTTLE_GUARD_OFF) {
+  if (gp->rt == THROTTLE_GUARD_OFF)
+    turned_off (&rt);
+  else {
     /* With throttling off a runaway SCHED_FIFO thread owns its CPU. */
     if (rt_runtime_us () == -1) {
       if (gp->rt == THROTTLE_GUARD_ON) {
-        nbdkit_error ("throttle-rt=on: the kernel's real-time throttling is "
+        nbdkit_error ("%s=on: the kernel's real-time throttling is "
                       "disabled (kernel.sched_rt_runtime_us = -1): refusing "
                       "to run SCHED_FIFO threads that could starve the "
                       "machine; restore it (e.g. sysctl "
-                      "kernel.sched_rt_runtime_us=950000)");
+                      "kernel.sched_rt_runtime_us=950000)",
+                      throttle_guards_key (rt.given, rt.key));
         return -1;
       }
-      throttle_warning ("throttle-rt=auto: kernel.sched_rt_runtime_us = -1 "
-                        "(real-time throttling disabled): not using "
-                        "SCHED_FIFO");
+      nbdkit_debug ("throttle: throttle-rt=auto: kernel.sched_rt_runtime_us "
+                    "= -1 (real-time throttling disabled): not using "
+                    "SCHED_FIFO");
+      throttle_verdict_missing (THROTTLE_SWAP_RT,
+                                "kernel.sched_rt_runtime_us is -1: real-time "
+                                "throttling disabled");
     }
     else {
       err = rt_probe ();
       if (err == 0)
         rt_active = true;
-      else if (refused (gp->rt, "throttle-rt", RT_WHAT, err,
-                        RT_CONSEQUENCE) == -1)
+      else if (refused (&rt, gp->rt, err) == -1)
         return -1;
     }
   }
 
-  if (gp->oom != THROTTLE_GUARD_OFF) {
+  if (gp->oom == THROTTLE_GUARD_OFF)
+    turned_off (&oom);
+  else {
     char old[32] = "0";
     FILE *fp = fopen ("/proc/self/oom_score_adj", "r");
 
@@ -225,8 +269,7 @@ probe_guards (void)
       snprintf (oom_saved, sizeof oom_saved, "%s", old);
       oom_active = true;
     }
-    else if (refused (gp->oom, "throttle-oom", OOM_WHAT, err,
-                      OOM_CONSEQUENCE) == -1)
+    else if (refused (&oom, gp->oom, err) == -1)
       return -1;
   }
   return 0;
@@ -246,8 +289,7 @@ apply_guards (void)
 
   if (io_flusher_active && (err = set_io_flusher (1)) != 0) {
     io_flusher_active = false;
-    if (refused (gp->io_flusher, "throttle-io-flusher", IO_FLUSHER_WHAT,
-                 err, IO_FLUSHER_CONSEQUENCE) == -1)
+    if (refused (&io_flusher, gp->io_flusher, err) == -1)
       return -1;
   }
   /* Still permitted (-u may have dropped CAP_SYS_NICE)?  rt_start
@@ -255,17 +297,12 @@ apply_guards (void)
    */
   if (rt_active && (err = rt_probe ()) != 0) {
     rt_active = false;
-    if (gp->rt == THROTTLE_GUARD_ON) {
-      nbdkit_error ("throttle-rt=on: %s: %s; use throttle-rt=auto or off "
-                    "to start without it", RT_WHAT, throttle_errtext (err));
+    if (refused (&rt, gp->rt, err) == -1)
       return -1;
-    }
-    refused (gp->rt, "throttle-rt", RT_WHAT, err, RT_CONSEQUENCE);
   }
   if (oom_active && (err = set_oom_score_adj ("-1000")) != 0) {
     oom_active = false;
-    if (refused (gp->oom, "throttle-oom", OOM_WHAT, err,
-                 OOM_CONSEQUENCE) == -1)
+    if (refused (&oom, gp->oom, err) == -1)
       return -1;
   }
   return 0;

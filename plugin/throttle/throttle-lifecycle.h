@@ -11,7 +11,7 @@
  * Modules: throttle.c (the filter), throttle-serve (its data path),
  * throttle-guards (with -realtime and -memlock under it), -writeback,
  * -control, -metrics-file, -capacity, -export, -quit, -pace, -abort,
- * -adapt-glue, -remote; lib/ is called
+ * -adapt-glue, -remote, -verdict; lib/ is called
  * through them.  Everything up to .after_fork, and .cleanup and
  * .unload, run in nbdkit's main thread with no connection thread.
  *
@@ -69,10 +69,16 @@
  *                   throttle.c  reads are charged if the request threads
  *                               will be real-time.
  *                   remote      throttle_remote_get_ready: with the storage
- *                               remote, warns if vm.min_free_kbytes is too
- *                               low, while stderr is still the user's
- *                               terminal; once, as get_ready is called
- *                               once.  Refuses nothing.
+ *                               remote, logs vm.min_free_kbytes and the
+ *                               least it needs.  Refuses nothing.
+ *                   verdict     throttle_verdict_get_ready, LAST: every
+ *                               guard was tried and the storage judged;
+ *                               says at once whether the server is safe
+ *                               for swap (one warning line naming every
+ *                               reason if not), while stderr is still the
+ *                               user's terminal; adds the "swap" stats
+ *                               and the metrics' families before the
+ *                               control thread exists.
  *
  * (fork)            nbdkit daemonizes unless -f: threads and memory locks
  *                   do not survive it, so none is made before .after_fork.
@@ -85,6 +91,9 @@
  *                               exists) and, where real-time is
  *                               permitted, the watcher thread (memory
  *                               pressure, the end of a hold).
+ *                   verdict     throttle_verdict_after_fork: says it again
+ *                               if setting the guards found a reason more
+ *                               (-u dropped a capability, no reserve).
  *                   quit        throttle_quit_start: the shutdown prober.
  *                   adapt-glue  throttle_adapt_after_fork: with a target
  *                               configured, the clock thread that ends the
@@ -105,7 +114,10 @@
  *                               refused before anything is made or
  *                               counted for it.
  *                   realtime    throttle_realtime_open, before all but the
- *                               name check: counts the peer; a kernel nbd
+ *                               name check: tells the swap verdict who the
+ *                               peer is (a kernel nbd client attaching to
+ *                               a server not safe for swap is logged with
+ *                               every reason), counts the peer; a kernel nbd
  *                               client of root or nbdkit's uid makes
  *                               nbdkit real-time before the plugin's open
  *                               forks anything and before nbdkit starts

@@ -24,6 +24,7 @@
 #include "throttle-memlock.h"
 #include "throttle-parse.h"
 #include "throttle-reserve.h"
+#include "throttle-verdict.h"
 
 /* The parameters, read only after .config. */
 static const struct throttle_guards_params *const gp =
@@ -107,6 +108,21 @@ can_lock_all (unsigned long long *limit_kib)
   return false;
 }
 
+/* throttle-mlock=onfault, or throttle-swap=on, asked for it. */
+static const char *
+onfault_key (void)
+{
+  return gp->given & THROTTLE_GIVEN_MLOCK ?
+    "throttle-mlock=onfault" : "throttle-swap=on";
+}
+
+#define RESERVE_UNLOCKED_WHY \
+  "the heap reserve could not be locked: needs CAP_IPC_LOCK or " \
+  "RLIMIT_MEMLOCK"
+#define LOCK_ALL_WHY \
+  "cannot lock all of nbdkit's memory: needs CAP_IPC_LOCK or an " \
+  "unlimited RLIMIT_MEMLOCK"
+
 /* Decides lock_all; fails for onfault without the permission. */
 static int
 decide_mlock (void)
@@ -114,6 +130,13 @@ decide_mlock (void)
   unsigned long long limit;
 
   lock_all = false;
+  if (gp->mlock == THROTTLE_LOCK_OFF)
+    throttle_verdict_missing (THROTTLE_SWAP_MLOCK,
+                              gp->given & THROTTLE_GIVEN_MLOCK ?
+                              "throttle-mlock=off" : "throttle-swap=off");
+  if (gp->mlock == THROTTLE_LOCK_POOL)
+    throttle_verdict_missing (THROTTLE_SWAP_MLOCK, "throttle-mlock=pool "
+                              "locks only the pools and the heap reserve");
   if (gp->mlock != THROTTLE_LOCK_ONFAULT && gp->mlock != THROTTLE_LOCK_AUTO)
     return 0;
   if (can_lock_all (&limit)) {
@@ -121,17 +144,17 @@ decide_mlock (void)
     return 0;
   }
   if (gp->mlock == THROTTLE_LOCK_ONFAULT) {
-    nbdkit_error ("throttle-mlock=onfault: needs CAP_IPC_LOCK or an "
-                  "unlimited RLIMIT_MEMLOCK (ulimit -l is %llu KiB): with a "
-                  "limit the server's later allocations would fail; use "
-                  "throttle-mlock=pool", limit);
+    nbdkit_error ("%s: needs CAP_IPC_LOCK or an unlimited RLIMIT_MEMLOCK "
+                  "(ulimit -l is %llu KiB): with a limit the server's later "
+                  "allocations would fail; use throttle-mlock=pool",
+                  onfault_key (), limit);
     return -1;
   }
-  throttle_warning ("throttle-mlock=auto: cannot lock all of nbdkit's memory "
-                    "(needs CAP_IPC_LOCK or an unlimited RLIMIT_MEMLOCK; "
-                    "ulimit -l is %llu KiB): locking only the pools and the "
-                    "heap reserve, NOT SAFE for swap on a device this server "
-                    "serves", limit);
+  nbdkit_debug ("throttle: throttle-mlock=auto: cannot lock all of nbdkit's "
+                "memory (needs CAP_IPC_LOCK or an unlimited RLIMIT_MEMLOCK; "
+                "ulimit -l is %llu KiB): locking only the pools and the heap "
+                "reserve", limit);
+  throttle_verdict_missing (THROTTLE_SWAP_MLOCK, LOCK_ALL_WHY);
   return 0;
 }
 
@@ -140,6 +163,10 @@ size_reserve (int thread_model)
 {
   uint64_t ram;
 
+  if (gp->reserve == 0)
+    throttle_verdict_missing (THROTTLE_SWAP_RESERVE,
+                              gp->given & THROTTLE_GIVEN_RESERVE ?
+                              "throttle-reserve=0" : "throttle-swap=off");
   if (gp->reserve >= 0)
     reserve_size = gp->reserve;
   else
@@ -161,13 +188,16 @@ size_reserve (int thread_model)
 /* Makes 'size' bytes of the main heap resident (and locked) so that
  * nbdkit's per-thread request buffers, grown by realloc + memset on a
  * worker's first large request, land on pages that are already there.
+ * Returns 0, or -1 if the reserve could not be had (allocated, or
+ * locked unless throttle-mlock=off): a reason of the verdict.
  */
-static void
+static int
 grow_reserve (size_t size)
 {
   const long page = sysconf (_SC_PAGESIZE);
   volatile char *p;
   size_t i;
+  int r = 0;
 
   /* While the reserve is grown: big blocks from the heap, not mmap
    * (they would vanish on free); no heap memory given back; one arena,
@@ -182,10 +212,12 @@ grow_reserve (size_t size)
 
   p = malloc (size);
   if (p == NULL) {
-    throttle_warning ("throttle-reserve: cannot allocate %zu bytes: %s: "
-                      "running without the heap reserve", size,
-                      throttle_errtext (errno));
-    return;
+    nbdkit_debug ("throttle: throttle-reserve: cannot allocate %zu bytes: "
+                  "%s: running without the heap reserve", size,
+                  throttle_errtext (errno));
+    throttle_verdict_missing (THROTTLE_SWAP_RESERVE, "the heap reserve "
+                              "could not be allocated");
+    return -1;
   }
   /* Through a volatile pointer: GCC deletes malloc + memset + free. */
   for (i = 0; i < size; i += page)
@@ -203,11 +235,15 @@ grow_reserve (size_t size)
     if (end > start) {
       if (mlock ((void *) start, end - start) == 0)
         reserve_locked = true;
-      else
-        throttle_warning ("throttle-mlock=%s: cannot lock the heap reserve of "
-                          "%zu bytes: %s (needs CAP_IPC_LOCK or "
-                          "RLIMIT_MEMLOCK): it may be swapped out",
-                          mlock_name (), size, throttle_errtext (errno));
+      else {
+        nbdkit_debug ("throttle: throttle-mlock=%s: cannot lock the heap "
+                      "reserve of %zu bytes: %s (needs CAP_IPC_LOCK or "
+                      "RLIMIT_MEMLOCK): it may be swapped out",
+                      mlock_name (), size, throttle_errtext (errno));
+        throttle_verdict_missing (THROTTLE_SWAP_RESERVE,
+                                  RESERVE_UNLOCKED_WHY);
+        r = -1;
+      }
     }
   }
   free ((void *) p);
@@ -240,13 +276,22 @@ grow_reserve (size_t size)
       mallopt (M_MMAP_MAX, 65536) != 1)
     throttle_warning ("throttle-reserve: mallopt refused a setting: oversized "
                       "request buffers stay in the heap");
+  return r;
 }
 
 int
 throttle_memlock_get_ready (int thread_model)
 {
+  unsigned long long limit;
+
   if (decide_mlock () == -1 || size_reserve (thread_model) == -1)
     return -1;
+  /* Known now, while the verdict still reaches the user's terminal:
+   * a reserve above RLIMIT_MEMLOCK will not be locked in after_fork.
+   */
+  if (gp->mlock != THROTTLE_LOCK_OFF && !lock_all && reserve_size > 0 &&
+      !can_lock_all (&limit) && reserve_size / 1024 > limit)
+    throttle_verdict_missing (THROTTLE_SWAP_RESERVE, RESERVE_UNLOCKED_WHY);
   return 0;
 }
 
@@ -267,17 +312,25 @@ throttle_memlock_after_fork (void)
     if (err) {
       lock_all = false;
       if (gp->mlock == THROTTLE_LOCK_ONFAULT) {
-        nbdkit_error ("throttle-mlock=onfault: mlockall: %s",
+        nbdkit_error ("%s: mlockall: %s", onfault_key (),
                       throttle_errtext (err));
         return -1;
       }
-      throttle_warning ("throttle-mlock=auto: mlockall: %s: locking only "
-                        "the pools and the heap reserve",
-                        throttle_errtext (err));
+      nbdkit_debug ("throttle: throttle-mlock=auto: mlockall: %s: locking "
+                    "only the pools and the heap reserve",
+                    throttle_errtext (err));
+      throttle_verdict_missing (THROTTLE_SWAP_MLOCK, LOCK_ALL_WHY);
     }
   }
-  if (reserve_size > 0)
-    grow_reserve (reserve_size);
+  /* throttle-swap=on requires the reserve it sizes. */
+  if (reserve_size > 0 && grow_reserve (reserve_size) == -1 &&
+      gp->swap == THROTTLE_GUARD_ON &&
+      !(gp->given & THROTTLE_GIVEN_RESERVE)) {
+    nbdkit_error ("throttle-swap=on: the heap reserve of %zu bytes could "
+                  "not be had (-v says why); use throttle-swap=auto, or "
+                  "throttle-reserve=0, to start without it", reserve_size);
+    return -1;
+  }
   return 0;
 }
 

@@ -31,6 +31,7 @@
 #include "throttle-peer.h"
 #include "throttle-realtime.h"
 #include "throttle-rtpolicy.h"
+#include "throttle-verdict.h"
 
 /* The parameters, read only after .config. */
 static const struct throttle_guards_params *const gp =
@@ -180,9 +181,13 @@ throttle_realtime_open (void)
   char why[256];
   enum throttle_rt_peer c;
 
+  /* Whatever real-time may do: the verdict speaks up when a kernel
+   * client attaches to a server that is not safe for it.
+   */
+  c = throttle_peer_classify (why, sizeof why);
+  throttle_verdict_peer (c, why);
   if (!permitted)
     return -1;
-  c = throttle_peer_classify (why, sizeof why);
   throttle_lock (&rt_lock);
   throttle_rt_peer_open (&rt_state, c, throttle_now_ns ());
   rt_apply_locked (throttle_now_ns (), why);
@@ -239,6 +244,10 @@ rt_set_mode (const char *value, char *err, size_t len)
   snprintf (event, sizeof event, "set rt %s (control socket)", value);
   rt_apply_locked (throttle_now_ns (), event);
   throttle_unlock (&rt_lock);
+  if (i == THROTTLE_GUARD_OFF)
+    throttle_verdict_missing (THROTTLE_SWAP_RT, "set rt off (control socket)");
+  else
+    throttle_verdict_taken (THROTTLE_SWAP_RT);
   nbdkit_debug ("throttle: guards: control: set rt %s", value);
   rt_wake_watcher ();
   return 0;

@@ -33,10 +33,13 @@ extern void throttle_realtime_start (bool permitted);
  */
 extern void throttle_realtime_stop (void);
 
-/* .open, in the connection's thread, before the plugin's open: counts
- * the peer (throttle-peer.h) and switches the process if that changes
- * the answer.  Returns the peer's class for throttle_realtime_close,
- * or -1 where real-time is not permitted.
+/* .open, in the connection's thread, before the plugin's open:
+ * classifies the peer (throttle-peer.h), tells the swap verdict
+ * (throttle_verdict_peer: a kernel client attaching to a server that
+ * is not safe), and where real-time is permitted counts the peer and
+ * switches the process if that changes the answer.  Returns the peer's
+ * class for throttle_realtime_close, or -1 where real-time is not
+ * permitted.
  */
 extern int throttle_realtime_open (void);
 extern void throttle_realtime_close (int peer);

@@ -6,6 +6,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -81,26 +82,47 @@ throttle_remote_plugin_key (const char *key, const char *value)
     remote_key = "host";
 }
 
-/* vm.min_free_kbytes, or -1 after a debug line saying why not. */
+/* vm.min_free_kbytes, or -1 (and, if log, a debug line saying why). */
 static long
-read_min_free (void)
+read_min_free (bool log)
 {
   FILE *fp = fopen (min_free_path, "r");
   long v;
 
   if (fp == NULL) {
-    nbdkit_debug ("throttle: cannot read %s: %s: not checking "
-                  "vm.min_free_kbytes", min_free_path,
-                  throttle_errtext (errno));
+    if (log)
+      nbdkit_debug ("throttle: cannot read %s: %s: not checking "
+                    "vm.min_free_kbytes", min_free_path,
+                    throttle_errtext (errno));
     return -1;
   }
   if (fscanf (fp, "%ld", &v) != 1 || v < 0) {
-    nbdkit_debug ("throttle: cannot read %s: not a number: not checking "
-                  "vm.min_free_kbytes", min_free_path);
+    if (log)
+      nbdkit_debug ("throttle: cannot read %s: not a number: not checking "
+                    "vm.min_free_kbytes", min_free_path);
     v = -1;
   }
   fclose (fp);
   return v;
+}
+
+/* Why the storage is remote, into why; 0, or -1 if it is not. */
+static int
+remote_why (char *why, size_t len)
+{
+  switch (mode) {
+  case REMOTE_FALSE:
+    return -1;
+  case REMOTE_TRUE:
+    snprintf (why, len, "throttle-remote=true");
+    return 0;
+  case REMOTE_AUTO:
+  default:
+    if (remote_key == NULL)
+      return -1;
+    snprintf (why, len, "the plugin's %s=", remote_key);
+    return 0;
+  }
 }
 
 void
@@ -109,31 +131,29 @@ throttle_remote_get_ready (void)
   char why[64];
   long min_free;
 
-  switch (mode) {
-  case REMOTE_FALSE:
+  if (remote_why (why, sizeof why) == -1)
     return;
-  case REMOTE_TRUE:
-    snprintf (why, sizeof why, "throttle-remote=true");
-    break;
-  case REMOTE_AUTO:
-    if (remote_key == NULL)
-      return;
-    snprintf (why, sizeof why, "the plugin's %s=", remote_key);
-    break;
-  }
+  min_free = read_min_free (true);
+  if (min_free >= 0)
+    nbdkit_debug ("throttle: storage over a network (%s): "
+                  "vm.min_free_kbytes %ld, at least %d needed",
+                  why, min_free, THROTTLE_REMOTE_MIN_FREE_KBYTES);
+}
 
-  min_free = read_min_free ();
-  if (min_free == -1)
-    return;
-  nbdkit_debug ("throttle: storage over a network (%s): "
-                "vm.min_free_kbytes %ld, at least %d needed",
-                why, min_free, THROTTLE_REMOTE_MIN_FREE_KBYTES);
-  if (min_free < THROTTLE_REMOTE_MIN_FREE_KBYTES)
-    throttle_warning ("vm.min_free_kbytes is %ld, below %d, the least for "
-                      "swap over a network (%s): every write the plugin "
-                      "forwards needs fresh kernel memory to send, which "
-                      "no user-space reserve holds; set sysctl "
-                      "vm.min_free_kbytes=%d",
-                      min_free, THROTTLE_REMOTE_MIN_FREE_KBYTES, why,
-                      THROTTLE_REMOTE_MIN_FREE_KBYTES);
+int
+throttle_remote_min_free_low (char *buf, size_t len)
+{
+  char why[64];
+  long min_free;
+
+  if (remote_why (why, sizeof why) == -1)
+    return 0;
+  min_free = read_min_free (false);
+  if (min_free == -1 || min_free >= THROTTLE_REMOTE_MIN_FREE_KBYTES)
+    return 0;
+  snprintf (buf, len, "vm.min_free_kbytes is %ld, below %d, the least for "
+            "storage over a network (%s): set sysctl vm.min_free_kbytes=%d",
+            min_free, THROTTLE_REMOTE_MIN_FREE_KBYTES, why,
+            THROTTLE_REMOTE_MIN_FREE_KBYTES);
+  return 1;
 }

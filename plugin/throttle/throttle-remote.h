@@ -9,9 +9,10 @@
  * under swap the allocation waits in direct reclaim for the very
  * write it carries.  Only the kernel's free-page reserve, which
  * vm.min_free_kbytes sizes, lets it through.  The filter cannot raise
- * it; it warns at start, once, when the storage is remote and the
- * setting is below THROTTLE_REMOTE_MIN_FREE_KBYTES.  See
- * nbdkit-throttle-design(1), "Kernel allocations for replies".
+ * it; when the storage is remote and the setting is below
+ * THROTTLE_REMOTE_MIN_FREE_KBYTES, the swap verdict
+ * (throttle-verdict.h) says so.  See nbdkit-throttle-design(1),
+ * "Kernel allocations for replies".
  *
  * Whether the storage is remote: throttle-remote=true or false, or
  * (auto, the default) the plugin's own parameters, which pass through
@@ -48,16 +49,23 @@ extern int throttle_remote_config (const char *key, const char *value);
  */
 extern void throttle_remote_plugin_key (const char *key, const char *value);
 
-/* In .get_ready, while stderr is still the user's terminal: with the
- * storage remote, reads the setting and warns if it is too low (a
- * file that cannot be read is only logged at debug level).  Refuses
+/* In .get_ready: with the storage remote, logs at debug level the
+ * setting and the least it needs, or why it cannot be read.  Refuses
  * nothing.
  */
 extern void throttle_remote_get_ready (void);
 
+/* With the storage remote and vm.min_free_kbytes below the least:
+ * returns 1 and writes into why (len bytes) what is wrong and what to
+ * set.  Else 0: not remote, enough, or a file that cannot be read (of
+ * which get_ready's debug line says why).  Reads the file at each
+ * call, so the answer is for now: not for the writeout path.
+ */
+extern int throttle_remote_min_free_low (char *why, size_t len);
+
 #define throttle_remote_config_help \
   "throttle-remote=auto|true|false  The plugin's storage is reached over\n" \
-  "                            a network: warn at start if\n" \
+  "                            a network: not safe for swap while\n" \
   "                            vm.min_free_kbytes is too low for that\n" \
   "                            (default auto: from the plugin's hostname=,\n" \
   "                            uri=, url= or host=).\n" \

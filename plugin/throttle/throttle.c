@@ -39,6 +39,7 @@
 #include "throttle-realtime.h"
 #include "throttle-remote.h"
 #include "throttle-serve.h"
+#include "throttle-verdict.h"
 #include "throttle-writeback.h"
 
 static const char *metric_spec = "bytes";
@@ -240,14 +241,17 @@ throttle_get_ready (int thread_model)
                   "reads are charged");
   }
   throttle_remote_get_ready ();
+  throttle_verdict_get_ready ();
   return 0;
 }
 
 static int
 throttle_after_fork (nbdkit_backend *backend)
 {
-  if (throttle_guards_after_fork () == -1 ||
-      throttle_quit_start () == -1 ||
+  if (throttle_guards_after_fork () == -1)
+    return -1;
+  throttle_verdict_after_fork ();
+  if (throttle_quit_start () == -1 ||
       throttle_adapt_after_fork () == -1)
     return -1;
   started = true;
