@@ -16,7 +16,10 @@
 # thr.plugin=nbd: remote storage: the guest's nbdkit forwards with its
 # nbd plugin to a storage server on the host (run-guest.sh), the filter
 # at its defaults in front; thr.stdelay=T: T added to every request by
-# the storage server (nbdkit's delay filter).  Two boots each for the
+# the storage server (nbdkit's delay filter); thr.stfault=kill:S or
+# stop:S: the storage server killed and restarted S s later, or stopped
+# for S s, at the start of swap-in (run-guest.sh); thr.retry=1: nbdkit's
+# retry filter under the throttle, to reconnect.  Two boots each for the
 # remote MUST rows: a boot takes 55 to 90 s under TCG and CI's suite
 # must stay in its budget.
 swap_configs ()
@@ -36,6 +39,8 @@ remote-c2         1 2 thr.plugin=nbd thr.filter=1 thr.conns=2 thr.minfree=16384 
 remote-nofilter   0 1 thr.plugin=nbd thr.filter=0 thr.conns=1 thr.minfree=16384 thr.guards=0
 remote-c1-nomin   0 1 thr.plugin=nbd thr.filter=1 thr.conns=1 thr.minfree=0 thr.guards=1
 remote-c1-delay   0 1 thr.plugin=nbd thr.filter=1 thr.conns=1 thr.minfree=16384 thr.guards=1 thr.stdelay=5ms
+remote-c1-restart 0 1 thr.plugin=nbd thr.filter=1 thr.conns=1 thr.minfree=16384 thr.guards=1 thr.retry=1 thr.stfault=kill:3
+remote-c1-spike   0 1 thr.plugin=nbd thr.filter=1 thr.conns=1 thr.minfree=16384 thr.guards=1 thr.stfault=stop:10
 raw-disk          0 3 thr.plugin=raw thr.filter=0 thr.minfree=16384 thr.guards=0
 EOF
 }
