@@ -95,12 +95,14 @@ admit (struct throttle_serve_conn *c, enum throttle_op op,
 }
 
 /* To the budgets admit charged (throttle_export_credit's work, without
- * its call: this is every request's credit).
+ * its call: this is every request's credit).  A read that was not
+ * charged (throttle-reads=false) has nothing to give back.
  */
 static void
 done (struct throttle_serve_conn *c, uint64_t charged)
 {
-  throttle_admit_credit (&c->exp->budget, throttle_config.server, charged);
+  if (charged != 0)
+    throttle_admit_credit (&c->exp->budget, throttle_config.server, charged);
 }
 
 /* The backend call of a read, zero or trim, or of a write in
