@@ -33,7 +33,7 @@
 #include "throttle-parse.h"
 #include "throttle-quit.h"
 
-static bool quitting;           /* atomic: set once, never cleared */
+bool throttle_quit_known;       /* atomic: set once, never cleared */
 
 /* Lock rule: lock guards asked, answered and stop; cond is broadcast
  * whenever one of them changes.
@@ -52,15 +52,6 @@ static bool prober_started;     /* only touched by after_fork, cleanup */
  * each time.  initial-exec: see thread_gen in throttle-guards.c.
  */
 static __thread bool conn_closing __attribute__ ((tls_model ("initial-exec")));
-
-/* Learnt by a request thread that asked (a signal, or the end of
- * --run); never because of what a client did.
- */
-bool
-throttle_quitting (void)
-{
-  return __atomic_load_n (&quitting, __ATOMIC_ACQUIRE);
-}
 
 /* Whether this thread's connection or the server is closing: one
  * system call, and an error line from nbdkit if so, unless this thread
@@ -132,7 +123,7 @@ probe (void *arg)
      * makes this fail.
      */
     if (nbdkit_nanosleep (0, 1) == -1)
-      __atomic_store_n (&quitting, true, __ATOMIC_RELEASE);
+      __atomic_store_n (&throttle_quit_known, true, __ATOMIC_RELEASE);
     throttle_lock (&lock);
     answered = question;
     pthread_cond_broadcast (&cond);
