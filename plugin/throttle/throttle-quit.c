@@ -55,12 +55,14 @@ static __thread bool conn_closing __attribute__ ((tls_model ("initial-exec")));
 
 /* Whether this thread's connection or the server is closing: one
  * system call, and an error line from nbdkit if so, unless this thread
- * already knows its connection is.
+ * already knows its connection is.  A zero sleep, which only polls: a
+ * nanosecond armed a timer and slept the thread's timer slack, and a
+ * waiter asks right after its grant, with its units idle meanwhile.
  */
 static bool
 closing (void)
 {
-  return conn_closing || nbdkit_nanosleep (0, 1) == -1;
+  return conn_closing || nbdkit_nanosleep (0, 0) == -1;
 }
 
 /* The prober's answer to a question asked after this call began: the
@@ -122,7 +124,7 @@ probe (void *arg)
     /* No connection belongs to this thread: only nbdkit's quit pipe
      * makes this fail.
      */
-    if (nbdkit_nanosleep (0, 1) == -1)
+    if (nbdkit_nanosleep (0, 0) == -1)
       __atomic_store_n (&throttle_quit_known, true, __ATOMIC_RELEASE);
     throttle_lock (&lock);
     answered = question;
