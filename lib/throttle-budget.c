@@ -213,9 +213,15 @@ grantable (const struct throttle_budget *b, enum throttle_budget_kind kind,
     if (want <= free)
       return want;
     /* What is freed bit by bit is not left idle while the request
-     * waits for all of it, once it makes a part worth a call.
+     * waits for all of it, once it makes a part worth a call.  At most
+     * half of what is left: those queued behind it share what is free
+     * (small requests behind a large one), and the rest is a part of
+     * like size, not a sliver that holds a round of its own.  With
+     * nothing in flight that half is above cap / 2, so at least the
+     * part minimum.
      */
-    part = free / quantum * quantum;
+    part = (want / 2 + quantum - 1) / quantum * quantum;
+    part = (part < free ? part : free) / quantum * quantum;
     if (part > 0 && part >= throttle_budget_part_min (cap, quantum))
       return part;
     /* A capacity below one quantum: one quantum, alone. */

@@ -104,7 +104,8 @@ enum throttle_budget_kind {
   THROTTLE_BUDGET_WHOLE,
   /* All of 'need' if that is free, else a part in whole quanta of at
    * least throttle_budget_part_min of the capacity at the grant, and
-   * never more than the capacity: the caller serves the part it pays
+   * never more than the capacity nor than half of 'need' rounded up to
+   * a quantum: the caller serves the part it pays
    * for and charges again for the rest.  A capacity below one quantum
    * still grants one quantum when nothing else is in flight (it runs
    * alone, charged in full, counted as clamped).

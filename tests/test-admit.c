@@ -187,9 +187,9 @@ START_TEST (test_capacity_changes_between_parts)
   struct throttle_budget b;
 
   ck_assert_int_eq (throttle_budget_init (&b, 256 * K), 0);
-  /* 256K + 64K + 512K + 12K + 180K */
+  /* 256K + 64K + 352K (half the rest) + 12K + 172K + 64K + 104K */
   ck_assert_uint_eq (serve (&p, BYTES, &b, THROTTLE_OP_WRITE, 1 * M, 0,
-                            change_capacity), 5);
+                            change_capacity), 7);
   throttle_budget_destroy (&b);
 }
 END_TEST

@@ -391,10 +391,14 @@ START_TEST (test_part_grants)
                                                  &c), 0);
   ck_assert_uint_eq (c, 60);
   throttle_budget_credit (&b, c);
-  /* Larger than the capacity: parts of at most the capacity, never
-   * clamped.
+  /* Larger than the capacity: parts of at most the capacity and half
+   * the need rounded up to a quantum, never clamped.
    */
   ck_assert_int_eq (throttle_budget_charge_part (&b, 250, 10, NULL, NULL, 0,
+                                                 &c), 0);
+  ck_assert_uint_eq (c, 130);
+  throttle_budget_credit (&b, c);
+  ck_assert_int_eq (throttle_budget_charge_part (&b, 400, 10, NULL, NULL, 0,
                                                  &c), 0);
   ck_assert_uint_eq (c, 160);
   ck_assert_uint_eq (probe_stats (&b).clamped, 0);
@@ -432,6 +436,33 @@ START_TEST (test_part_fifo)
   ck_assert_uint_eq (small.charged, 10);
   throttle_budget_credit (&b, small.charged + 130);
   ck_assert_uint_eq (probe_stats (&b).in_flight, 0);
+  throttle_budget_destroy (&b);
+}
+END_TEST
+
+/* A part takes at most half of what its request has left, so a
+ * request queued behind it shares what is free: granted with it, in
+ * order, rather than after the part is done.
+ */
+START_TEST (test_part_takes_half)
+{
+  struct throttle_budget b;
+  struct throttle_budget_waiter head, small;
+  uint64_t held, c;
+
+  throttle_budget_init (&b, 160);
+  throttle_budget_charge (&b, 150, NULL, NULL, 0, &held);
+  ck_assert_int_eq (throttle_budget_enqueue (&b, &head, THROTTLE_BUDGET_PARTS,
+                                             120, 10, &c), 1);
+  ck_assert_int_eq (throttle_budget_enqueue (&b, &small, THROTTLE_BUDGET_WHOLE,
+                                             30, 0, &c), 1);
+  throttle_budget_credit (&b, 100);     /* 110 free: 60 to the head */
+  ck_assert_int_eq (throttle_budget_poll (&b, &head, &c), 0);
+  ck_assert_uint_eq (c, 60);
+  ck_assert_int_eq (throttle_budget_poll (&b, &small, &c), 0);
+  ck_assert_uint_eq (c, 30);
+  ck_assert_uint_eq (probe_stats (&b).in_flight, 140);
+  throttle_budget_credit (&b, 140);
   throttle_budget_destroy (&b);
 }
 END_TEST
@@ -592,6 +623,7 @@ throttle_test_suite (void)
   tcase_add_test_raise_signal (tc, test_over_credit_aborts, SIGABRT);
   tcase_add_test (tc, test_part_grants);
   tcase_add_test (tc, test_part_fifo);
+  tcase_add_test (tc, test_part_takes_half);
   tcase_add_test (tc, test_part_bad_args);
   tcase_add_test (tc, test_part_sized_at_grant);
   tcase_add_test (tc, test_below_quantum);

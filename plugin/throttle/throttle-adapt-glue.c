@@ -315,8 +315,9 @@ step_name (enum throttle_adapt_step step)
 }
 
 /* A sample of a request admitted at 'start' under a latency target. */
-static void
-sample (struct throttle_export *exp, uint64_t start, enum throttle_op op)
+void
+throttle_adapt_record (struct throttle_export *exp, uint64_t start,
+                       enum throttle_op op)
 {
   struct throttle_adapt_export *ae = adapt_of (exp);
   enum throttle_adapt_step step = THROTTLE_ADAPT_NONE;
@@ -372,17 +373,6 @@ sample (struct throttle_export *exp, uint64_t start, enum throttle_op op)
                   w.over_target, w.samples, w.reads ? "reads" : "requests",
                   target / 1e6, w.mean_ns / 1e6, w.max_ns / 1e6,
                   w.length_ns / 1e6);
-}
-
-/* On every request: its own function so that nothing of a sample is
- * set up when there is no target.
- */
-void
-throttle_adapt_done (struct throttle_export *exp, uint64_t start,
-                     enum throttle_op op, int r)
-{
-  if (start != 0 && r == 0)
-    sample (exp, start, op);
 }
 
 /* --- the clock ----------------------------------------------------------- */

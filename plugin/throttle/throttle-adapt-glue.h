@@ -45,13 +45,23 @@ extern void throttle_adapt_cleanup (void);
  * reads no clock).
  */
 extern uint64_t throttle_adapt_start (struct throttle_export *exp);
+/* throttle_adapt_done's sample, under a latency target. */
+extern void throttle_adapt_record (struct throttle_export *exp,
+                                   uint64_t start, enum throttle_op op);
+
 /* The request admitted at 'start' has completed with result r (0 or
  * -1): feed its latency to the controller, and apply a step if the
  * window is over.  Failed requests are not sampled: an error can be
  * quick or slow for reasons that have nothing to do with the load.
+ * Inline: without a target, every request's cost is one test.
  */
-extern void throttle_adapt_done (struct throttle_export *exp, uint64_t start,
-                                 enum throttle_op op, int r);
+static inline void
+throttle_adapt_done (struct throttle_export *exp, uint64_t start,
+                     enum throttle_op op, int r)
+{
+  if (start != 0 && r == 0)
+    throttle_adapt_record (exp, start, op);
+}
 
 /* For the control socket.  Each returns 0, or -1 with a message for
  * the operator in err.  *previous gets the value replaced.

@@ -44,13 +44,12 @@
  */
 
 /* The gate this thread last passed, until it is back or exits: the
- * key's destructor opens it when the thread exits, and 'out_gate',
- * the same pointer, is what every data callback looks at, without
- * pthread_getspecific.  initial-exec: see thread_gen in
- * throttle-guards.c.
+ * key's destructor opens it when the thread exits, and
+ * throttle_pace_out_gate, the same pointer, is what every data
+ * callback looks at, without pthread_getspecific.
  */
 static pthread_key_t pace_key;
-static __thread struct throttle_pace *out_gate
+__thread struct throttle_pace *throttle_pace_out_gate
   __attribute__ ((tls_model ("initial-exec")));
 static pthread_once_t pace_once = PTHREAD_ONCE_INIT;
 
@@ -89,8 +88,8 @@ throttle_pace_init (struct throttle_pace *p)
   pthread_condattr_destroy (&attr);
   p->first_done = false;
   p->out = false;
-  atomic_init (&p->closing, false);
-  atomic_init (&p->next_probe_ns, 0);
+  /* Not 0, which says closing: the first successful reply asks. */
+  atomic_init (&p->next_probe_ns, 1);
 }
 
 void
@@ -99,8 +98,8 @@ throttle_pace_destroy (struct throttle_pace *p)
   /* Serial connections are closed by the thread that served them,
    * which then exits: its destructor must not find the freed gate.
    */
-  if (out_gate == p) {
-    out_gate = NULL;
+  if (throttle_pace_out_gate == p) {
+    throttle_pace_out_gate = NULL;
     pthread_setspecific (pace_key, NULL);
   }
   pthread_cond_destroy (&p->cond);
@@ -108,15 +107,13 @@ throttle_pace_destroy (struct throttle_pace *p)
 }
 
 void
-throttle_pace_enter (void)
+throttle_pace_back (void)
 {
-  struct throttle_pace *p = out_gate;
+  struct throttle_pace *p = throttle_pace_out_gate;
 
-  if (p != NULL) {
-    out_gate = NULL;
-    pthread_setspecific (pace_key, NULL);
-    pace_back (p);
-  }
+  throttle_pace_out_gate = NULL;
+  pthread_setspecific (pace_key, NULL);
+  pace_back (p);
 }
 
 /* Whether the connection is closing, as nbdkit sees it.  Asking is a
@@ -128,43 +125,43 @@ throttle_pace_enter (void)
  * the replies already queued on nbdkit's write lock when it left are
  * past any filter anyway.  Error replies ask every time: they are how
  * a vanished client's requests come back together (see above).  The
- * answer "closing" is kept: asking again would log an error line each
- * time.
+ * answer "closing" is kept (next_probe_ns stays 0): asking again would
+ * log an error line each time.
  */
 static bool
-pace_closing (struct throttle_pace *p, int r)
+pace_closing (struct throttle_pace *p, int r, uint64_t now)
 {
-  if (atomic_load_explicit (&p->closing, memory_order_relaxed))
+  uint64_t next = atomic_load_explicit (&p->next_probe_ns,
+                                        memory_order_relaxed);
+
+  if (next == 0)
     return true;
   if (throttle_quitting ())
     return true;
-  if (r == 0) {
-    uint64_t now = throttle_now_ns ();
-    uint64_t next = atomic_load_explicit (&p->next_probe_ns,
-                                          memory_order_relaxed);
-
-    /* One thread per interval asks; the others go on. */
-    if (now < next ||
-        !atomic_compare_exchange_strong_explicit (&p->next_probe_ns, &next,
-                                                  now + THROTTLE_PACE_PROBE_US
-                                                  * 1000,
-                                                  memory_order_relaxed,
-                                                  memory_order_relaxed))
-      return false;
-  }
+  /* One thread per interval asks; the others go on.  A thread that
+   * read next before it became 0 fails its exchange: 0 is kept.
+   */
+  if (r == 0 &&
+      (now < next ||
+       !atomic_compare_exchange_strong_explicit (&p->next_probe_ns, &next,
+                                                 now + THROTTLE_PACE_PROBE_US
+                                                 * 1000,
+                                                 memory_order_relaxed,
+                                                 memory_order_relaxed)))
+    return false;
   /* A zero sleep: nbdkit polls and returns without waiting. */
   if (nbdkit_nanosleep (0, 0) == 0)
     return false;
-  atomic_store_explicit (&p->closing, true, memory_order_relaxed);
+  atomic_store_explicit (&p->next_probe_ns, 0, memory_order_relaxed);
   return true;
 }
 
 void
-throttle_pace_reply (struct throttle_pace *p, int r)
+throttle_pace_gate (struct throttle_pace *p, int r, uint64_t now)
 {
   struct timespec until;
 
-  if (!pace_closing (p, r))
+  if (!pace_closing (p, r, now))
     return;
 
   throttle_lock (&p->lock);
@@ -190,7 +187,7 @@ throttle_pace_reply (struct throttle_pace *p, int r)
   }
   p->out = true;
   throttle_unlock (&p->lock);
-  out_gate = p;
+  throttle_pace_out_gate = p;
   pthread_setspecific (pace_key, p);
 }
 #endif /* THROTTLE_PACE_ERRORS */

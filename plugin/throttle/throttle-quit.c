@@ -33,7 +33,7 @@
 #include "throttle-parse.h"
 #include "throttle-quit.h"
 
-static bool quitting;           /* atomic: set once, never cleared */
+bool throttle_quit_known;       /* atomic: set once, never cleared */
 
 /* Lock rule: lock guards asked, answered and stop; cond is broadcast
  * whenever one of them changes.
@@ -53,23 +53,16 @@ static bool prober_started;     /* only touched by after_fork, cleanup */
  */
 static __thread bool conn_closing __attribute__ ((tls_model ("initial-exec")));
 
-/* Learnt by a request thread that asked (a signal, or the end of
- * --run); never because of what a client did.
- */
-bool
-throttle_quitting (void)
-{
-  return __atomic_load_n (&quitting, __ATOMIC_ACQUIRE);
-}
-
 /* Whether this thread's connection or the server is closing: one
  * system call, and an error line from nbdkit if so, unless this thread
- * already knows its connection is.
+ * already knows its connection is.  A zero sleep, which only polls: a
+ * nanosecond armed a timer and slept the thread's timer slack, and a
+ * waiter asks right after its grant, with its units idle meanwhile.
  */
 static bool
 closing (void)
 {
-  return conn_closing || nbdkit_nanosleep (0, 1) == -1;
+  return conn_closing || nbdkit_nanosleep (0, 0) == -1;
 }
 
 /* The prober's answer to a question asked after this call began: the
@@ -131,8 +124,8 @@ probe (void *arg)
     /* No connection belongs to this thread: only nbdkit's quit pipe
      * makes this fail.
      */
-    if (nbdkit_nanosleep (0, 1) == -1)
-      __atomic_store_n (&quitting, true, __ATOMIC_RELEASE);
+    if (nbdkit_nanosleep (0, 0) == -1)
+      __atomic_store_n (&throttle_quit_known, true, __ATOMIC_RELEASE);
     throttle_lock (&lock);
     answered = question;
     pthread_cond_broadcast (&cond);

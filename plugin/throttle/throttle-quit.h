@@ -25,10 +25,21 @@ extern void throttle_quit_stop (void);
  */
 extern bool throttle_quit_confirm (void);
 
-/* True once nbdkit is known to be shutting down: one atomic load, no
- * system call (what throttle_quit_confirm starts with).
+/* What throttle_quitting reads: learnt by a request thread that asked
+ * (a signal, or the end of --run), never because of what a client
+ * did.  Set once, never cleared, only by throttle-quit.c.
  */
-extern bool throttle_quitting (void);
+extern bool throttle_quit_known;
+
+/* True once nbdkit is known to be shutting down: one atomic load, no
+ * system call (what throttle_quit_confirm starts with).  Inline: every
+ * reply asks (throttle-pace.h).
+ */
+static inline bool
+throttle_quitting (void)
+{
+  return __atomic_load_n (&throttle_quit_known, __ATOMIC_ACQUIRE);
+}
 
 /* The throttle_cancel_fn of every wait: throttle_quit_confirm.  Only a
  * server shutdown ends a wait: a client that sent NBD_CMD_DISC or shut

@@ -94,10 +94,15 @@ admit (struct throttle_serve_conn *c, enum throttle_op op,
   return 0;
 }
 
+/* To the budgets admit charged (throttle_export_credit's work, without
+ * its call: this is every request's credit).  A read that was not
+ * charged (throttle-reads=false) has nothing to give back.
+ */
 static void
 done (struct throttle_serve_conn *c, uint64_t charged)
 {
-  throttle_export_credit (c->exp, charged);
+  if (charged != 0)
+    throttle_admit_credit (&c->exp->budget, throttle_config.server, charged);
 }
 
 /* The backend call of a read, zero or trim, or of a write in
@@ -139,7 +144,8 @@ serve_part (struct throttle_serve_conn *c, nbdkit_next *next,
   uint64_t start;
   int r;
 
-  if (op == THROTTLE_OP_WRITE && throttle_writeback_enabled ())
+  /* c->wb.exp: set in writeback mode alone (throttle_wb_conn). */
+  if (op == THROTTLE_OP_WRITE && c->wb.exp != NULL)
     return throttle_writeback_pwrite (&c->wb, c->exp, next, buf, count, offset,
                                       flags, charged, err);
   start = throttle_adapt_start (c->exp);

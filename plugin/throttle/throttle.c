@@ -335,6 +335,7 @@ throttle_unload (void)
 
 struct throttle_handle {
   int rt_peer;                  /* for throttle_realtime_close */
+  uint32_t max_request;         /* throttle_guards_max_request, fixed */
   struct throttle_serve_conn conn;
   struct throttle_pace pace;
 };
@@ -370,6 +371,7 @@ throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     return NULL;
   }
   h->rt_peer = rt_peer;
+  h->max_request = throttle_guards_max_request ();
   /* The budget of the name, whatever other clients did before. */
   h->conn.exp = throttle_export_open (exportname);
   if (h->conn.exp == NULL) {
@@ -468,9 +470,10 @@ throttle_prepare (nbdkit_next *next, void *handle, int readonly)
  * throttle-max-request=plugin leaves that to the layers below.
  */
 static int
-too_large (const char *op, uint32_t count, uint64_t offset, int *err)
+too_large (struct throttle_handle *h, const char *op, uint32_t count,
+           uint64_t offset, int *err)
 {
-  uint32_t max = throttle_guards_max_request ();
+  uint32_t max = h->max_request;
 
   if (max == 0 || count <= max)
     return 0;
@@ -506,7 +509,7 @@ throttle_pread (nbdkit_next *next, void *handle, void *buf,
 
   throttle_guards_thread_enter ();
   throttle_pace_enter ();
-  if (too_large ("read", count, offset, err) == -1)
+  if (too_large (h, "read", count, offset, err) == -1)
     return reply (h, -1);
   return reply (h, throttle_serve (&h->conn, next, THROTTLE_OP_READ,
                                    throttle_config.charge_reads, buf, count,
@@ -521,7 +524,7 @@ throttle_pwrite (nbdkit_next *next, void *handle, const void *buf,
 
   throttle_guards_thread_enter ();
   throttle_pace_enter ();
-  if (too_large ("write", count, offset, err) == -1)
+  if (too_large (h, "write", count, offset, err) == -1)
     return reply (h, -1);
   /* The buffer is only read (throttle_serve passes it on as const). */
   return reply (h, throttle_serve (&h->conn, next, THROTTLE_OP_WRITE, true,
