@@ -329,7 +329,7 @@ def final(mfile, charged):
 
 # The reasons of the swap verdict, a contract with every dashboard.
 SWAP_REASONS = ["io-flusher", "rt", "oom", "mlock", "reserve",
-                "min-free-kbytes"]
+                "min-free-kbytes", "watermark-boost"]
 
 
 def swap(ctl_sock, safe, reasons):

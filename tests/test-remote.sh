@@ -7,7 +7,8 @@
 # file stood in for it with throttle-min-free-file) when it is below
 # 16384 and the plugin's parameters say its storage is remote (or
 # throttle-remote=true says so), and not otherwise; a bad
-# throttle-remote stops nbdkit.  See plugin/throttle/throttle-remote.h;
+# throttle-remote stops nbdkit; likewise vm.watermark_boost_factor
+# above 0 (throttle-boost-file).  See plugin/throttle/throttle-remote.h;
 # the verdict in stats and the metrics: test-swap-safe.sh.
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 requires_file "$THROTTLE_FILTER"
@@ -137,6 +138,40 @@ grep -q "throttle: cannot read $tmp/none: .*not checking vm\.min_free_kbytes" \
   "$tmp/case.log" || { cat "$tmp/case.log"; fail "no debug line of the unreadable file"; }
 echo "ok: an unreadable file: no warning, a debug line"
 
+# Watermark boosting: a reason of the verdict with the storage remote
+# and vm.watermark_boost_factor above 0 (a file stood in for it with
+# throttle-boost-file), named in the same one line; not with 0, not
+# with local storage, not with a file that cannot be read.
+boost_on=$tmp/boost.on
+boost_off=$tmp/boost.off
+echo 15000 > "$boost_on"      # the kernel's default
+echo 0 > "$boost_off"
+boost_case ()
+{
+  local expect=$1 n; shift
+  "$NBDKIT" -v -U - --filter="$THROTTLE_FILTER" "$@" --run true \
+    >"$tmp/case.log" 2>&1 || { cat "$tmp/case.log"; fail "nbdkit did not start: $*"; }
+  n=$(grep -c 'throttle: warning: not safe for swap: .*watermark-boost (vm\.watermark_boost_factor is 15000: .*set sysctl vm\.watermark_boost_factor=0' "$tmp/case.log" || :)
+  [ "$n" = "$expect" ] ||
+    { grep 'warning' "$tmp/case.log"; fail "$*: $n boost warnings, not $expect"; }
+  echo "ok: $n boost warning(s): $*"
+}
+boost_case 1 memory 1M throttle-remote=true throttle-min-free-file="$enough" \
+  throttle-boost-file="$boost_on"
+boost_case 0 memory 1M throttle-remote=true throttle-min-free-file="$enough" \
+  throttle-boost-file="$boost_off"
+boost_case 0 memory 1M throttle-boost-file="$boost_on"
+boost_case 1 nbd hostname=127.0.0.1 port="$port" throttle-boost-file="$boost_on" \
+  throttle-min-free-file="$low"
+grep -q 'min-free-kbytes (vm\.min_free_kbytes is 1970' "$tmp/case.log" ||
+  fail "both settings low: the one line does not name both"
+boost_case 0 memory 1M throttle-remote=true throttle-boost-file="$tmp/none"
+grep -q "throttle: cannot read $tmp/none: .*not checking vm\.watermark_boost_factor" \
+  "$tmp/case.log" || { cat "$tmp/case.log"; fail "no debug line of the unreadable boost file"; }
+echo "ok: watermark boosting: a reason with remote storage only, one line with min_free"
+
+start_refused "throttle-boost-file=boost: expected an absolute path" \
+  throttle-boost-file=boost
 start_refused "throttle-remote=maybe: expected auto, true or false" \
   throttle-remote=maybe
 start_refused "throttle-min-free-file=min_free: expected an absolute path" \

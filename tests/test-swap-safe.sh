@@ -5,7 +5,8 @@
 # line, in the JSON stats and in the metrics (read with real parsers:
 # metrics-check.py swap).  At the defaults the reasons are what this
 # machine refuses; throttle-swap=off names every guard and prints
-# nothing; remote storage adds vm.min_free_kbytes, read again each time
+# nothing; remote storage adds vm.min_free_kbytes and
+# vm.watermark_boost_factor, read again each time
 # it is asked (a file stood in for it); set rt off adds rt, set rt auto
 # takes it away; and a kernel nbd client (a client named nbd-client, of
 # the server's uid) connecting to a server that is not safe is logged
@@ -156,15 +157,20 @@ stop_nbdkit $pid
 
 # --- storage over a network: vm.min_free_kbytes, read when asked ----------------
 echo 1970 > "$tmp/min_free"
+echo 15000 > "$tmp/boost"
 start_nbdkit remote --filter="$THROTTLE_FILTER" memory 1M throttle-swap=off \
   throttle-remote=true throttle-min-free-file="$tmp/min_free" \
-  throttle-control="$tmp/remote.ctl"
-verdict remote no "$ALL_GUARDS,min-free-kbytes"
+  throttle-boost-file="$tmp/boost" throttle-control="$tmp/remote.ctl"
+verdict remote no "$ALL_GUARDS,min-free-kbytes,watermark-boost"
 ctl_send "$tmp/remote.ctl" stats | grep -q '"min-free-kbytes":"vm.min_free_kbytes is 1970, below 16384, the least for storage over a network (throttle-remote=true): set sysctl vm.min_free_kbytes=16384"' ||
   fail "stats do not say why vm.min_free_kbytes is a reason"
+ctl_send "$tmp/remote.ctl" stats | grep -q '"watermark-boost":"vm.watermark_boost_factor is 15000: .*set sysctl vm.watermark_boost_factor=0"' ||
+  fail "stats do not say why watermark boosting is a reason"
 echo 16384 > "$tmp/min_free"
+verdict remote no "$ALL_GUARDS,watermark-boost"
+echo 0 > "$tmp/boost"
 verdict remote no "$ALL_GUARDS"
-echo "ok: remote storage: vm.min_free_kbytes a reason while below 16384, read again"
+echo "ok: remote storage: vm.min_free_kbytes below 16384 and a boost factor above 0 are reasons, read again"
 stop_nbdkit $pid
 
 start_refused "throttle-swap=sometimes: expected auto, on" throttle-swap=sometimes

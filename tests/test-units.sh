@@ -200,17 +200,21 @@ echo "ok: dev-nbd3.swap after the instance (its drop-in): verify accepts it"
 # --- remote storage ---------------------------------------------------------
 # REMOTE: nbdkit's nbd plugin with the filter in front, a URI as it is
 # or HOST:PORT as hostname= and port=; and the step before start that
-# raises vm.min_free_kbytes (NBDKIT_THROTTLE_MIN_FREE stands in the
-# file).
+# raises vm.min_free_kbytes and turns watermark boosting off
+# (NBDKIT_THROTTLE_MIN_FREE and NBDKIT_THROTTLE_BOOST_FACTOR stand in
+# the files).
 export NBDKIT_THROTTLE_MIN_FREE=$tmp/min_free
+export NBDKIT_THROTTLE_BOOST_FACTOR=$tmp/boost
+echo 0 > "$tmp/boost"
 conf "DEVICE=/dev/nbd1" "REMOTE=nbd://storage.example.com:10810/swap"
 expect 0 "" print t
 cat "$tmp/out"
 cat > "$tmp/want" <<EOF
 prepare: echo 16384 > $tmp/min_free (if it holds less)
+         echo 0 > $tmp/boost (if it holds more)
 start:  nbdkit -U /run/nbdkit-throttle/t/nbd.sock -P /run/nbdkit-throttle/t/nbdkit.pid --filter=throttle nbd uri=nbd://storage.example.com:10810/swap throttle-control=/run/nbdkit-throttle/t/control
 EOF
-head -n 2 "$tmp/out" | diff -u "$tmp/want" - ||
+head -n 3 "$tmp/out" | diff -u "$tmp/want" - ||
   fail "print, REMOTE=URI: not the expected prepare and start lines"
 for r in "storage.example.com:10809 storage.example.com" \
          "[fd00::1]:10809 fd00::1"; do
@@ -232,6 +236,16 @@ grep -qxF 'nbdkit-throttle-swap: vm.min_free_kbytes raised from 1970 to 16384 fo
   "$tmp/err" || fail "prepare: no message on stderr of the raise"
 [ ! -s "$tmp/out" ] || fail "prepare: wrote on stdout"
 echo "ok: prepare: 1970 raised to 16384, said on stderr"
+# Watermark boosting: set to 0 for REMOTE, saying so; left alone at 0.
+echo 15000 > "$tmp/boost"
+r=0
+"$helper" prepare t >"$tmp/out" 2>"$tmp/err" || r=$?
+[ $r = 0 ] || { cat "$tmp/out" "$tmp/err"; fail "prepare, boost 15000: exit $r"; }
+[ "$(cat "$tmp/boost")" = 0 ] ||
+  fail "prepare: vm.watermark_boost_factor is $(cat "$tmp/boost"), not 0"
+grep -qxF 'nbdkit-throttle-swap: vm.watermark_boost_factor set from 15000 to 0 for swap over a network (REMOTE=storage.example.com:10809)' \
+  "$tmp/err" || { cat "$tmp/err"; fail "prepare: no message on stderr of the boost"; }
+echo "ok: prepare: watermark boost factor 15000 set to 0, said on stderr"
 # quiet_prepare VALUE: prepare exits 0, says nothing and leaves the
 # setting at VALUE.
 quiet_prepare ()
@@ -248,15 +262,24 @@ for v in 16384 32768; do
   quiet_prepare $v
 done
 echo 1970 > "$tmp/min_free"
+echo 15000 > "$tmp/boost"
 conf "DEVICE=/dev/nbd1" "DISK=/dev/vdb"
 quiet_prepare 1970
+[ "$(cat "$tmp/boost")" = 15000 ] || fail "prepare changed the boost factor for DISK"
+echo 0 > "$tmp/boost"
 echo "ok: prepare leaves 16384 and 32768 alone, and changes nothing for DISK"
 conf "DEVICE=/dev/nbd1" "REMOTE=storage.example.com:10809"
 echo many > "$tmp/min_free"
 expect 1 '"many" is not a number' prepare t
 rm "$tmp/min_free"
 expect 1 "cannot read vm.min_free_kbytes ($tmp/min_free)" prepare t
-unset NBDKIT_THROTTLE_MIN_FREE
+echo 16384 > "$tmp/min_free"
+echo lots > "$tmp/boost"
+expect 1 '"lots" is not a number' prepare t
+rm "$tmp/boost"
+quiet_prepare 16384
+echo "ok: a kernel without vm.watermark_boost_factor: nothing to set"
+unset NBDKIT_THROTTLE_MIN_FREE NBDKIT_THROTTLE_BOOST_FACTOR
 
 # --- detach waits for whoever swaps off --------------------------------------
 # A stand-in /proc/swaps and swapoff, nbd-client: swapoff fails as it

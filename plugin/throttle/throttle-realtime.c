@@ -440,6 +440,20 @@ rt_watch (void *arg)
                     "clients from now on");
     }
     deadline = rt_apply_locked (throttle_now_ns (), event);
+    /* A thread started since the switch by a request thread is
+     * SCHED_OTHER (request threads reset their policy on fork, for the
+     * plugin's children): the reader that nbdkit's nbd plugin starts
+     * when nbdkit's retry filter reopens it after the storage went
+     * away.  Pressure is when it must not wait behind the real-time
+     * ones; the walk allocates nothing.
+     */
+    if (event && atomic_load (&rt_on)) {
+      unsigned n = rt_set_all_threads (true);
+
+      if (n > 0)
+        nbdkit_debug ("throttle: guards: real-time: SCHED_FIFO set on %u "
+                      "threads started since the switch", n);
+    }
     throttle_unlock (&rt_lock);
   }
   return NULL;

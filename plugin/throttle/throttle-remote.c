@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: storage over a network needs
- * vm.min_free_kbytes raised (see throttle-remote.h).
+ * vm.min_free_kbytes raised and watermark boosting off (see
+ * throttle-remote.h).
  */
 
 #include <config.h>
@@ -23,6 +24,7 @@ static const char *const remote_words[] = { "false", "true", "auto", NULL };
 /* Set by .config only, read in .get_ready. */
 static enum remote_mode mode = REMOTE_AUTO;
 static const char *min_free_path = "/proc/sys/vm/min_free_kbytes";
+static const char *boost_path = "/proc/sys/vm/watermark_boost_factor";
 /* The plugin's key that said the storage is remote, NULL if none did:
  * a literal, never the value, which may hold a password (curl's url=).
  */
@@ -47,6 +49,15 @@ throttle_remote_config (const char *key, const char *value)
       return -1;
     }
     min_free_path = value;
+    return 1;
+  }
+  if (strcmp (key, "throttle-boost-file") == 0) {
+    if (value[0] != '/') {
+      nbdkit_error ("%s=%s: expected an absolute path (default "
+                    "/proc/sys/vm/watermark_boost_factor)", key, value);
+      return -1;
+    }
+    boost_path = value;
     return 1;
   }
   return 0;
@@ -82,24 +93,25 @@ throttle_remote_plugin_key (const char *key, const char *value)
     remote_key = "host";
 }
 
-/* vm.min_free_kbytes, or -1 (and, if log, a debug line saying why). */
+/* The number in the vm setting name, read from path, or -1 (and, if
+ * log, a debug line saying why).
+ */
 static long
-read_min_free (bool log)
+read_setting (const char *path, const char *name, bool log)
 {
-  FILE *fp = fopen (min_free_path, "r");
+  FILE *fp = fopen (path, "r");
   long v;
 
   if (fp == NULL) {
     if (log)
-      nbdkit_debug ("throttle: cannot read %s: %s: not checking "
-                    "vm.min_free_kbytes", min_free_path,
-                    throttle_errtext (errno));
+      nbdkit_debug ("throttle: cannot read %s: %s: not checking vm.%s",
+                    path, throttle_errtext (errno), name);
     return -1;
   }
   if (fscanf (fp, "%ld", &v) != 1 || v < 0) {
     if (log)
       nbdkit_debug ("throttle: cannot read %s: not a number: not checking "
-                    "vm.min_free_kbytes", min_free_path);
+                    "vm.%s", path, name);
     v = -1;
   }
   fclose (fp);
@@ -129,15 +141,16 @@ void
 throttle_remote_get_ready (void)
 {
   char why[64];
-  long min_free;
+  long min_free, boost;
 
   if (remote_why (why, sizeof why) == -1)
     return;
-  min_free = read_min_free (true);
-  if (min_free >= 0)
-    nbdkit_debug ("throttle: storage over a network (%s): "
-                  "vm.min_free_kbytes %ld, at least %d needed",
-                  why, min_free, THROTTLE_REMOTE_MIN_FREE_KBYTES);
+  min_free = read_setting (min_free_path, "min_free_kbytes", true);
+  boost = read_setting (boost_path, "watermark_boost_factor", true);
+  nbdkit_debug ("throttle: storage over a network (%s): "
+                "vm.min_free_kbytes %ld, at least %d needed; "
+                "vm.watermark_boost_factor %ld, 0 needed",
+                why, min_free, THROTTLE_REMOTE_MIN_FREE_KBYTES, boost);
 }
 
 int
@@ -148,12 +161,30 @@ throttle_remote_min_free_low (char *buf, size_t len)
 
   if (remote_why (why, sizeof why) == -1)
     return 0;
-  min_free = read_min_free (false);
+  min_free = read_setting (min_free_path, "min_free_kbytes", false);
   if (min_free == -1 || min_free >= THROTTLE_REMOTE_MIN_FREE_KBYTES)
     return 0;
   snprintf (buf, len, "vm.min_free_kbytes is %ld, below %d, the least for "
             "storage over a network (%s): set sysctl vm.min_free_kbytes=%d",
             min_free, THROTTLE_REMOTE_MIN_FREE_KBYTES, why,
             THROTTLE_REMOTE_MIN_FREE_KBYTES);
+  return 1;
+}
+
+int
+throttle_remote_boost_on (char *buf, size_t len)
+{
+  char why[64];
+  long boost;
+
+  if (remote_why (why, sizeof why) == -1)
+    return 0;
+  boost = read_setting (boost_path, "watermark_boost_factor", false);
+  if (boost <= 0)
+    return 0;
+  snprintf (buf, len, "vm.watermark_boost_factor is %ld: a boost raises "
+            "the min watermark above what a forwarded write can take "
+            "(storage over a network: %s): set sysctl "
+            "vm.watermark_boost_factor=0", boost, why);
   return 1;
 }

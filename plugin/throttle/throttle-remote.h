@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: storage over a network needs
- * vm.min_free_kbytes raised.
+ * vm.min_free_kbytes raised and watermark boosting off.
  *
  * A plugin that forwards to remote storage (nbdkit's nbd plugin over
  * TCP, curl, ssh) sends every write it serves on a socket of its own,
@@ -24,7 +24,18 @@
 #ifndef THROTTLE_REMOTE_H
 #define THROTTLE_REMOTE_H
 
-/* The least vm.min_free_kbytes for swap over a network: 8192, the
+/* Watermark boosting (vm.watermark_boost_factor, Linux >= 5.0) must
+ * be off: after a fragmentation event the kernel adds a boost to every
+ * watermark of the zone, min included (wmark_pages in
+ * include/linux/mmzone.h), and only GFP_ATOMIC allocations ignore it
+ * (zone_watermark_fast, mm/page_alloc.c).  In the swap guest test the
+ * boost took the DMA32 zone's min watermark from about 3.9 to 10-12.5
+ * MiB, above its free memory, and the forwarded write's send waited
+ * in throttle_direct_reclaim for kswapd, which waited for that write:
+ * every boot at vm.min_free_kbytes 4096 hung with the boost and none
+ * without it (nbdkit-throttle-design(1), REMOTE STORAGE).
+ *
+ * The least vm.min_free_kbytes for swap over a network: 8192, the
  * lowest value at which every boot of the swap guest test passed (320
  * and 512 MiB guests, the filter at its defaults over nbdkit's nbd
  * plugin with hostname=, tests/swap/ rows remote-*: some boots hang
@@ -63,6 +74,12 @@ extern void throttle_remote_get_ready (void);
  */
 extern int throttle_remote_min_free_low (char *why, size_t len);
 
+/* The same for vm.watermark_boost_factor, which must be 0: returns 1
+ * with the storage remote and the factor above 0.  A kernel without
+ * the setting (before Linux 5.0), or a file that cannot be read, is 0.
+ */
+extern int throttle_remote_boost_on (char *why, size_t len);
+
 #define throttle_remote_config_help \
   "throttle-remote=auto|true|false  The plugin's storage is reached over\n" \
   "                            a network: not safe for swap while\n" \
@@ -70,6 +87,8 @@ extern int throttle_remote_min_free_low (char *why, size_t len);
   "                            (default auto: from the plugin's hostname=,\n" \
   "                            uri=, url= or host=).\n" \
   "throttle-min-free-file=FILE  Where vm.min_free_kbytes is read (default\n" \
-  "                            /proc/sys/vm/min_free_kbytes)."
+  "                            /proc/sys/vm/min_free_kbytes).\n" \
+  "throttle-boost-file=FILE  Where vm.watermark_boost_factor is read\n" \
+  "                            (default /proc/sys/vm/watermark_boost_factor)."
 
 #endif /* THROTTLE_REMOTE_H */

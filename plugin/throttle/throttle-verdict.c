@@ -24,6 +24,7 @@
 /* In the order of enum throttle_swap_reason. */
 static const char *const names[THROTTLE_SWAP_REASONS] = {
   "io-flusher", "rt", "oom", "mlock", "reserve", "min-free-kbytes",
+  "watermark-boost",
 };
 
 /* The guards' reasons, a bit each, and their texts: a text is stored
@@ -56,6 +57,7 @@ struct verdict {
   unsigned missing;
   const char *why[THROTTLE_SWAP_REASONS];
   char min_free[256];
+  char boost[256];
 };
 
 static void
@@ -69,6 +71,10 @@ judge (struct verdict *v)
   if (throttle_remote_min_free_low (v->min_free, sizeof v->min_free)) {
     v->missing |= 1u << THROTTLE_SWAP_MIN_FREE;
     v->why[THROTTLE_SWAP_MIN_FREE] = v->min_free;
+  }
+  if (throttle_remote_boost_on (v->boost, sizeof v->boost)) {
+    v->missing |= 1u << THROTTLE_SWAP_BOOST;
+    v->why[THROTTLE_SWAP_BOOST] = v->boost;
   }
 }
 

@@ -4,7 +4,8 @@
  * One verdict, yes or no with every reason, instead of a warning per
  * guard: the guards (throttle-guards.c, -memlock, -realtime) note here
  * each guard they could not take or were told not to take, and
- * storage over a network adds vm.min_free_kbytes below its least
+ * storage over a network adds vm.min_free_kbytes below its least and
+ * watermark boosting on
  * (throttle-remote.h).  It is said at start (a debug line when safe;
  * else one warning line naming every reason and throttle-swap, unless
  * throttle-swap=off chose ordinary throttling), in the control
@@ -31,6 +32,7 @@ enum throttle_swap_reason {
   THROTTLE_SWAP_MLOCK,          /* "mlock" */
   THROTTLE_SWAP_RESERVE,        /* "reserve" */
   THROTTLE_SWAP_MIN_FREE,       /* "min-free-kbytes", read when asked */
+  THROTTLE_SWAP_BOOST,          /* "watermark-boost", read when asked */
   THROTTLE_SWAP_REASONS
 };
 
@@ -38,7 +40,7 @@ enum throttle_swap_reason {
  * kept) says which and why, e.g. "PR_SET_IO_FLUSHER refused: needs
  * CAP_SYS_RESOURCE".  taken undoes it (set rt auto after set rt off).
  * Lock-free: from nbdkit's main thread up to .after_fork, and from the
- * control thread (set rt).  Not for THROTTLE_SWAP_MIN_FREE.
+ * control thread (set rt).  Not for THROTTLE_SWAP_MIN_FREE or THROTTLE_SWAP_BOOST.
  */
 extern void throttle_verdict_missing (enum throttle_swap_reason reason,
                                       const char *why);

@@ -184,6 +184,13 @@ rm -rf "$nbdroot" "$work/initramfs-nbd.cpio.gz"
 if [ -f "$plugindir/nbdkit-nbd-plugin.so" ]; then
     mkdir -p "$nbdroot$plugindir"
     cp -L "$plugindir/nbdkit-nbd-plugin.so" "$nbdroot$plugindir/"
+    # nbdkit's retry filter, for the storage-restart row (init.sh's
+    # thr.retry=1); it needs nothing beyond libc.
+    nfilterdir=$(nbdkit --dump-config | sed -n 's/^filterdir=//p')
+    if [ -f "$nfilterdir/nbdkit-retry-filter.so" ]; then
+        mkdir -p "$nbdroot$nfilterdir"
+        cp -L "$nfilterdir/nbdkit-retry-filter.so" "$nbdroot$nfilterdir/"
+    fi
     for l in $(ldd "$plugindir/nbdkit-nbd-plugin.so" |
                awk '$2 == "=>" && $3 ~ /^\// { print $3 }'); do
         [ -e "$root$l" ] && continue

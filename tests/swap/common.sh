@@ -15,8 +15,14 @@
 # lines of nbdkit-throttle-swap@.service, in its order (see init.sh).
 # thr.plugin=nbd: remote storage: the guest's nbdkit forwards with its
 # nbd plugin to a storage server on the host (run-guest.sh), the filter
-# at its defaults in front; thr.stdelay=T: T added to every request by
-# the storage server (nbdkit's delay filter).  Two boots each for the
+# at its defaults in front, with the two settings swap over a network
+# needs (vm.min_free_kbytes=16384, vm.watermark_boost_factor=0: see
+# REMOTE STORAGE in nbdkit-throttle-design(1)) but in the -nomin and
+# -noboost rows, which leave out one or both; thr.stdelay=T: T added to every request by
+# the storage server (nbdkit's delay filter); thr.stfault=kill:S or
+# stop:S: the storage server killed and restarted S s later, or stopped
+# for S s, at the start of swap-in (run-guest.sh); thr.retry=1: nbdkit's
+# retry filter under the throttle, to reconnect.  Two boots each for the
 # remote MUST rows: a boot takes 55 to 90 s under TCG and CI's suite
 # must stay in its budget.
 swap_configs ()
@@ -31,11 +37,14 @@ disk-wt-c1-nomin  0 1 thr.plugin=disk thr.filter=1 thr.mode=writethrough thr.con
 filter-file       0 1 thr.plugin=file thr.filter=1 thr.conns=1 thr.minfree=16384 thr.guards=1
 filter-memory     0 1 thr.plugin=memory thr.memsize=128M thr.filter=1 thr.conns=1 thr.minfree=16384 thr.guards=1
 baseline-file     0 1 thr.plugin=file thr.filter=0 thr.conns=1 thr.minfree=16384 thr.guards=0
-remote-c1         1 2 thr.plugin=nbd thr.filter=1 thr.conns=1 thr.minfree=16384 thr.guards=1
-remote-c2         1 2 thr.plugin=nbd thr.filter=1 thr.conns=2 thr.minfree=16384 thr.guards=1
-remote-nofilter   0 1 thr.plugin=nbd thr.filter=0 thr.conns=1 thr.minfree=16384 thr.guards=0
+remote-c1         1 2 thr.plugin=nbd thr.filter=1 thr.conns=1 thr.minfree=16384 thr.sysctl=vm.watermark_boost_factor=0 thr.guards=1
+remote-c2         1 2 thr.plugin=nbd thr.filter=1 thr.conns=2 thr.minfree=16384 thr.sysctl=vm.watermark_boost_factor=0 thr.guards=1
+remote-nofilter   0 1 thr.plugin=nbd thr.filter=0 thr.conns=1 thr.minfree=16384 thr.sysctl=vm.watermark_boost_factor=0 thr.guards=0
 remote-c1-nomin   0 1 thr.plugin=nbd thr.filter=1 thr.conns=1 thr.minfree=0 thr.guards=1
-remote-c1-delay   0 1 thr.plugin=nbd thr.filter=1 thr.conns=1 thr.minfree=16384 thr.guards=1 thr.stdelay=5ms
+remote-c1-noboost 0 1 thr.plugin=nbd thr.filter=1 thr.conns=1 thr.minfree=0 thr.sysctl=vm.watermark_boost_factor=0 thr.guards=1
+remote-c1-delay   0 1 thr.plugin=nbd thr.filter=1 thr.conns=1 thr.minfree=16384 thr.sysctl=vm.watermark_boost_factor=0 thr.guards=1 thr.stdelay=5ms
+remote-c1-restart 0 1 thr.plugin=nbd thr.filter=1 thr.conns=1 thr.minfree=16384 thr.sysctl=vm.watermark_boost_factor=0 thr.guards=1 thr.retry=1 thr.stfault=kill:3
+remote-c1-spike   0 1 thr.plugin=nbd thr.filter=1 thr.conns=1 thr.minfree=16384 thr.sysctl=vm.watermark_boost_factor=0 thr.guards=1 thr.stfault=stop:10
 raw-disk          0 3 thr.plugin=raw thr.filter=0 thr.minfree=16384 thr.guards=0
 EOF
 }

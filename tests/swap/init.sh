@@ -38,6 +38,7 @@ fail ()
 THR_cfg=unnamed THR_plugin=file THR_filter=0 THR_mode= THR_conns=1
 THR_minfree=0 THR_guards=0 THR_hungsecs=20 THR_size= THR_verbose=1
 THR_memsize=32M THR_args= THR_units=0 THR_forkcheck=0 THR_avail= THR_perf=0
+THR_sysctl= THR_maxsectkb= THR_nrreq= THR_retry=0
 for word in $(cat /proc/cmdline); do
     case "$word" in
         thr.*=*)
@@ -76,6 +77,14 @@ echo 1 > /proc/sys/kernel/sysrq
 if [ "$THR_minfree" -gt 0 ]; then
     echo "$THR_minfree" > /proc/sys/vm/min_free_kbytes
 fi
+# thr.sysctl=KEY=VALUE[,KEY=VALUE...] ('+' for a space in VALUE): the
+# other settings a remote configuration's sweep tries (issue 30 item 3:
+# a bounded TCP send buffer, order-0 send pages).
+for kv in $(echo "$THR_sysctl" | tr , ' '); do
+    k=${kv%%=*} v=$(echo "${kv#*=}" | tr + ' ')
+    echo "$v" > "/proc/sys/$(echo "$k" | tr . /)" || fail "sysctl $k=$v"
+    echo "SYSCTL $k=$(cat "/proc/sys/$(echo "$k" | tr . /)")"
+done
 echo "SYSCTL min_free_kbytes=$(cat /proc/sys/vm/min_free_kbytes) hung_task_timeout_secs=$(cat /proc/sys/kernel/hung_task_timeout_secs)"
 
 [ -b /dev/vda ] || fail "no /dev/vda"
@@ -222,7 +231,11 @@ else
         # guestfwd from STORAGE_ADDR to the server on the host's
         # loopback, the only address the guest can reach).
         nbd)    net_up
-                set -- nbd hostname=$STORAGE_ADDR port=$STORAGE_PORT ;;
+                set -- nbd hostname=$STORAGE_ADDR port=$STORAGE_PORT
+                # thr.retry=1: nbdkit's retry filter below the throttle
+                # reopens the nbd plugin's connection when the storage
+                # goes away (run-guest.sh's thr.stfault=kill).
+                [ "$THR_retry" = 1 ] && set -- --filter=retry "$@" ;;
         *)      fail "unknown plugin $THR_plugin" ;;
     esac
     if [ "$THR_filter" = 1 ]; then
@@ -248,6 +261,19 @@ else
 
     /usr/sbin/nbd-client -unix /run/nbd.sock /dev/nbd0 -N "" -swap -b 4096 \
         -C "$THR_conns" || fail "nbd-client exited with $?"
+    # thr.maxsectkb=N: the largest request the kernel sends to nbd0,
+    # so the largest write the server forwards (issue 30 item 3).
+    # thr.nrreq=N: the requests the kernel keeps queued to nbd0, so
+    # with max_sectors_kb the data its memalloc socket may take from the
+    # reserves before the server reads it.
+    if [ -n "$THR_nrreq" ]; then
+        echo "$THR_nrreq" > /sys/block/nbd0/queue/nr_requests ||
+            fail "nr_requests=$THR_nrreq"
+    fi
+    if [ -n "$THR_maxsectkb" ]; then
+        echo "$THR_maxsectkb" > /sys/block/nbd0/queue/max_sectors_kb ||
+            fail "max_sectors_kb=$THR_maxsectkb"
+    fi
     mkswap /dev/nbd0 >/dev/null || fail "mkswap"
     swapon /dev/nbd0 || fail "swapon"
 fi

@@ -16,7 +16,8 @@
 #          guards=ok|missing|n/a|no-rt|rt-late|fork-leak|fork-fail|fork-missing
 #          swapout_mib=M swapin_mib=M target_mib=M wo_out_mib=M
 #          si_in_mib=M si_out_mib=M pfmemalloc_drop=N|- stack_drops=N|-
-#          rx_dropped=N|- retrans=N|- stuck_warnings=N elapsed=SECS log=LOG
+#          rx_dropped=N|- retrans=N|- stuck_warnings=N fault=KIND:SECS|-
+#          elapsed=SECS log=LOG
 #
 # and exits 0 when the boot passed: both phases completed and verified,
 # the guest swapped what the workload must (within SWAP_TOLERANCE), and
@@ -112,34 +113,60 @@ truncate -s "${SWAP_DISK_MIB:-512}M" "$tmp/disk.img"
 # instead made swap-in ten times slower under TCG: relay.c says why.)
 nic=(-nic none)
 initrd=$work/initramfs.cpio.gz
-spid=
+spid= sport=
+# thr.stfault=kill:SECS or stop:SECS: at the guest's first
+# SWAPIN-PROGRESS line the storage server is killed (SIGKILL) and
+# started again SECS later on the same port and the same data, or
+# stopped (SIGSTOP) for SECS, a latency spike, then continued.  A
+# killed server must keep what it acknowledged: its data is a file
+# here (nbdkit's file plugin; the host's page cache outlives the
+# process), not the memory plugin.
+sfault=$(printf '%s\n' $args | sed -n 's/^thr\.stfault=//p')
+sfault_kind=${sfault%%:*} sfault_secs=${sfault#*:}
+case "$sfault_kind" in
+    ""|kill|stop) ;;
+    *) echo "run-guest: thr.stfault=$sfault: expected kill:SECS or stop:SECS" >&2; exit 2 ;;
+esac
+# storage_start: start the storage server on $sport (a random free port
+# when empty); sets spid.  Returns 1 when it did not start.
+storage_start ()
+{
+    local fixed=$sport tries=20
+    [ -n "$fixed" ] && tries=1
+    for _ in $(seq $tries); do
+        [ -n "$fixed" ] || sport=$((20000 + RANDOM % 40000))
+        rm -f "$tmp/storage.pid"
+        # shellcheck disable=SC2086
+        nbdkit -f -i 127.0.0.1 -p "$sport" -P "$tmp/storage.pid" $sfilter \
+            $splugin $sparams >> "$tmp/storage.log" 2>&1 &
+        spid=$!
+        for _ in $(seq 100); do
+            [ -s "$tmp/storage.pid" ] || ! kill -0 "$spid" 2>/dev/null && break
+            sleep 0.1
+        done
+        [ -s "$tmp/storage.pid" ] && kill -0 "$spid" 2>/dev/null && return 0
+        wait "$spid" 2>/dev/null
+        spid=
+    done
+    return 1
+}
 case " $args " in
     *" thr.plugin=nbd "*)
         sdelay=$(printf '%s\n' $args | sed -n 's/^thr\.stdelay=//p')
         sfilter= sparams=
         [ -n "$sdelay" ] && sfilter=--filter=delay sparams="delay-read=$sdelay delay-write=$sdelay"
+        splugin="memory ${SWAP_DISK_MIB:-512}M"
+        if [ "$sfault_kind" = kill ]; then
+            truncate -s "${SWAP_DISK_MIB:-512}M" "$tmp/storage.img"
+            splugin="file $tmp/storage.img"
+        fi
         command -v nbdkit >/dev/null || { echo "run-guest: a remote configuration needs nbdkit on the host" >&2; exit 77; }
         [ -x "$work/relay" ] && [ -f "$work/initramfs-nbd.cpio.gz" ] ||
             { echo "run-guest: no $work/relay or $work/initramfs-nbd.cpio.gz (build-initramfs.sh builds them)" >&2; exit 1; }
         initrd=$work/initramfs-nbd.cpio.gz
         # A port that nobody else holds: nbdkit fails to start on a
-        # taken one, and the next is tried.
-        for _ in $(seq 20); do
-            sport=$((20000 + RANDOM % 40000))
-            rm -f "$tmp/storage.pid"
-            # shellcheck disable=SC2086
-            nbdkit -f -i 127.0.0.1 -p "$sport" -P "$tmp/storage.pid" $sfilter \
-                memory "${SWAP_DISK_MIB:-512}M" $sparams > "$tmp/storage.log" 2>&1 &
-            spid=$!
-            for _ in $(seq 100); do
-                [ -s "$tmp/storage.pid" ] || ! kill -0 "$spid" 2>/dev/null && break
-                sleep 0.1
-            done
-            [ -s "$tmp/storage.pid" ] && kill -0 "$spid" 2>/dev/null && break
-            wait "$spid" 2>/dev/null
-            spid=
-        done
-        [ -n "$spid" ] || { echo "run-guest: the storage server did not start: $(cat "$tmp/storage.log")" >&2; exit 1; }
+        # taken one, and another is tried.
+        storage_start || { echo "run-guest: the storage server did not start: $(cat "$tmp/storage.log")" >&2; exit 1; }
         nic=(-netdev "user,id=n0,restrict=on,guestfwd=tcp:10.0.2.100:10809-cmd:$work/relay $sport"
              -device virtio-net-pci,netdev=n0)
         ;;
@@ -170,9 +197,29 @@ qpid=$!
 
 host_verdict=
 last_size=-1 last_change=$start
+fault_done=
 while kill -0 "$qpid" 2>/dev/null; do
     sleep 1
     now=$(date +%s)
+    if [ -n "$sfault_kind" ] && [ -z "$fault_done" ] && grep -q SWAPIN-PROGRESS "$log"; then
+        fault_done=1
+        echo "=== host: storage fault: $sfault_kind for $sfault_secs s at $((now - start)) s ===" >> "$log"
+        if [ "$sfault_kind" = kill ]; then
+            kill -KILL "$spid"; wait "$spid" 2>/dev/null
+            sleep "$sfault_secs"
+            if storage_start; then
+                echo "=== host: storage restarted on port $sport ===" >> "$log"
+            else
+                echo "=== host: storage did not restart: $(tail -n 3 "$tmp/storage.log") ===" >> "$log"
+                fault_done=failed
+            fi
+        else
+            kill -STOP "$spid"; sleep "$sfault_secs"; kill -CONT "$spid"
+            echo "=== host: storage continued ===" >> "$log"
+        fi
+        # The fault's own seconds are no stall of the guest's.
+        last_change=$(date +%s)
+    fi
     # Progress is console output other than the kernel's periodic
     # complaints, which a hung guest keeps printing.
     size=$(grep -Evc 'Possible stuck request|clocksource' "$log" 2>/dev/null)
@@ -190,7 +237,11 @@ while kill -0 "$qpid" 2>/dev/null; do
         host_verdict=stall
     fi
     if [ -n "$host_verdict" ]; then
-        echo "=== host: $host_verdict after $((now - start)) s, sysrq-t ===" >> "$log"
+        echo "=== host: $host_verdict after $((now - start)) s, sysrq-m and sysrq-t ===" >> "$log"
+        # sysrq-m first: the zones' free memory against their
+        # watermarks, which says whose allocation the hang waits for.
+        echo "sendkey alt-sysrq-m" > "$tmp/mon.in"
+        sleep 2
         echo "sendkey alt-sysrq-t" > "$tmp/mon.in"
         # Wait for the dump to stop growing the log (TCG prints slowly).
         prev=-1
@@ -312,6 +363,9 @@ elif [ $swapin = 1 ] && case " $args " in *" thr.units=1 "*) ! has 'UNIT-STOP-RA
 elif [ $swapin = 1 ] && case " $args " in *" thr.units=1 "*) ! has HOLD-VERIFIED ;; *) false ;; esac; then
     # Every page kept on swap across the stop came back as written.
     reason=unit-stop-pages-unverified
+elif [ $swapin = 1 ] && [ -n "$sfault_kind" ] && [ "$fault_done" != 1 ]; then
+    # A fault row proves nothing unless the fault met the swap-in.
+    reason=storage-fault-missed
 elif [ $swapin = 1 ]; then
     reason=ok
 else
@@ -371,5 +425,5 @@ status=fail
 if [ "$reason" = ok ] && { [ "$guards" = ok ] || [ "$guards" = n/a ]; }; then
     status=pass
 fi
-echo "RESULT cfg=$cfg boot=$boot accel=$accel status=$status writeout=$writeout swapin=$swapin hung=$hung reason=$reason wo=${wo:--} si=${si:--} total=${total:--} guards=$guards swapout_mib=$swapout_mib swapin_mib=$swapin_mib target_mib=$target wo_out_mib=${wo_out:--} si_in_mib=${si_in:--} si_out_mib=${si_out:--} pfmemalloc_drop=${pfdrop:--} stack_drops=${sdrops:--} rx_dropped=${rxdrops:--} retrans=${retrans:--} stuck_warnings=$stuckw elapsed=$elapsed log=$log"
+echo "RESULT cfg=$cfg boot=$boot accel=$accel status=$status writeout=$writeout swapin=$swapin hung=$hung reason=$reason wo=${wo:--} si=${si:--} total=${total:--} guards=$guards swapout_mib=$swapout_mib swapin_mib=$swapin_mib target_mib=$target wo_out_mib=${wo_out:--} si_in_mib=${si_in:--} si_out_mib=${si_out:--} pfmemalloc_drop=${pfdrop:--} stack_drops=${sdrops:--} rx_dropped=${rxdrops:--} retrans=${retrans:--} stuck_warnings=$stuckw fault=${sfault:--} elapsed=$elapsed log=$log"
 [ $status = pass ]
