@@ -97,16 +97,10 @@ throttle_guards_config (const char *key, const char *value)
     return throttle_parse_seconds (key, value, 0, 86400,
                                    "expected a number of seconds from 0 to "
                                    "86400", &gp->rt_hold);
-  if (strcmp (key, "throttle-rt-pressure") == 0) {
-    if (value[0] != '/') {
-      nbdkit_error ("%s=%s: expected the absolute path of a PSI file "
-                    "(/proc/pressure/memory, or a cgroup's memory.pressure)",
-                    key, value);
-      return -1;
-    }
-    gp->psi_path = value;
-    return 1;
-  }
+  if (strcmp (key, "throttle-rt-pressure") == 0)
+    return throttle_parse_path (key, value, "expected the absolute path of "
+                                "a PSI file (/proc/pressure/memory, or a "
+                                "cgroup's memory.pressure)", &gp->psi_path);
   if (strcmp (key, "throttle-mlock") == 0) {
     if (throttle_parse_word (key, value, lock_words,
                              "expected auto, onfault, pool or off", &i) == -1)

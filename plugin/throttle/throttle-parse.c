@@ -95,6 +95,18 @@ throttle_parse_word (const char *key, const char *value,
 }
 
 int
+throttle_parse_path (const char *key, const char *value,
+                     const char *expect, const char **out)
+{
+  if (value[0] != '/') {
+    nbdkit_error ("%s=%s: %s", key, value, expect);
+    return -1;
+  }
+  *out = value;
+  return 1;
+}
+
+int
 throttle_parse_seconds (const char *key, const char *value,
                         double min, double max,
                         const char *expect, double *out)

@@ -41,6 +41,11 @@ extern int throttle_parse_bool (const char *key, const char *value,
 extern int throttle_parse_word (const char *key, const char *value,
                                 const char *const *words,
                                 const char *expect, int *out);
+/* An absolute path, kept as given (nbdkit keeps the value for the
+ * server's life).
+ */
+extern int throttle_parse_path (const char *key, const char *value,
+                                const char *expect, const char **out);
 /* A decimal number of seconds from min to max (nbdkit 1.32 has no
  * parser for fractions: all its mistakes are reported here).
  */

@@ -42,24 +42,14 @@ throttle_remote_config (const char *key, const char *value)
     mode = i;
     return 1;
   }
-  if (strcmp (key, "throttle-min-free-file") == 0) {
-    if (value[0] != '/') {
-      nbdkit_error ("%s=%s: expected an absolute path (default "
-                    "/proc/sys/vm/min_free_kbytes)", key, value);
-      return -1;
-    }
-    min_free_path = value;
-    return 1;
-  }
-  if (strcmp (key, "throttle-boost-file") == 0) {
-    if (value[0] != '/') {
-      nbdkit_error ("%s=%s: expected an absolute path (default "
-                    "/proc/sys/vm/watermark_boost_factor)", key, value);
-      return -1;
-    }
-    boost_path = value;
-    return 1;
-  }
+  if (strcmp (key, "throttle-min-free-file") == 0)
+    return throttle_parse_path (key, value, "expected an absolute path "
+                                "(default /proc/sys/vm/min_free_kbytes)",
+                                &min_free_path);
+  if (strcmp (key, "throttle-boost-file") == 0)
+    return throttle_parse_path (key, value, "expected an absolute path "
+                                "(default /proc/sys/vm/watermark_boost_factor)",
+                                &boost_path);
   return 0;
 }
 
