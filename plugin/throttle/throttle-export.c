@@ -328,9 +328,3 @@ throttle_export_free_all (void)
   nr_exports = 0;
   throttle_unlock (&lock);
 }
-
-void
-throttle_export_credit (struct throttle_export *exp, uint64_t units)
-{
-  throttle_admit_credit (&exp->budget, throttle_config.server, units);
-}

@@ -36,7 +36,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "throttle-admit.h"
 #include "throttle-budget.h"
+#include "throttle-config.h"
 
 struct throttle_wb;
 
@@ -138,9 +140,15 @@ extern void throttle_export_free_all (void);
 
 /* Give back the units of one admission to exp's budget and to the
  * server's: once per admission, from any thread (a writeback write's
- * are given back by the writer once it is on the backend).
+ * are given back by the writer once it is on the backend).  Inline:
+ * every request's credit comes here.  No units (a read not charged
+ * under throttle-reads=false) make no call.
  */
-extern void throttle_export_credit (struct throttle_export *exp,
-                                    uint64_t units);
+static inline void
+throttle_export_credit (struct throttle_export *exp, uint64_t units)
+{
+  if (units != 0)
+    throttle_admit_credit (&exp->budget, throttle_config.server, units);
+}
 
 #endif /* THROTTLE_EXPORT_H */

@@ -94,15 +94,11 @@ admit (struct throttle_serve_conn *c, enum throttle_op op,
   return 0;
 }
 
-/* To the budgets admit charged (throttle_export_credit's work, without
- * its call: this is every request's credit).  A read that was not
- * charged (throttle-reads=false) has nothing to give back.
- */
+/* To the budgets admit charged. */
 static void
 done (struct throttle_serve_conn *c, uint64_t charged)
 {
-  if (charged != 0)
-    throttle_admit_credit (&c->exp->budget, throttle_config.server, charged);
+  throttle_export_credit (c->exp, charged);
 }
 
 /* The backend call of a read, zero or trim, or of a write in
