@@ -418,6 +418,11 @@ all_ready (struct run *run)
   run->start_ns = run->last_reply_ns = run->last_event_ns = run->tick_ns =
     throttle_now_ns ();
   if (cfg->duration > 0) {
+    /* libev counts a timer from the loop's time, read when this
+     * iteration began: without the update, the set-up above (slow under
+     * ASan) would end the run that much before its duration.
+     */
+    ev_now_update (run->loop);
     ev_timer_set (&run->deadline, cfg->duration, 0);
     ev_timer_start (run->loop, &run->deadline);
   }
