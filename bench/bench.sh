@@ -257,10 +257,17 @@ measure_once () {
   local case=$1 wl=$2 config=$3 round=$4 span=$5 backend=$6 tool=$7
   shift 7
   local tag="$case.$wl.${config//[:\/+=]/_}.$tool.$round" args
-  local out=$res/$tag.json state=$res/$tag.state
+  local out=$res/$tag.json state=$res/$tag.state poller=
   # shellcheck disable=SC2086
   args=$(server_args "$config" $backend)
   args=${args//@STATE@/$state}
+  # UNITS_POLL=SECS: the units in flight and the requests waiting,
+  # sampled that often over the control socket, to tell units left idle
+  # while requests wait from those left idle while none does.
+  if [ -n "${UNITS_POLL:-}" ] && [[ $config = throttle:* ]]; then
+    rm -f "$tmp/ctl" "$res/$tag.units"
+    args="$args throttle-control=$tmp/ctl"
+  fi
   # shellcheck disable=SC2086
   if ! start_server $args; then
     if [[ $config = *:writethrough ]] &&
@@ -289,6 +296,12 @@ measure_once () {
   # Writeback acknowledged the prefill before the backend has it: let
   # the pool drain so the measured run starts from an empty pool.
   [[ $config = *writeback* && $span != 0 ]] && sleep 1
+  if [ -n "${UNITS_POLL:-}" ] && [[ $config = throttle:* ]]; then
+    python3 "$bench_dir/capacity-poll.py" "$tmp/ctl" "$res/$tag.units" \
+      "$UNITS_POLL" &
+    poller=$!
+    bg_pids+=("$poller")
+  fi
   local ok=yes
   if [ "$tool" = load ]; then
     "${pin_client[@]}" "$THROTTLE_LOAD" --json --timeout 30 \
@@ -304,6 +317,11 @@ measure_once () {
       --ioengine=nbd --uri="$uri" \
       --runtime="$(awk "BEGIN { print int(${RUN_TIME:-$T} * 1000) }")ms" \
       --time_based=1 "$@" >"$res/$tag.err" 2>&1 || ok=no
+  fi
+  if [ -n "$poller" ]; then
+    kill "$poller" 2>/dev/null
+    wait "$poller" 2>/dev/null
+    bg_pids=()
   fi
   stop_server
   local rss=$server_rss
@@ -627,7 +645,7 @@ else
   for ((r = 0; r < ROUNDS; r++)); do
     echo "case 2m, round $r"
     for c in $(rotate 3 $r none throttle:2M+throttle-split=false throttle:2M); do
-      RUN_TIME=$T2M measure 2m mixed-4k4x16-1M1x4 "$c" $r 0 "$BE2" fio \
+      RUN_TIME=$T2M UNITS_POLL=0.002 measure 2m mixed-4k4x16-1M1x4 "$c" $r 0 "$BE2" fio \
         --size=256M --group_reporting \
         --name=4k --rw=randwrite --bs=4k --iodepth=16 --numjobs=4 \
         --name=1M --new_group --rw=write --bs=1M --iodepth=4

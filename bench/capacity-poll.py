@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-3-Clause
-"""Poll the throttle's control socket every 50 ms until killed.
+"""Poll the throttle's control socket every PERIOD seconds (default
+0.05) until killed.
 
-usage: capacity-poll.py CONTROL-SOCKET OUT
+usage: capacity-poll.py CONTROL-SOCKET OUT [PERIOD]
 
 Creates OUT once connected, then writes one line per look: seconds
 since OUT was created, the default export's capacity (the effective
-capacity under a latency target) and the units charged so far.  The
+capacity under a latency target), the units charged so far, the units
+in flight and the requests waiting for units.  The
 caller starts its load when OUT exists, so that time 0 is the load's
 start, whatever Python took to start.  Waits up to 5 s for the socket;
 writes nothing until a client has opened the export.  Standard library
@@ -20,6 +22,7 @@ import sys
 import time
 
 path, out = sys.argv[1:3]
+period = float(sys.argv[3]) if len(sys.argv) > 3 else 0.05
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
 start = time.monotonic()
@@ -46,6 +49,7 @@ with open(out, "w", buffering=1) as o:
         r = json.loads(line)
         if "exports" in r and r["exports"]:
             e = r["exports"][0]
-            o.write("%.3f %d %d\n" % (time.monotonic() - start,
-                                      e["capacity"], e["charged"]))
-        time.sleep(0.05)
+            o.write("%.4f %d %d %d %d\n" % (time.monotonic() - start,
+                                            e["capacity"], e["charged"],
+                                            e["in_flight"], e["waiters"]))
+        time.sleep(period)

@@ -450,6 +450,65 @@ def job(r, name):
     return r.jobs.get(name) or FioJob()
 
 
+def units_idle(r):
+    """From run r's samples of the budget (bench.sh UNITS_POLL): the
+    samples taken while the load ran, the mean units in flight, the
+    share of samples with requests waiting, and the units free while
+    some waited and while none did, as fractions of the capacity; None
+    without samples (no filter)."""
+    path = r.path[:-len(".json")] + ".units"
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        tr = [[float(x) for x in l.split()] for l in f if l.strip()]
+    # The load ran from the first charge to the last.
+    start = next((i for i, x in enumerate(tr) if x[2] > 0), None)
+    if start is None:
+        return None
+    end = max((i for i in range(1, len(tr)) if tr[i][2] > tr[i - 1][2]),
+              default=start)
+    w = tr[start:end + 1]
+    if len(w) < 10:
+        return None
+    n, cap = len(w), w[0][1]
+    waiting = [x for x in w if x[4] > 0]
+    return (n, sum(x[3] for x in w) / n / cap, len(waiting) / n,
+            sum(max(x[1] - x[3], 0) for x in waiting) / n / cap,
+            sum(max(x[1] - x[3], 0) for x in w if x[4] == 0) / n / cap)
+
+
+def case2m_units():
+    """Where the units went in case 2m's throttled runs."""
+    rows = []
+    for c, label in CASE2M[1:]:
+        u = [x for x in map(units_idle, rounds("2m", CASE2M_WL, c, "fio").values())
+             if x is not None]
+        if u:
+            rows.append((label, c, u))
+    if not rows:
+        return
+    p("Where the units went: the budget sampled over the control socket")
+    p("every 2 ms while the load ran (`stats`: units in flight, requests")
+    p("waiting), as fractions of the capacity.  Units free while requests")
+    p("wait are held back by the order of the queue (the head needs more")
+    p("than is free); units free while none waits have no request to take")
+    p("them: every request is in flight or on its way between the client")
+    p("and the filter.  What is in flight but not on the backend is the")
+    p("time from a grant to the plugin's call and from its return to the")
+    p("credit.")
+    p("")
+    p("| configuration | rounds | samples | in flight | samples with requests waiting | free while requests wait | free while none waits |")
+    p("|---|---|---|---|---|---|---|")
+    for label, c, u in rows:
+        f3 = lambda x: "%.3f" % x
+        p("| %s: %s | %d | %s | %s | %s | %s | %s |" % (
+            label, config_name(c), len(u),
+            fmt_spread((x[0] for x in u), lambda x: "%d" % x),
+            fmt_spread((x[1] for x in u), f3), fmt_spread((x[2] for x in u), f3),
+            fmt_spread((x[3] for x in u), f3), fmt_spread((x[4] for x in u), f3)))
+    p("")
+
+
 def case2m():
     """Mixed sizes with fio: FIFO before vs parts after."""
     if not any(rounds("2m", CASE2M_WL, c, "fio") for c, _ in CASE2M):
@@ -468,7 +527,7 @@ def case2m():
     p("The default (`throttle-split=true`) serves a page-aligned request")
     p("larger than a quarter of the capacity in parts, each charged on its")
     p("own (see *Large requests are served in parts* in")
-    p("nbdkit-throttle-filter(1)).  Goals: at least 0.80 of the limit, the")
+    p("nbdkit-throttle-filter(1)).  Goals: at least 0.95 of the limit, the")
     p("peak at the backend at most 2M, no 1M write slower than 1 s, and 4K")
     p("p99 no worse than before.")
     p("")
@@ -497,6 +556,7 @@ def case2m():
             fmt_spread((job(r, "1M").lat_max for r in v), ms),
             fmt_spread((job(r, "1M").ios for r in v), lambda x: "%d" % x)))
     p("")
+    case2m_units()
     before = rounds("2m", CASE2M_WL, CASE2M_BEFORE, "fio")
     after = rounds("2m", CASE2M_WL, CASE2M_AFTER, "fio")
     if after:
@@ -505,8 +565,8 @@ def case2m():
         worst = max(job(r, "1M").lat_max for r in after.values())
         p("Goals, served in parts (after):")
         p("")
-        p("- throughput %s of the limit: %s (goal >= 0.80, on the median)" % (
-            fmt_ratio(frac), "met" if frac[0] >= 0.80 else "**missed**"))
+        p("- throughput %s of the limit: %s (goal >= 0.95, on the median)" % (
+            fmt_ratio(frac), "met" if frac[0] >= 0.95 else "**missed**"))
         p("- peak at the backend, highest round: %d bytes: %s (goal <= %d)" % (
             peak, "met" if peak <= CASE2M_CAP else "**missed**", CASE2M_CAP))
         p("- slowest 1M write, slowest round: %s ms: %s (goal <= 1000 ms)" % (
@@ -671,7 +731,7 @@ def cap_trace(r):
     if not os.path.exists(path):
         return []
     with open(path) as f:
-        return [tuple(float(x) for x in l.split()) for l in f if l.strip()]
+        return [tuple(float(x) for x in l.split()[:3]) for l in f if l.strip()]
 
 
 def reader_window(r):
