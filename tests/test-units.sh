@@ -145,7 +145,7 @@ conf "DEVICE=/dev/nbd0" "DISK=/dev/vdb" "NBDKIT_ARGS=-D throttle.verbose=1 *"
 mkdir "$tmp/cwd" && touch "$tmp/cwd/a-file" "$tmp/cwd/b-file"
 (cd "$tmp/cwd" && "$helper" print t) > "$tmp/out" 2>&1 ||
   { cat "$tmp/out"; fail "print with a '*' in NBDKIT_ARGS failed"; }
-grep -q '^start: .* throttle-control=/run/nbdkit-throttle/t/control -D throttle.verbose=1 \*$' "$tmp/out" ||
+grep -q '^start: .* throttle-control=/run/nbdkit-throttle/t/control throttle-swap=on -D throttle.verbose=1 \*$' "$tmp/out" ||
   { cat "$tmp/out"; fail "NBDKIT_ARGS: '*' was globbed"; }
 echo "ok: NBDKIT_ARGS: '*' is passed on as it is"
 
@@ -163,7 +163,7 @@ conf "# swap on the second disk" "" "DEVICE=/dev/nbd3" 'DISK="/dev/vdb"' \
 expect 0 "" print t
 cat "$tmp/out"
 cat > "$tmp/want" <<EOF
-start:  nbdkit -U /run/nbdkit-throttle/t/nbd.sock -P /run/nbdkit-throttle/t/nbdkit.pid --filter=throttle throttle-disk file=/dev/vdb throttle-control=/run/nbdkit-throttle/t/control throttle-capacity=8M throttle-mode=writeback pool=32 -D throttle.verbose=1
+start:  nbdkit -U /run/nbdkit-throttle/t/nbd.sock -P /run/nbdkit-throttle/t/nbdkit.pid --filter=throttle throttle-disk file=/dev/vdb throttle-control=/run/nbdkit-throttle/t/control throttle-swap=on throttle-capacity=8M throttle-mode=writeback pool=32 -D throttle.verbose=1
 attach: nbd-client -unix /run/nbdkit-throttle/t/nbd.sock /dev/nbd3 -N "" -swap -b 4096 -C 2
         mkswap /dev/nbd3
         swapon -p 5 /dev/nbd3
@@ -212,7 +212,7 @@ cat "$tmp/out"
 cat > "$tmp/want" <<EOF
 prepare: echo 16384 > $tmp/min_free (if it holds less)
          echo 0 > $tmp/boost (if it holds more)
-start:  nbdkit -U /run/nbdkit-throttle/t/nbd.sock -P /run/nbdkit-throttle/t/nbdkit.pid --filter=throttle nbd uri=nbd://storage.example.com:10810/swap throttle-control=/run/nbdkit-throttle/t/control
+start:  nbdkit -U /run/nbdkit-throttle/t/nbd.sock -P /run/nbdkit-throttle/t/nbdkit.pid --filter=throttle nbd uri=nbd://storage.example.com:10810/swap throttle-control=/run/nbdkit-throttle/t/control throttle-swap=on
 EOF
 head -n 3 "$tmp/out" | diff -u "$tmp/want" - ||
   fail "print, REMOTE=URI: not the expected prepare and start lines"
