@@ -94,13 +94,6 @@ admit (struct throttle_serve_conn *c, enum throttle_op op,
   return 0;
 }
 
-/* To the budgets admit charged. */
-static void
-done (struct throttle_serve_conn *c, uint64_t charged)
-{
-  throttle_export_credit (c->exp, charged);
-}
-
 /* The backend call of a read, zero or trim, or of a write in
  * writethrough.  The throttle_writeback_* hooks pass a request straight
  * down when nothing is written behind (writethrough, or no writable
@@ -147,7 +140,7 @@ serve_part (struct throttle_serve_conn *c, nbdkit_next *next,
   start = throttle_adapt_start (c->exp);
   r = backend_call (c, next, op, buf, count, offset, flags, err);
   throttle_adapt_done (c->exp, start, op, r);
-  done (c, charged);
+  throttle_export_credit (c->exp, charged);
   return r;
 }
 
