@@ -265,7 +265,7 @@ measure_once () {
   # sampled that often over the control socket, to tell units left idle
   # while requests wait from those left idle while none does.
   if [ -n "${UNITS_POLL:-}" ] && [[ $config = throttle:* ]]; then
-    rm -f "$tmp/ctl" "$res/$tag.units"
+    rm -f "$tmp/ctl"
     args="$args throttle-control=$tmp/ctl"
   fi
   # shellcheck disable=SC2086
@@ -297,10 +297,7 @@ measure_once () {
   # the pool drain so the measured run starts from an empty pool.
   [[ $config = *writeback* && $span != 0 ]] && sleep 1
   if [ -n "${UNITS_POLL:-}" ] && [[ $config = throttle:* ]]; then
-    python3 "$bench_dir/capacity-poll.py" "$tmp/ctl" "$res/$tag.units" \
-      "$UNITS_POLL" &
-    poller=$!
-    bg_pids+=("$poller")
+    start_poller "$res/$tag.units" "$UNITS_POLL"
   fi
   local ok=yes
   if [ "$tool" = load ]; then
@@ -318,11 +315,8 @@ measure_once () {
       --runtime="$(awk "BEGIN { print int(${RUN_TIME:-$T} * 1000) }")ms" \
       --time_based=1 "$@" >"$res/$tag.err" 2>&1 || ok=no
   fi
-  if [ -n "$poller" ]; then
-    kill "$poller" 2>/dev/null
-    wait "$poller" 2>/dev/null
-    bg_pids=()
-  fi
+  stop_poller
+  bg_pids=()
   stop_server
   local rss=$server_rss
   if [ $ok = no ]; then
@@ -333,6 +327,33 @@ measure_once () {
   [ -e "$state" ] || state=-
   record "$case" "$wl" "$config" "$round" "$tool" "$out" "$rss" "$state"
   printf '  %-44s done\n' "$tag"
+}
+
+# start_poller OUT [PERIOD]: capacity-poll.py on the server's control
+# socket $tmp/ctl, writing OUT, in the caller's $poller (and bg_pids);
+# returns once it has created OUT, its time 0, so that the caller's
+# load starts then.
+start_poller () {
+  local out=$1 i
+  rm -f "$out"
+  python3 "$bench_dir/capacity-poll.py" "$tmp/ctl" "$@" &
+  poller=$!
+  bg_pids+=("$poller")
+  for i in $(seq 500); do
+    [ -e "$out" ] && return 0
+    kill -0 "$poller" 2>/dev/null || break
+    sleep 0.01
+  done
+  stop_server
+  die "$tag: capacity-poll.py did not start"
+}
+
+# stop_poller: ends start_poller's poller, if the caller started one.
+stop_poller () {
+  [ -n "$poller" ] || return 0
+  kill "$poller" 2>/dev/null
+  wait "$poller" 2>/dev/null
+  poller=
 }
 
 # rotate N ROUND ITEMS...: ITEMS rotated left by ROUND.
@@ -706,26 +727,14 @@ measure_adapt () {
 }
 
 measure_adapt_once () {
-  local config=$1 round=$2 tag="5.adapt.$1.$2" ok=yes poller= writers i
+  local config=$1 round=$2 tag="5.adapt.$1.$2" ok=yes poller= writers
   rm -f "$tmp/ctl"
   # shellcheck disable=SC2046
   if ! start_server $(adapt_args "$config"); then
     cat "$tmp/server.log" >&2
     die "$tag: nbdkit did not start"
   fi
-  if [ "$config" != none ]; then
-    rm -f "$res/$tag.cap"
-    python3 "$bench_dir/capacity-poll.py" "$tmp/ctl" "$res/$tag.cap" &
-    poller=$!
-    bg_pids+=("$poller")
-    # Its time 0 is when it creates the file: start the load then.
-    for i in $(seq 500); do
-      [ -e "$res/$tag.cap" ] && break
-      kill -0 "$poller" 2>/dev/null || break
-      sleep 0.01
-    done
-    [ -e "$res/$tag.cap" ] || { stop_server; die "$tag: capacity-poll.py did not start"; }
-  fi
+  [ "$config" = none ] || start_poller "$res/$tag.cap"
   "$THROTTLE_LOAD" --json --timeout 30 -c 4 -q 8 -b 256k --random -t "$T5" \
     "$uri" >"$res/$tag.writers.json" 2>"$res/$tag.writers.err" &
   writers=$!
@@ -735,10 +744,7 @@ measure_adapt_once () {
     -c 1 -q 1 -b 4k -r 100 --random -t "$((T5 - 1))" \
     "$uri" >"$res/$tag.reader.json" 2>"$res/$tag.reader.err" || ok=no
   wait "$writers" || ok=no
-  if [ -n "$poller" ]; then
-    kill "$poller" 2>/dev/null
-    wait "$poller" 2>/dev/null
-  fi
+  stop_poller
   bg_pids=()
   stop_server
   if [ $ok = no ]; then

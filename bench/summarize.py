@@ -450,17 +450,23 @@ def job(r, name):
     return r.jobs.get(name) or FioJob()
 
 
+def poll_trace(path):
+    """The lines of a capacity-poll.py trace (bench.sh start_poller):
+    time, capacity, units charged, in flight, requests waiting; none if
+    no trace was taken (no filter)."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [[float(x) for x in l.split()] for l in f if l.strip()]
+
+
 def units_idle(r):
     """From run r's samples of the budget (bench.sh UNITS_POLL): the
     samples taken while the load ran, the mean units in flight, the
     share of samples with requests waiting, and the units free while
     some waited and while none did, as fractions of the capacity; None
     without samples (no filter)."""
-    path = r.path[:-len(".json")] + ".units"
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        tr = [[float(x) for x in l.split()] for l in f if l.strip()]
+    tr = poll_trace(r.path[:-len(".json")] + ".units")
     # The load ran from the first charge to the last.
     start = next((i for i, x in enumerate(tr) if x[2] > 0), None)
     if start is None:
@@ -727,11 +733,7 @@ CASE5 = (("none", "no filter"),
 
 def cap_trace(r):
     """(t, capacity, charged) lines of the run's control-socket trace."""
-    path = r.path[:-len(".writers.json")] + ".cap"
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [tuple(float(x) for x in l.split()[:3]) for l in f if l.strip()]
+    return [tuple(x[:3]) for x in poll_trace(r.path[:-len(".writers.json")] + ".cap")]
 
 
 def reader_window(r):
