@@ -25,3 +25,27 @@ $PY "$srcdir/client.py" "$uri" --conns 1 --depth 1 --size 131072 --count 1 \
 stop_nbdkit $pid
 [ "$(summary "$tmp/err.log" in_flight)" = 0 ] || fail "units left in flight"
 echo "$failed requests failed; in flight afterwards: 0"
+
+# Parts that fail in the part helpers (throttle-parts.h) fail their
+# request and return their credit too: 2M writes over a capacity of
+# 1536K and a backend holding each write 10 ms, so that a request's
+# rest is handed to a helper while its first part is at the backend.
+touch "$tmp/errors-on"
+start_nbdkit err-parts --filter="$THROTTLE_FILTER" --filter=error \
+  --filter=delay memory 64M error=EIO error-pwrite-rate=30% \
+  error-file="$tmp/errors-on" wdelay=10ms throttle-capacity=1536K \
+  -D throttle.verbose=1
+$PY "$srcdir/client.py" "$uri" --conns 2 --depth 2 --size 2097152 \
+  --count 16 --op write >"$tmp/client-parts.out"
+cat "$tmp/client-parts.out"
+failed=$(sed -n 's/.*failed=\([0-9]*\).*/\1/p' "$tmp/client-parts.out")
+[ "$failed" -gt 0 ] || fail "parts: the error filter injected no errors"
+rm "$tmp/errors-on"
+$PY "$srcdir/client.py" "$uri" --conns 1 --depth 1 --size 1572864 --count 1 \
+  --timeout 10 || fail "parts: the full capacity is not available after errors"
+stop_nbdkit $pid
+helped=$(grep -c "to a part helper" "$tmp/err-parts.log" || :)
+[ "$helped" -gt 0 ] || fail "parts: no rest was handed to a part helper"
+[ "$(summary "$tmp/err-parts.log" in_flight)" = 0 ] ||
+  fail "parts: units left in flight"
+echo "parts: $failed of 32 2M writes failed, $helped rests handed to helpers; in flight afterwards: 0"

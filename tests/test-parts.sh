@@ -38,6 +38,42 @@ grep -q "(a part)" "$tmp/parts-off.log" && fail "throttle-split=false: a request
   fail "throttle-split=false: no 1M write was clamped"
 echo "split off: no part, clamped=$(summary "$tmp/parts-off.log" clamped)"
 
+# ... and the parts of one request are at the backend side by side
+# (the part helpers, throttle-parts.h): two connections each sending
+# one 2M write at a time over a capacity of 1536K.  Without helpers the
+# backend never has more than two requests at once, one per
+# connection; with them, a rest is granted what the other connection's
+# write gave back while the request's first part is still at the
+# backend.  Where nbdkit serializes a connection's requests (the
+# noparallel filter: SERIALIZE_REQUESTS) there are no helpers: a
+# request's parts run one after another, as they must.
+for model in parallel serialize; do
+  extra=
+  [ $model = serialize ] && extra=--filter=noparallel
+  start_nbdkit parts-$model --threads=16 --filter="$THROTTLE_FILTER" $extra \
+    "$TEST_PLUGIN" delay-ms=10 statefile="$tmp/$model.state" \
+    throttle-capacity=1536K -D throttle.verbose=1
+  "$THROTTLE_LOAD" -t 2 -c 2 -q 1 -b 2M "$uri" >"$tmp/$model.out" ||
+    { cat "$tmp/$model.out"; fail "$model: the load failed"; }
+  stop_nbdkit $pid
+  peak=$(statefield "$tmp/$model.state" peak_bytes)
+  reqs=$(statefield "$tmp/$model.state" peak_requests)
+  helped=$(grep -c "to a part helper" "$tmp/parts-$model.log" || :)
+  echo "$model: backend peak $peak bytes, $reqs requests; $helped rests to helpers"
+  [ "$peak" -le 1572864 ] || fail "$model: backend peak $peak above the capacity"
+  [ "$(summary "$tmp/parts-$model.log" in_flight)" = 0 ] ||
+    fail "$model: units left in flight"
+  if [ $model = parallel ]; then
+    [ "$helped" -gt 0 ] || fail "parallel: no rest was handed to a part helper"
+    [ "$reqs" -gt 2 ] ||
+      fail "parallel: never two parts of one request at the backend at once"
+  else
+    [ "$helped" = 0 ] || fail "serialize: a rest was handed to a part helper"
+    [ "$reqs" -le 2 ] ||
+      fail "serialize: $reqs requests at the backend from two connections"
+  fi
+done
+
 # 2. The data: mixed sizes, reads charged too (so they come in parts as
 # well), verified, in both modes.
 for mode in writethrough writeback; do

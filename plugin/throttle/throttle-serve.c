@@ -15,6 +15,7 @@
 #include "throttle-adapt-glue.h"
 #include "throttle-admit.h"
 #include "throttle-export.h"
+#include "throttle-parts.h"
 #include "throttle-quit.h"
 #include "throttle-serve.h"
 #include "throttle-writeback.h"
@@ -40,41 +41,54 @@ map_flags (uint32_t flags)
     (flags & NBDKIT_FLAG_REQ_ONE ? THROTTLE_FLAG_REQ_ONE : 0);
 }
 
-/* Charge a request, or its first part, waiting for credit.  On success
- * *charged holds the units to credit back, exactly once, when the
- * plugin has returned (done), and *len the bytes they pay for: all of
- * count, or a page-aligned first part of it (throttle_admit_in_parts);
- * the caller serves that part and admits the rest again.
+/* Admission, in two steps: a rest is queued by the thread granted
+ * the part before it, at once, and waited for by the helper that
+ * serves it (throttle-parts.h).
+ *
+ * admit_start: start charging a request, or what is left of one, to
+ * a (the caller's, alive until admit_finish).  Returns 0 (granted, or
+ * nothing to charge), 1 (queued) or -1 (shut down), for admit_finish.
  */
 static int
-admit (struct throttle_serve_conn *c, enum throttle_op op,
-       uint32_t count, uint64_t offset, uint32_t flags,
-       uint64_t *charged, uint32_t *len, int *err)
+admit_start (struct throttle_serve_conn *c, struct throttle_admit *a,
+             enum throttle_op op, uint32_t count, uint64_t offset,
+             uint32_t flags)
 {
   const struct throttle_request req = {
     .op = op, .count = count, .offset = offset, .flags = map_flags (flags),
     .exportname = c->exp->name,
   };
-  struct throttle_admit a;
-  uint64_t need;
+  uint64_t need = throttle_config.metric.fn (&req);
   int r;
 
-  *charged = 0;
-  *len = count;
-  need = throttle_config.metric.fn (&req);
-  if (need == 0)
+  if (need == 0) {
+    a->charged = 0;
+    a->len = count;
+    a->waited = false;
     return 0;
-
-  r = throttle_admit_start (&a, &c->policy, &c->exp->budget,
-                            throttle_config.server, op, count,
-                            offset, need);
-  if (r == 1) {
-    if (throttle_debug_verbose)
-      nbdkit_debug ("throttle: wait %s count=%" PRIu32 " offset=%" PRIu64
-                    " units=%" PRIu64, op_name (op), count, offset, need);
-    r = throttle_admit_wait (&a, throttle_quit_cancelled, NULL,
-                             THROTTLE_WAIT_POLL_MS);
   }
+  r = throttle_admit_start (a, &c->policy, &c->exp->budget,
+                            throttle_config.server, op, count, offset, need);
+  if (r == 1 && throttle_debug_verbose)
+    nbdkit_debug ("throttle: wait %s count=%" PRIu32 " offset=%" PRIu64
+                  " units=%" PRIu64, op_name (op), count, offset, need);
+  return r;
+}
+
+/* admit_finish: wait for credit if admit_start queued (r == 1).  On
+ * success *charged holds the units to credit back, exactly once, when
+ * the plugin has returned, and *len the bytes they pay for: all of
+ * count, or a page-aligned first part of it (throttle_admit_in_parts),
+ * after which the caller admits the rest as a new request.
+ */
+static int
+admit_finish (struct throttle_admit *a, int r, enum throttle_op op,
+              uint32_t count, uint64_t offset, uint64_t *charged,
+              uint32_t *len, int *err)
+{
+  if (r == 1)
+    r = throttle_admit_wait (a, throttle_quit_cancelled, NULL,
+                             THROTTLE_WAIT_POLL_MS);
   if (r == -1) {
     nbdkit_error ("throttle: %s of %" PRIu32 " bytes at %" PRIu64
                   " abandoned while waiting for credit: "
@@ -83,13 +97,13 @@ admit (struct throttle_serve_conn *c, enum throttle_op op,
     *err = ESHUTDOWN;
     return -1;
   }
-  *charged = a.charged;
-  *len = a.len;
-  if (throttle_debug_verbose)
+  *charged = a->charged;
+  *len = a->len;
+  if (throttle_debug_verbose && *charged > 0)
     nbdkit_debug ("throttle: admit %s count=%" PRIu32 " offset=%" PRIu64
                   " units=%" PRIu64 "%s%s",
                   op_name (op), *len, offset, *charged,
-                  a.waited ? " after waiting" : "",
+                  a->waited ? " after waiting" : "",
                   *len < count ? " (a part)" : "");
   return 0;
 }
@@ -144,6 +158,90 @@ serve_part (struct throttle_serve_conn *c, nbdkit_next *next,
   return r;
 }
 
+static int serve_rest (struct throttle_part_job *job,
+                       struct throttle_parts_group *g, int *err);
+
+/* A helper's copy of a rest, in the giver's thread (throttle_parts_give):
+ * queued at once, as a new request would be.
+ */
+static void
+start_rest (struct throttle_part_job *job)
+{
+  job->admit_r = admit_start (job->conn, &job->a, job->op, job->count,
+                              job->offset, job->flags);
+}
+
+/* Serve count bytes at offset, part after part, until all of it is
+ * served or a part fails.  a: the admission of the first part, started
+ * with result r (throttle_parts_give), or r == 2: not started.
+ * Once a part is granted, the rest goes to an idle helper if there is
+ * one, queued at once by this thread, while this thread serves the
+ * part; the helper waits for the rest's credit and serves it the same
+ * way.  Only in writethrough: a write written behind is not at the
+ * plugin for long.  *gave: this thread handed a rest to g.
+ */
+static int
+serve_from (struct throttle_serve_conn *c, nbdkit_next *next,
+            enum throttle_op op, bool charge, void *buf, uint32_t count,
+            uint64_t offset, uint32_t flags, struct throttle_admit *a, int r,
+            struct throttle_parts_group *g, bool *gave, int *err)
+{
+  for (;;) {
+    uint64_t charged = 0;
+    uint32_t len = count;
+
+    if (charge) {
+      if (r == 2)
+        r = admit_start (c, a, op, count, offset, flags);
+      if (admit_finish (a, r, op, count, offset, &charged, &len, err) == -1)
+        return -1;
+      r = 2;
+    }
+    if (len < count && c->wb.exp == NULL) {
+      const struct throttle_part_job rest = {
+        .start = start_rest, .serve = serve_rest, .conn = c, .next = next,
+        .op = op, .charge = charge, .buf = (char *) buf + len,
+        .count = count - len, .offset = offset + len, .flags = flags,
+      };
+
+      if (throttle_parts_give (g, &rest)) {
+        if (throttle_debug_verbose)
+          nbdkit_debug ("throttle: rest of %s count=%" PRIu32 " offset=%"
+                        PRIu64 " to a part helper", op_name (op), rest.count,
+                        rest.offset);
+        *gave = true;
+        return serve_part (c, next, op, buf, len, offset, flags, charged,
+                           err);
+      }
+    }
+    if (serve_part (c, next, op, buf, len, offset, flags, charged,
+                    err) == -1)
+      return -1;
+    if (len == count)
+      return 0;
+    buf = (char *) buf + len;
+    offset += len;
+    count -= len;
+    /* A rest given before has failed: the request has. */
+    if (*gave && throttle_parts_failed (g))
+      return 0;
+  }
+}
+
+/* A helper's job: the rest of a request, whose admission start_rest
+ * began.  The job is the helper's own until this returns.
+ */
+static int
+serve_rest (struct throttle_part_job *job, struct throttle_parts_group *g,
+            int *err)
+{
+  bool gave = false;
+
+  return serve_from (job->conn, job->next, job->op, job->charge, job->buf,
+                     job->count, job->offset, job->flags, &job->a,
+                     job->admit_r, g, &gave, err);
+}
+
 /* Usually in one part; only reads and writes are split, see
  * throttle_admit_in_parts.  Each part carries the request's flags, so
  * a FUA write is on stable storage whole when it returns; a failed
@@ -155,20 +253,17 @@ throttle_serve (struct throttle_serve_conn *c, nbdkit_next *next,
                 enum throttle_op op, bool charge, void *buf, uint32_t count,
                 uint64_t offset, uint32_t flags, int *err)
 {
-  for (;;) {
-    uint64_t charged = 0;
-    uint32_t len = count;
+  struct throttle_parts_group g = { 0 };
+  struct throttle_admit a;
+  bool gave = false;
+  int r, perr;
 
-    if (charge &&
-        admit (c, op, count, offset, flags, &charged, &len, err) == -1)
-      return -1;
-    if (serve_part (c, next, op, buf, len, offset, flags, charged,
-                    err) == -1)
-      return -1;
-    if (len == count)
-      return 0;
-    buf = (char *) buf + len;
-    offset += len;
-    count -= len;
+  r = serve_from (c, next, op, charge, buf, count, offset, flags, &a, 2, &g,
+                  &gave, err);
+  /* The helpers use buf: never return before them. */
+  if (gave && throttle_parts_wait (&g, &perr) == -1 && r == 0) {
+    *err = perr;
+    r = -1;
   }
+  return r;
 }
