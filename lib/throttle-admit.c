@@ -21,10 +21,11 @@ throttle_admit_in_parts (const struct throttle_admit_policy *p,
                          uint64_t capacity, enum throttle_op op,
                          uint32_t count, uint64_t offset, uint64_t need)
 {
-  /* Large: more than twice the part minimum, so that a part is worth
-   * a backend call of its own; the minimum is at least a page's units,
-   * so most requests stop at the first test.  Page-aligned, so that
-   * every part is.
+  /* Large: more than twice the part minimum (a 16th of the capacity),
+   * so that a part is worth a backend call of its own, and the rest of
+   * a request served in parts goes on in parts down to that size; the
+   * minimum is at least a page's units, so most requests stop at the
+   * first test.  Page-aligned, so that every part is.
    */
   return need > 2 * p->page_units && p->split && p->page_units != 0 &&
     count <= p->split_max &&

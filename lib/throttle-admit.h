@@ -96,8 +96,8 @@ struct throttle_admit {
 /* Whether a request of 'need' units is served in parts under an
  * export capacity of 'capacity': a read or write, page-aligned, of at
  * most p->split_max bytes, under a metric proportional to its length,
- * and larger than twice the part
- * minimum (throttle_budget_part_min).  A request that is not is
+ * and larger than twice the part minimum (throttle_budget_part_min: a
+ * 16th of the capacity).  A request that is not is
  * charged whole (clamped to the capacity if larger: it then runs
  * alone).
  */

@@ -105,7 +105,7 @@ throttle_budget_destroy (struct throttle_budget *b)
 uint64_t
 throttle_budget_part_min (uint64_t capacity, uint64_t quantum)
 {
-  uint64_t min = capacity / 8 / quantum * quantum;
+  uint64_t min = capacity / 32 / quantum * quantum;
 
   return min > quantum ? min : quantum;
 }
@@ -213,14 +213,16 @@ grantable (const struct throttle_budget *b, enum throttle_budget_kind kind,
     if (want <= free)
       return want;
     /* What is freed bit by bit is not left idle while the request
-     * waits for all of it, once it makes a part worth a call.  At most
-     * half of what is left: those queued behind it share what is free
-     * (small requests behind a large one), and the rest is a part of
+     * waits for all of it, once it makes a part worth a call: all
+     * that is free when nobody queues behind it, else at most half of
+     * what is left, so that those queued behind it share what is free
+     * (small requests behind a large one) and the rest is a part of
      * like size, not a sliver that holds a round of its own.  With
-     * nothing in flight that half is above cap / 2, so at least the
-     * part minimum.
+     * nothing in flight that is above cap / 2, so at least the part
+     * minimum.  queue.nr counts the head being granted.
      */
-    part = (want / 2 + quantum - 1) / quantum * quantum;
+    part = b->queue.nr <= 1 ? want :
+      (want / 2 + quantum - 1) / quantum * quantum;
     part = (part < free ? part : free) / quantum * quantum;
     if (part > 0 && part >= throttle_budget_part_min (cap, quantum))
       return part;

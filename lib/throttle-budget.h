@@ -104,11 +104,11 @@ enum throttle_budget_kind {
   THROTTLE_BUDGET_WHOLE,
   /* All of 'need' if that is free, else a part in whole quanta of at
    * least throttle_budget_part_min of the capacity at the grant, and
-   * never more than the capacity nor than half of 'need' rounded up to
-   * a quantum: the caller serves the part it pays
-   * for and charges again for the rest.  A capacity below one quantum
-   * still grants one quantum when nothing else is in flight (it runs
-   * alone, charged in full, counted as clamped).
+   * never more than the capacity nor, while others queue behind it,
+   * than half of 'need' rounded up to a quantum: the caller serves the
+   * part it pays for and charges again for the rest.  A capacity below
+   * one quantum still grants one quantum when nothing else is in
+   * flight (it runs alone, charged in full, counted as clamped).
    */
   THROTTLE_BUDGET_PARTS,
   /* All of 'need' at once, never clamped: above the capacity it is
@@ -135,9 +135,12 @@ extern int throttle_budget_init (struct throttle_budget *b, uint64_t capacity);
 extern void throttle_budget_destroy (struct throttle_budget *b);
 
 /* The smallest part a PARTS request is granted under 'capacity' when
- * all of it is not free: an eighth of the capacity in whole quanta, at
+ * all of it is not free: a 32nd of the capacity in whole quanta, at
  * least one quantum, at most the capacity in whole quanta (when the
- * capacity is at least one quantum).  quantum > 0.
+ * capacity is at least one quantum).  quantum > 0.  Small, so that a
+ * large request waiting at the head leaves little idle: its parts are
+ * served side by side (plugin/throttle/throttle-parts.h), not one
+ * round of the backend after another.
  */
 extern uint64_t throttle_budget_part_min (uint64_t capacity, uint64_t quantum);
 

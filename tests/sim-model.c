@@ -285,6 +285,44 @@ need_of (struct sim *s, struct req *r)
   return s->metric (&tr);
 }
 
+/* The filter's serve loop with helpers (plugin/throttle/throttle-serve.c):
+ * r was just granted a part; its rest is admitted at once as a request
+ * of its own in a free slot, if fewer than s->helpers rests are live,
+ * and r is then only that part.  Otherwise r admits its rest when the
+ * part completes (sim_complete), as without helpers.
+ */
+static void
+hand_rest (struct sim *s, struct req *r)
+{
+  struct req *rest = NULL;
+  unsigned live = 0;
+  int i;
+
+  if (s->helpers == 0 || r->state != RUNNING || r->a.len >= r->count)
+    return;
+  for (i = 0; i < MAX_REQS; i++) {
+    if (s->r[i].state != FREE)
+      live += s->r[i].rest;
+    else if (rest == NULL)
+      rest = &s->r[i];
+  }
+  if (rest == NULL || live >= s->helpers)
+    return;
+  memset (rest, 0, sizeof *rest);
+  rest->exp = r->exp;
+  rest->id = ++s->next_id;
+  rest->op = r->op;
+  rest->count = r->count - r->a.len;
+  rest->offset = r->offset + r->a.len;
+  rest->rest = true;
+  r->count = r->a.len;
+  sim_cover.rests++;
+  sim_say (s, "#%" PRIu64 " granted a part of %" PRIu32 " bytes, its rest "
+           "handed off as #%" PRIu64 ": %" PRIu32 " bytes", r->id, r->count,
+           rest->id, rest->count);
+  sim_admit (s, rest);
+}
+
 /* Admit what is left of r (as the filter's serve loop does). */
 void
 sim_admit (struct sim *s, struct req *r)
@@ -319,6 +357,7 @@ sim_admit (struct sim *s, struct req *r)
   sim_cover.waited += ret == 1;
   sim_cover.at_server += r->a.stage == THROTTLE_ADMIT_SERVER;
   sim_cover.in_parts += r->a.parts;
+  hand_rest (s, r);
 }
 
 void
@@ -336,6 +375,7 @@ sim_poll (struct sim *s, struct req *r)
   if (ret == 0) {
     r->state = RUNNING;
     r->admitted_ns = s->now;
+    hand_rest (s, r);
   }
 }
 

@@ -32,6 +32,7 @@ struct req {
   uint64_t id;
   enum throttle_op op;
   uint32_t count;             /* bytes still to serve */
+  bool rest;                  /* the rest of a request, handed to a helper */
   uint64_t offset;
   struct throttle_admit a;
   uint64_t admitted_ns;
@@ -74,6 +75,12 @@ struct sim {
    * schedules that reach a part stranded by the controller alone.
    */
   bool pressure;
+  /* As the filter's part helpers (plugin/throttle/throttle-parts.h):
+   * once a part of a request is granted, its rest is admitted at once
+   * as a request of its own, while fewer than 'helpers' rests are
+   * live; 0: a request's rest is admitted when its part completes.
+   */
+  unsigned helpers;
   /* The exports are bound by the server's budget (throttle_admit_bind)
    * from the start, or, in a third of the schedules (with export
    * capacities within the server's, as the filter requires), at step
@@ -98,6 +105,7 @@ struct sim_cover {
   uint64_t cancelled, cancelled_granted, below_page, lone;
   uint64_t ctl_down, ctl_up, tick_up;
   uint64_t bound_late;          /* exports bound with requests in flight */
+  uint64_t rests;               /* rests handed off beside their part */
 };
 extern struct sim_cover sim_cover;
 
@@ -148,12 +156,13 @@ void sim_apply (struct sim *s, int i, enum throttle_adapt_step step,
                 const char *why);
 
 /* Admit what is left of r, which the caller has filled in (exp, op,
- * count, offset): r is RUNNING or WAITING after it.
+ * count, offset): r is RUNNING or WAITING after it.  A part granted at
+ * once may hand its rest off (sim_model.h, helpers).
  */
 void sim_admit (struct sim *s, struct req *r);
 
 /* A WAITING request's thread wakes up: it may go on to the server's
- * budget or run.
+ * budget or run, and hand its rest off.
  */
 void sim_poll (struct sim *s, struct req *r);
 

@@ -360,8 +360,8 @@ part_thread (void *vp)
 }
 
 /* What is free is granted in quanta once it reaches the part minimum
- * (an eighth of the capacity: 20), at once when nobody waits, and to
- * the head of the queue when units come back.
+ * (a 32nd of the capacity, at least a quantum: 10), at once when
+ * nobody waits, and to the head of the queue when units come back.
  */
 START_TEST (test_part_grants)
 {
@@ -391,12 +391,12 @@ START_TEST (test_part_grants)
                                                  &c), 0);
   ck_assert_uint_eq (c, 60);
   throttle_budget_credit (&b, c);
-  /* Larger than the capacity: parts of at most the capacity and half
-   * the need rounded up to a quantum, never clamped.
+  /* Larger than the capacity, with nobody queued behind it: parts of
+   * all that is free, at most the capacity, never clamped.
    */
   ck_assert_int_eq (throttle_budget_charge_part (&b, 250, 10, NULL, NULL, 0,
                                                  &c), 0);
-  ck_assert_uint_eq (c, 130);
+  ck_assert_uint_eq (c, 160);
   throttle_budget_credit (&b, c);
   ck_assert_int_eq (throttle_budget_charge_part (&b, 400, 10, NULL, NULL, 0,
                                                  &c), 0);
@@ -419,10 +419,10 @@ START_TEST (test_part_fifo)
   pthread_t th, ts;
   uint64_t held;
 
-  /* 10 free, below the part minimum of 20: the head waits. */
-  throttle_budget_init (&b, 160);
+  /* 10 free, below the part minimum of 20 (640 / 32): the head waits. */
+  throttle_budget_init (&b, 640);
   head.b = small.b = &b;
-  throttle_budget_charge (&b, 150, NULL, NULL, 0, &held);
+  throttle_budget_charge (&b, 630, NULL, NULL, 0, &held);
   pthread_create (&th, NULL, part_thread, &head);
   wait_for_waiters (&b, 1);
   pthread_create (&ts, NULL, part_thread, &small);
@@ -434,15 +434,16 @@ START_TEST (test_part_fifo)
   throttle_budget_credit (&b, head.charged);
   pthread_join (ts, NULL);
   ck_assert_uint_eq (small.charged, 10);
-  throttle_budget_credit (&b, small.charged + 130);
+  throttle_budget_credit (&b, small.charged + 610);
   ck_assert_uint_eq (probe_stats (&b).in_flight, 0);
   throttle_budget_destroy (&b);
 }
 END_TEST
 
-/* A part takes at most half of what its request has left, so a
- * request queued behind it shares what is free: granted with it, in
- * order, rather than after the part is done.
+/* A part takes at most half of what its request has left while a
+ * request queues behind it, so that one shares what is free: granted
+ * with it, in order, rather than after the part is done.  (With
+ * nobody behind it a part takes all that is free: test_part_grants.)
  */
 START_TEST (test_part_takes_half)
 {
@@ -450,8 +451,9 @@ START_TEST (test_part_takes_half)
   struct throttle_budget_waiter head, small;
   uint64_t held, c;
 
-  throttle_budget_init (&b, 160);
-  throttle_budget_charge (&b, 150, NULL, NULL, 0, &held);
+  /* 10 free, below the part minimum of 20 (640 / 32): both queue. */
+  throttle_budget_init (&b, 640);
+  throttle_budget_charge (&b, 630, NULL, NULL, 0, &held);
   ck_assert_int_eq (throttle_budget_enqueue (&b, &head, THROTTLE_BUDGET_PARTS,
                                              120, 10, &c), 1);
   ck_assert_int_eq (throttle_budget_enqueue (&b, &small, THROTTLE_BUDGET_WHOLE,
@@ -461,8 +463,8 @@ START_TEST (test_part_takes_half)
   ck_assert_uint_eq (c, 60);
   ck_assert_int_eq (throttle_budget_poll (&b, &small, &c), 0);
   ck_assert_uint_eq (c, 30);
-  ck_assert_uint_eq (probe_stats (&b).in_flight, 140);
-  throttle_budget_credit (&b, 140);
+  ck_assert_uint_eq (probe_stats (&b).in_flight, 620);
+  throttle_budget_credit (&b, 620);
   throttle_budget_destroy (&b);
 }
 END_TEST
@@ -493,9 +495,9 @@ START_TEST (test_part_sized_at_grant)
   struct throttle_budget_waiter bw;
   uint64_t held, c;
 
-  throttle_budget_init (&b, 160);
-  throttle_budget_charge (&b, 150, NULL, NULL, 0, &held);
-  /* 10 free, below the part minimum of 20: queued. */
+  throttle_budget_init (&b, 640);
+  throttle_budget_charge (&b, 630, NULL, NULL, 0, &held);
+  /* 10 free, below the part minimum of 20 (640 / 32): queued. */
   ck_assert_int_eq (throttle_budget_enqueue (&b, &bw, THROTTLE_BUDGET_PARTS,
                                              160, 10, &c), 1);
   ck_assert_int_eq (throttle_budget_set_capacity (&b, 16), 0);

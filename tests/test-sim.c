@@ -365,6 +365,8 @@ setup (struct sim *s, uint64_t seed, unsigned ops, bool no_server,
    * those of the seeds quoted above.
    */
   s->pressure = (ops & OP_ADAPT) && seed % 4 == 0;
+  /* Two schedules in three hand rests off, to 1 to 8 helpers. */
+  s->helpers = seed % 3 ? 1 + seed / 3 % 8 : 0;
   if (s->pressure) {
     setup_pressure (s);
     return;
@@ -554,12 +556,13 @@ START_TEST (test_schedules)
            " at the server, %" PRIu64 " cancelled (%" PRIu64
            " after a grant), %" PRIu64 " capacities below a page, %" PRIu64
            " run alone above the capacity, controller %" PRIu64 " down %"
-           PRIu64 " up %" PRIu64 " up on a tick, %" PRIu64 " bound late\n",
+           PRIu64 " up %" PRIu64 " up on a tick, %" PRIu64 " bound late, %"
+           PRIu64 " rests handed off\n",
            n, steps, 5 * steps,
            sim_cover.arrivals, sim_cover.waited, sim_cover.in_parts, sim_cover.parts_granted,
            sim_cover.at_server, sim_cover.cancelled, sim_cover.cancelled_granted,
            sim_cover.below_page, sim_cover.lone, sim_cover.ctl_down, sim_cover.ctl_up,
-           sim_cover.tick_up, sim_cover.bound_late);
+           sim_cover.tick_up, sim_cover.bound_late, sim_cover.rests);
   /* Every case is reached in the default run. */
   if (n >= SCHEDULES) {
     ck_assert_uint_gt (sim_cover.parts_granted, 0);
@@ -570,6 +573,7 @@ START_TEST (test_schedules)
     ck_assert_uint_gt (sim_cover.ctl_down, 0);
     ck_assert_uint_gt (sim_cover.ctl_up, 0);
     ck_assert_uint_gt (sim_cover.bound_late, 0);
+    ck_assert_uint_gt (sim_cover.rests, 0);
   }
 }
 END_TEST
