@@ -16,21 +16,40 @@
 #include "throttle-admit.h"
 #include "throttle-metric.h"
 
+/* Requests of more than this many units are large: twice an eighth of
+ * the capacity in whole pages' units, at least two pages' (a quarter of
+ * the capacity).  So a part is worth a backend call of its own, and
+ * under the default capacity (16M) nothing the kernel's nbd client
+ * sends (1280K at most) is split.
+ */
+static uint64_t
+large_above (uint64_t capacity, uint64_t page_units)
+{
+  uint64_t eighth = capacity / 8 / page_units * page_units;
+
+  return 2 * (eighth > page_units ? eighth : page_units);
+}
+
 bool
 throttle_admit_in_parts (const struct throttle_admit_policy *p,
                          uint64_t capacity, enum throttle_op op,
                          uint32_t count, uint64_t offset, uint64_t need)
 {
-  /* Large: more than twice the part minimum (a 16th of the capacity),
-   * so that a part is worth a backend call of its own, and the rest of
-   * a request served in parts goes on in parts down to that size; the
-   * minimum is at least a page's units, so most requests stop at the
-   * first test.  Page-aligned, so that every part is.
+  /* Most requests stop at the first test: large_above is at least two
+   * pages' units.  Page-aligned, so that every part is.
    */
   return need > 2 * p->page_units && p->split && p->page_units != 0 &&
     count <= p->split_max &&
     (op == THROTTLE_OP_READ || op == THROTTLE_OP_WRITE) &&
     offset % THROTTLE_PAGE_SIZE == 0 && count % THROTTLE_PAGE_SIZE == 0 &&
+    need > large_above (capacity, p->page_units);
+}
+
+bool
+throttle_admit_rest_in_parts (const struct throttle_admit_policy *p,
+                              uint64_t capacity, uint64_t need)
+{
+  return p->page_units != 0 &&
     need > 2 * throttle_budget_part_min (capacity, p->page_units);
 }
 
@@ -98,8 +117,10 @@ throttle_admit_start (struct throttle_admit *a,
                       const struct throttle_admit_policy *p,
                       struct throttle_budget *exp,
                       struct throttle_budget *server, enum throttle_op op,
-                      uint32_t count, uint64_t offset, uint64_t need)
+                      uint32_t count, uint64_t offset, uint64_t need,
+                      bool rest)
 {
+  uint64_t capacity = throttle_budget_get_capacity (exp);
   uint64_t got;
   int r;
 
@@ -114,8 +135,8 @@ throttle_admit_start (struct throttle_admit *a,
   a->policy = p;
   a->need = need;
   a->count = count;
-  a->parts = throttle_admit_in_parts (p, throttle_budget_get_capacity (exp),
-                                      op, count, offset, need);
+  a->parts = rest ? throttle_admit_rest_in_parts (p, capacity, need) :
+    throttle_admit_in_parts (p, capacity, op, count, offset, need);
 
   r = throttle_budget_enqueue (exp, &a->bw,
                                a->parts ? THROTTLE_BUDGET_PARTS :

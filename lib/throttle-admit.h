@@ -96,8 +96,7 @@ struct throttle_admit {
 /* Whether a request of 'need' units is served in parts under an
  * export capacity of 'capacity': a read or write, page-aligned, of at
  * most p->split_max bytes, under a metric proportional to its length,
- * and larger than twice the part minimum (throttle_budget_part_min: a
- * 16th of the capacity).  A request that is not is
+ * and larger than a quarter of the capacity.  A request that is not is
  * charged whole (clamped to the capacity if larger: it then runs
  * alone).
  */
@@ -105,6 +104,16 @@ extern bool throttle_admit_in_parts (const struct throttle_admit_policy *p,
                                      uint64_t capacity, enum throttle_op op,
                                      uint32_t count, uint64_t offset,
                                      uint64_t need);
+
+/* Whether the rest of a request served in parts (what its parts so far
+ * left; the caller's duty: one that throttle_admit_in_parts accepted,
+ * page-aligned still) of 'need' units goes on in parts: while it is
+ * larger than twice the part minimum (throttle_budget_part_min).  So a
+ * rest is not charged whole, waiting at the head for all of it to be
+ * free, once it is below a quarter of the capacity.
+ */
+extern bool throttle_admit_rest_in_parts (const struct throttle_admit_policy *p,
+                                          uint64_t capacity, uint64_t need);
 
 /* The policy's split_max for layers below whose block size constraints
  * are 'minimum' and 'maximum' (0 and 0: none): UINT32_MAX without
@@ -126,8 +135,10 @@ extern uint32_t throttle_admit_part_len (const struct throttle_admit_policy *p,
 
 /* Start admitting a request of 'count' bytes at 'offset' charged
  * 'need' units (from the metric; need > 0) to export budget 'exp' and
- * server budget 'server' (NULL: no server-wide budget).  'p' must
- * outlive the admission.
+ * server budget 'server' (NULL: no server-wide budget): a request as
+ * the client sent it, or with 'rest' what a request's parts so far
+ * left (throttle_admit_rest_in_parts).  'p' must outlive the
+ * admission.
  *
  * Returns 0: granted at once (a->stage THROTTLE_ADMIT_GRANTED);
  * 1: queued, then the caller must end the admission with exactly one
@@ -140,7 +151,7 @@ extern int throttle_admit_start (struct throttle_admit *a,
                                  struct throttle_budget *exp,
                                  struct throttle_budget *server,
                                  enum throttle_op op, uint32_t count,
-                                 uint64_t offset, uint64_t need);
+                                 uint64_t offset, uint64_t need, bool rest);
 
 /* Block until a queued admission is granted (0) or until 'cancel'
  * (asked every poll_ms, see throttle_wait) or a budget's shutdown ends

@@ -315,6 +315,7 @@ hand_rest (struct sim *s, struct req *r)
   rest->count = r->count - r->a.len;
   rest->offset = r->offset + r->a.len;
   rest->rest = true;
+  rest->cont = true;
   r->count = r->a.len;
   sim_cover.rests++;
   sim_say (s, "#%" PRIu64 " granted a part of %" PRIu32 " bytes, its rest "
@@ -342,7 +343,7 @@ sim_admit (struct sim *s, struct req *r)
   }
   ret = throttle_admit_start (&r->a, &s->policy, &s->e[r->exp].b,
                               sim_server (s), r->op, r->count, r->offset,
-                              need);
+                              need, r->cont);
   if (ret == -1)
     sim_fail (s, "admission failed without a shutdown");
   /* Its place in each queue it asked: the export's now, the server's
@@ -420,6 +421,7 @@ sim_complete (struct sim *s, struct req *r)
   if (len < r->count) {
     r->count -= len;
     r->offset += len;
+    r->cont = true;
     sim_admit (s, r);
   }
 }

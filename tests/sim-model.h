@@ -33,6 +33,7 @@ struct req {
   enum throttle_op op;
   uint32_t count;             /* bytes still to serve */
   bool rest;                  /* the rest of a request, handed to a helper */
+  bool cont;                  /* what a request's parts so far left */
   uint64_t offset;
   struct throttle_admit a;
   uint64_t admitted_ns;

@@ -67,7 +67,7 @@ serve (const struct throttle_admit_policy *p, enum metric m,
       before (b, parts);
     capacity = throttle_budget_get_capacity (b);
     ck_assert_int_eq (throttle_admit_start (&a, p, b, NULL, op, count,
-                                            offset, need), 0);
+                                            offset, need, parts > 0), 0);
     ck_assert_int_eq (a.stage, THROTTLE_ADMIT_GRANTED);
     ck_assert (!a.waited);
     ck_assert_uint_gt (a.len, 0);
@@ -102,7 +102,7 @@ admit_once (const struct throttle_admit_policy *p, enum metric m,
   struct throttle_admit a;
 
   ck_assert_int_eq (throttle_admit_start (&a, p, b, NULL, op, count, offset,
-                                          units_of (m, count)), 0);
+                                          units_of (m, count), false), 0);
   throttle_admit_credit (b, NULL, a.charged);
   return a;
 }
@@ -161,9 +161,9 @@ START_TEST (test_part_is_what_is_free)
   ck_assert_int_eq (throttle_budget_init (&b, 256 * K), 0);
   ck_assert_int_eq (throttle_admit_start (&other, &p, &b, NULL,
                                           THROTTLE_OP_WRITE, 192 * K, 0,
-                                          192 * K), 0);
+                                          192 * K, false), 0);
   ck_assert_int_eq (throttle_admit_start (&a, &p, &b, NULL, THROTTLE_OP_WRITE,
-                                          1 * M, 0, 1 * M), 0);
+                                          1 * M, 0, 1 * M, false), 0);
   ck_assert_uint_eq (a.len, 64 * K);
   ck_assert_uint_eq (a.charged, 64 * K);
   throttle_admit_credit (&b, NULL, a.charged);
@@ -260,7 +260,7 @@ END_TEST
 
 /* Only reads and writes are split, page-aligned, under a metric
  * proportional to the length, with throttle-split on, and only when
- * larger than twice the part minimum; everything else is charged whole
+ * larger than a quarter of the capacity; everything else is charged whole
  * (clamped to the capacity, running alone).
  */
 START_TEST (test_which_requests)
@@ -269,7 +269,7 @@ START_TEST (test_which_requests)
   struct throttle_budget b;
   struct throttle_admit a;
   uint64_t cap = 256 * K;
-  uint64_t min2 = 2 * throttle_budget_part_min (cap, PAGE);
+  uint64_t quarter = cap / 4;
 
   ck_assert_int_eq (throttle_budget_init (&b, cap), 0);
   ck_assert (throttle_admit_in_parts (&p, cap, THROTTLE_OP_READ, 1 * M, 0,
@@ -296,11 +296,17 @@ START_TEST (test_which_requests)
                                        1 * M + 512, 0, 1 * M + 512));
   a = admit_once (&p, BYTES, &b, THROTTLE_OP_WRITE, 1 * M, 512);
   ck_assert_uint_eq (a.len, 1 * M);
-  /* Not larger than twice the part minimum: whole. */
-  ck_assert (!throttle_admit_in_parts (&p, cap, THROTTLE_OP_WRITE, min2, 0,
-                                       min2));
-  ck_assert (throttle_admit_in_parts (&p, cap, THROTTLE_OP_WRITE, min2 + PAGE,
-                                      0, min2 + PAGE));
+  /* Not larger than a quarter of the capacity: whole. */
+  ck_assert (!throttle_admit_in_parts (&p, cap, THROTTLE_OP_WRITE, quarter,
+                                       0, quarter));
+  ck_assert (throttle_admit_in_parts (&p, cap, THROTTLE_OP_WRITE,
+                                      quarter + PAGE, 0, quarter + PAGE));
+  /* What a request's parts left goes on in parts down to twice the
+   * part minimum (a 32nd of the capacity), below a quarter too.
+   */
+  ck_assert (throttle_admit_rest_in_parts (&p, cap, quarter));
+  ck_assert (throttle_admit_rest_in_parts (&p, cap, cap / 16 + PAGE));
+  ck_assert (!throttle_admit_rest_in_parts (&p, cap, cap / 16));
   /* throttle-split=false, or a metric not proportional to the length
    * (requests): whole.
    */

@@ -9,7 +9,9 @@
  * and the latency controller (lib/throttle-adapt.c) on a simulated
  * clock.  Only the glue is the simulation's own: it applies a
  * controller's capacity to its budget as plugin/throttle/throttle-adapt-glue.c
- * does, and serves a request part after part as plugin/throttle/throttle.c does.
+ * does, and serves a request part after part as plugin/throttle/throttle-serve.c
+ * does: in two schedules of three a part's rest is handed to a helper
+ * and queued at once, beside the part (sim-model.h, helpers).
  * The glue and the checks are in sim-model.c; this file draws the
  * schedules and their steps.
  *
@@ -66,7 +68,8 @@
  * THROTTLE_SIM_NO_SERVER=1 admits without the server budget but keeps
  * checking the process-wide bound, to show what it prevents: it fails.
  *
- * Run against main's budget (sizing a part's minimum when it queued,
+ * Run against main's budget (sizing a part's minimum, then an eighth of
+ * the capacity, when it queued,
  * nothing for a capacity below a page; the other lib/ files as here),
  * the default schedules find: (a) a part stranded by set_capacity
  * below its minimum (controllers and capacities below a page off,

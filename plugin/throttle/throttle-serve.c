@@ -52,7 +52,7 @@ map_flags (uint32_t flags)
 static int
 admit_start (struct throttle_serve_conn *c, struct throttle_admit *a,
              enum throttle_op op, uint32_t count, uint64_t offset,
-             uint32_t flags)
+             uint32_t flags, bool rest)
 {
   const struct throttle_request req = {
     .op = op, .count = count, .offset = offset, .flags = map_flags (flags),
@@ -68,7 +68,8 @@ admit_start (struct throttle_serve_conn *c, struct throttle_admit *a,
     return 0;
   }
   r = throttle_admit_start (a, &c->policy, &c->exp->budget,
-                            throttle_config.server, op, count, offset, need);
+                            throttle_config.server, op, count, offset, need,
+                            rest);
   if (r == 1 && throttle_debug_verbose)
     nbdkit_debug ("throttle: wait %s count=%" PRIu32 " offset=%" PRIu64
                   " units=%" PRIu64, op_name (op), count, offset, need);
@@ -168,12 +169,13 @@ static void
 start_rest (struct throttle_part_job *job)
 {
   job->admit_r = admit_start (job->conn, &job->a, job->op, job->count,
-                              job->offset, job->flags);
+                              job->offset, job->flags, true);
 }
 
 /* Serve count bytes at offset, part after part, until all of it is
  * served or a part fails.  a: the admission of the first part, started
- * with result r (throttle_parts_give), or r == 2: not started.
+ * with result r (throttle_parts_give), or r == 2: not started.  rest:
+ * count is what a request's parts so far left (throttle_admit_start).
  * Once a part is granted, the rest goes to an idle helper if there is
  * one, queued at once by this thread, while this thread serves the
  * part; the helper waits for the rest's credit and serves it the same
@@ -184,31 +186,31 @@ static int
 serve_from (struct throttle_serve_conn *c, nbdkit_next *next,
             enum throttle_op op, bool charge, void *buf, uint32_t count,
             uint64_t offset, uint32_t flags, struct throttle_admit *a, int r,
-            struct throttle_parts_group *g, bool *gave, int *err)
+            bool rest, struct throttle_parts_group *g, bool *gave, int *err)
 {
-  for (;;) {
+  for (;; rest = true) {
     uint64_t charged = 0;
     uint32_t len = count;
 
     if (charge) {
       if (r == 2)
-        r = admit_start (c, a, op, count, offset, flags);
+        r = admit_start (c, a, op, count, offset, flags, rest);
       if (admit_finish (a, r, op, count, offset, &charged, &len, err) == -1)
         return -1;
       r = 2;
     }
     if (len < count && c->wb.exp == NULL) {
-      const struct throttle_part_job rest = {
+      const struct throttle_part_job job = {
         .start = start_rest, .serve = serve_rest, .conn = c, .next = next,
         .op = op, .charge = charge, .buf = (char *) buf + len,
         .count = count - len, .offset = offset + len, .flags = flags,
       };
 
-      if (throttle_parts_give (g, &rest)) {
+      if (throttle_parts_give (g, &job)) {
         if (throttle_debug_verbose)
           nbdkit_debug ("throttle: rest of %s count=%" PRIu32 " offset=%"
-                        PRIu64 " to a part helper", op_name (op), rest.count,
-                        rest.offset);
+                        PRIu64 " to a part helper", op_name (op), job.count,
+                        job.offset);
         *gave = true;
         return serve_part (c, next, op, buf, len, offset, flags, charged,
                            err);
@@ -239,7 +241,7 @@ serve_rest (struct throttle_part_job *job, struct throttle_parts_group *g,
 
   return serve_from (job->conn, job->next, job->op, job->charge, job->buf,
                      job->count, job->offset, job->flags, &job->a,
-                     job->admit_r, g, &gave, err);
+                     job->admit_r, true, g, &gave, err);
 }
 
 /* Usually in one part; only reads and writes are split, see
@@ -258,8 +260,8 @@ throttle_serve (struct throttle_serve_conn *c, nbdkit_next *next,
   bool gave = false;
   int r, perr;
 
-  r = serve_from (c, next, op, charge, buf, count, offset, flags, &a, 2, &g,
-                  &gave, err);
+  r = serve_from (c, next, op, charge, buf, count, offset, flags, &a, 2,
+                  false, &g, &gave, err);
   /* The helpers use buf: never return before them. */
   if (gave && throttle_parts_wait (&g, &perr) == -1 && r == 0) {
     *err = perr;
