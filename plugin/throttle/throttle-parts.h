@@ -45,7 +45,6 @@ struct throttle_part_job {
   void *conn;
   void *next;
   int op;
-  bool charge;
   void *buf;
   uint32_t count;
   uint64_t offset;
