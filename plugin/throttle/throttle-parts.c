@@ -12,7 +12,6 @@
 
 #include <errno.h>
 #include <stdlib.h>
-#include <string.h>
 #include <pthread.h>
 
 #include <nbdkit-filter.h>
@@ -31,8 +30,9 @@ struct helper {
 };
 
 /* lock: the idle queue, what is offered, every helper's job and group,
- * every group's fields, 'stopping'.  Taken alone: a helper serves its
- * part and a request thread admits without it.
+ * every group's fields, 'stopping'.  Over a budget's lock only in
+ * throttle_parts_give, whose job->start queues the rest (HACKING.md,
+ * "Locks"); a part is served and waited for without it.
  */
 static pthread_mutex_t lock = THROTTLE_LOCK_INITIALIZER;
 static pthread_cond_t done = PTHREAD_COND_INITIALIZER;  /* a group's part */

@@ -1,16 +1,18 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: the part helpers, threads that serve a large
- * request's parts while the request's own thread waits in the queue
- * for the next.
+/* nbdkit-throttle filter: the part helpers, threads that serve the
+ * rest of a large request while the thread granted its part serves
+ * that part.
  *
  * A request served in parts (lib/throttle-admit.h) would otherwise have
  * one part in flight at a time: while a part is at the plugin its rest
  * is not queued, and units that nobody queues for stay idle.  With
- * helpers the request's thread hands each part but the last to an idle
- * helper and queues for the rest at once, at the tail, as a new
- * request would; it serves the last part itself, then waits for the
- * parts it handed off.  When no helper is idle it serves the part
- * itself, as without helpers.
+ * helpers the thread granted a part queues the rest at once, at the
+ * tail, as a new request would, in the copy an idle helper takes; it
+ * serves its part while the helper waits for the rest's credit and,
+ * granted a part of it, does the same.  The request's own thread waits
+ * for every rest it handed off before the request returns.  When no
+ * helper is idle the thread serves its part and then the rest itself,
+ * as without helpers.
  *
  * The helpers are made in .after_fork (no thread is made on the data
  * path, where memory may be short) and only where nbdkit's final thread

@@ -49,10 +49,10 @@ map_flags (uint32_t flags)
  * a (the caller's, alive until admit_finish).  Returns 0 (granted, or
  * nothing to charge), 1 (queued) or -1 (shut down), for admit_finish.
  *
- * These, serve_part and backend_call are inlined into throttle_serve, the path of
- * every request: called out of line from there and from the parts'
- * path they cost about 120 instructions a request more (make bench,
- * case 1i).
+ * These, serve_part and backend_call are inlined into throttle_serve,
+ * the path of every request: called out of line from there and from
+ * the parts' path they cost about 120 instructions a request more
+ * (make bench, case 1i).
  */
 static inline __attribute__ ((always_inline)) int
 admit_start (struct throttle_serve_conn *c, struct throttle_admit *a,

@@ -7,7 +7,9 @@
  * through write-behind's hooks (throttle-writeback.h) which order it
  * among the pending writes or queue it.  A part's units are credited
  * once the plugin has returned, or, for a write written behind, once
- * it is on the backend.
+ * it is on the backend.  In writethrough the rest of a request served
+ * in parts goes to a part helper (throttle-parts.h), so that its parts
+ * are at the plugin side by side.
  */
 
 #ifndef THROTTLE_SERVE_H
@@ -38,7 +40,7 @@ struct throttle_serve_conn {
 
 /* Serve one request of the connection c: charged (if 'charge') and
  * passed down part after part until all of count is served or a part
- * fails.  Returns 0, or -1 with *err set (ESHUTDOWN: abandoned while
+ * fails, and returns once every part has.  Returns 0, or -1 with *err set (ESHUTDOWN: abandoned while
  * waiting for credit, the server shutting down).  Called by the
  * request's own thread, after the checks it needs (size, guards);
  * buf is count bytes (NULL for zero and trim), only read for a write.
