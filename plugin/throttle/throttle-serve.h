@@ -40,10 +40,11 @@ struct throttle_serve_conn {
 
 /* Serve one request of the connection c: charged (if 'charge') and
  * passed down part after part until all of count is served or a part
- * fails, and returns once every part has.  Returns 0, or -1 with *err set (ESHUTDOWN: abandoned while
- * waiting for credit, the server shutting down).  Called by the
- * request's own thread, after the checks it needs (size, guards);
- * buf is count bytes (NULL for zero and trim), only read for a write.
+ * fails; returns once every part has.  Returns 0, or -1 with *err set
+ * (ESHUTDOWN: abandoned while waiting for credit, the server shutting
+ * down).  Called by the request's own thread, after the checks it
+ * needs (size, guards); buf is count bytes (NULL for zero and trim),
+ * only read for a write.
  */
 extern int throttle_serve (struct throttle_serve_conn *c, nbdkit_next *next,
                            enum throttle_op op, bool charge, void *buf,
