@@ -7,23 +7,35 @@ source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 requires_file "$THROTTLE_FILTER"
 requires $PY -c 'import nbd'
 
+# errors_then_full NAME FULL CLIENT-ARG...: with errors on, the client
+# (client.py with these arguments) runs against the server started as
+# NAME, and some of its requests must fail; with errors off, one request
+# of FULL bytes, the whole capacity, must be admitted: a single leaked
+# unit would block it forever (the client times out).  Then the server
+# stops with nothing in flight.  Sets 'failed'.
+errors_then_full ()
+{
+  local name=$1 full=$2
+  shift 2
+  $PY "$srcdir/client.py" "$uri" "$@" >"$tmp/client-$name.out"
+  cat "$tmp/client-$name.out"
+  failed=$(sed -n 's/.*failed=\([0-9]*\).*/\1/p' "$tmp/client-$name.out")
+  [ "$failed" -gt 0 ] || fail "$name: the error filter injected no errors"
+  rm "$tmp/errors-on"
+  $PY "$srcdir/client.py" "$uri" --conns 1 --depth 1 --size "$full" \
+    --count 1 --timeout 10 ||
+    fail "$name: the full capacity is not available after errors"
+  stop_nbdkit $pid
+  [ "$(summary "$tmp/$name.log" in_flight)" = 0 ] ||
+    fail "$name: units left in flight"
+}
+
 touch "$tmp/errors-on"
 start_nbdkit err --filter="$THROTTLE_FILTER" --filter=error memory 64M \
   error=EIO error-rate=30% error-file="$tmp/errors-on" \
   throttle-capacity=128K
-$PY "$srcdir/client.py" "$uri" --conns 4 --depth 16 --count 64 \
-  --op write,zero,trim >"$tmp/client.out"
-cat "$tmp/client.out"
-failed=$(sed -n 's/.*failed=\([0-9]*\).*/\1/p' "$tmp/client.out")
-[ "$failed" -gt 0 ] || fail "the error filter injected no errors"
-
-# Errors off: a request of exactly the capacity must be admitted.  A
-# single leaked unit would block it forever (the client times out).
-rm "$tmp/errors-on"
-$PY "$srcdir/client.py" "$uri" --conns 1 --depth 1 --size 131072 --count 1 \
-  --timeout 10 || fail "the full capacity is not available after errors"
-stop_nbdkit $pid
-[ "$(summary "$tmp/err.log" in_flight)" = 0 ] || fail "units left in flight"
+errors_then_full err 131072 --conns 4 --depth 16 --count 64 \
+  --op write,zero,trim
 echo "$failed requests failed; in flight afterwards: 0"
 
 # Parts that fail in the part helpers (throttle-parts.h) fail their
@@ -35,17 +47,8 @@ start_nbdkit err-parts --filter="$THROTTLE_FILTER" --filter=error \
   --filter=delay memory 64M error=EIO error-pwrite-rate=30% \
   error-file="$tmp/errors-on" wdelay=10ms throttle-capacity=1536K \
   -D throttle.verbose=1
-$PY "$srcdir/client.py" "$uri" --conns 2 --depth 2 --size 2097152 \
-  --count 16 --op write >"$tmp/client-parts.out"
-cat "$tmp/client-parts.out"
-failed=$(sed -n 's/.*failed=\([0-9]*\).*/\1/p' "$tmp/client-parts.out")
-[ "$failed" -gt 0 ] || fail "parts: the error filter injected no errors"
-rm "$tmp/errors-on"
-$PY "$srcdir/client.py" "$uri" --conns 1 --depth 1 --size 1572864 --count 1 \
-  --timeout 10 || fail "parts: the full capacity is not available after errors"
-stop_nbdkit $pid
+errors_then_full err-parts 1572864 --conns 2 --depth 2 --size 2097152 \
+  --count 16 --op write
 helped=$(grep -c "to a part helper" "$tmp/err-parts.log" || :)
 [ "$helped" -gt 0 ] || fail "parts: no rest was handed to a part helper"
-[ "$(summary "$tmp/err-parts.log" in_flight)" = 0 ] ||
-  fail "parts: units left in flight"
 echo "parts: $failed of 32 2M writes failed, $helped rests handed to helpers; in flight afterwards: 0"
