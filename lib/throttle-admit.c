@@ -99,7 +99,7 @@ server_enqueue (struct throttle_admit *a)
     return 0;
   }
   a->stage = THROTTLE_ADMIT_SERVER;
-  r = throttle_budget_enqueue (a->server, &a->bw, THROTTLE_BUDGET_EXACT,
+  r = throttle_budget_enqueue (a->server, &a->bw, THROTTLE_BUDGET_WHOLE,
                                a->charged, 0, &got);
   if (r == 0)
     a->stage = THROTTLE_ADMIT_GRANTED;

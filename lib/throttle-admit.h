@@ -24,10 +24,12 @@
  * granted.  An export's head is granted when the export has nothing in
  * flight; a request holding export units and waiting at the server is
  * either granted there or behind requests holding server units, which
- * complete.  The server's charge is never clamped (THROTTLE_BUDGET_EXACT),
- * so that its units are the export's; the caller keeps every export's
- * capacity at most the server's, so that this only matters while a
- * capacity is being changed.
+ * complete.  The server is charged every unit the export granted
+ * (a whole request above a capacity is charged in full at both, see
+ * throttle-budget.h), so that its units are the export's; the caller
+ * keeps every export's capacity at most the server's, so that a
+ * request above the server's capacity only happens while a capacity
+ * is being changed.
  *
  * Pure: no nbdkit, no clock of its own.  Used by the filter
  * (plugin/throttle/throttle-serve.c), by the simulation test
@@ -97,8 +99,9 @@ struct throttle_admit {
  * export capacity of 'capacity': a read or write, page-aligned, of at
  * most p->split_max bytes, under a metric proportional to its length,
  * and larger than a quarter of the capacity.  A request that is not is
- * charged whole (clamped to the capacity if larger: it then runs
- * alone).
+ * charged whole (above the capacity, in full: it then runs alone).
+ * Decided when the request arrives: a request decided whole stays
+ * whole if the capacity falls below it while it waits, and runs alone.
  */
 extern bool throttle_admit_in_parts (const struct throttle_admit_policy *p,
                                      uint64_t capacity, enum throttle_op op,

@@ -185,8 +185,12 @@ settle (struct throttle_budget *b)
  * if none; *clamped if it runs alone above the capacity.  Decided now,
  * not when the request queued: the capacity may have changed
  * meanwhile.  With nothing in flight every request gets something (the
- * liveness invariant): a whole request at most the capacity, a part at
- * least one quantum.
+ * liveness invariant): a whole request all it needs, a part at least
+ * one quantum.  What is granted is always what the request holds, never
+ * less: a request above the capacity is charged in full, so that while
+ * it runs the free units are none under any capacity up to its size,
+ * and a capacity raised over it admits nobody beside it (the bound,
+ * throttle-budget.h).
  */
 static uint64_t
 grantable (const struct throttle_budget *b, enum throttle_budget_kind kind,
@@ -200,12 +204,6 @@ grantable (const struct throttle_budget *b, enum throttle_budget_kind kind,
   *clamped = false;
   switch (kind) {
   case THROTTLE_BUDGET_WHOLE:
-    if (want > cap) {
-      want = cap;
-      *clamped = true;
-    }
-    return want <= free ? want : 0;
-  case THROTTLE_BUDGET_EXACT:
     if (want <= free)
       return want;
     break;

@@ -90,16 +90,21 @@ struct throttle_budget {
  * queue is never left with the fast charge open, which the invariant
  * rests on; the simulation (tests/test-sim.c) checks the invariant.
  *
- * The bound: a grant leaves at most 'capacity' units in flight, or it
- * is the only one in flight (a request charged above the capacity,
- * counted in the 'clamped' statistic).  Lowering the capacity revokes
+ * The bound: every grant leaves at most the capacity then in force in
+ * flight, or is the only one in flight (a request above the capacity,
+ * counted in the 'clamped' statistic).  A grant is charged every unit
+ * its request holds, so the units in flight are what the layers below
+ * hold, at every instant: raising the capacity over a request above it
+ * admits a new one only where both fit.  Lowering the capacity revokes
  * nothing already held; no grant is made until what is held fits.
  */
 
 /* How a request may be granted. */
 enum throttle_budget_kind {
-  /* All of 'need' at once.  Above the capacity it is clamped: charged
-   * the whole capacity, so it runs alone.
+  /* All of 'need' at once.  Above the capacity it is granted when
+   * nothing else is in flight, charged in full (counted as clamped):
+   * it runs alone, and nothing joins it until enough of it is credited
+   * back under the capacity then in force.
    */
   THROTTLE_BUDGET_WHOLE,
   /* All of 'need' if that is free, else a part in whole quanta of at
@@ -111,12 +116,6 @@ enum throttle_budget_kind {
    * flight (it runs alone, charged in full, counted as clamped).
    */
   THROTTLE_BUDGET_PARTS,
-  /* All of 'need' at once, never clamped: above the capacity it is
-   * granted when nothing else is in flight, charged in full (counted as
-   * clamped).  For a second budget that must be charged exactly what a
-   * first one granted (throttle-admit.h).
-   */
-  THROTTLE_BUDGET_EXACT,
 };
 
 /* A request's place in the queue while it waits: the caller's, on its
@@ -159,8 +158,7 @@ extern uint64_t throttle_budget_part_min (uint64_t capacity, uint64_t quantum);
  * THROTTLE_BUDGET_MAX_UNITS.
  *
  * *charged is what the caller gives back with exactly one
- * throttle_budget_credit: 'need', the capacity (WHOLE, clamped), or a
- * part (PARTS); on a mirrored budget with THROTTLE_BUDGET_MIRRORED or'd
+ * throttle_budget_credit: 'need' (WHOLE), or a part (PARTS); on a mirrored budget with THROTTLE_BUDGET_MIRRORED or'd
  * in (throttle_budget_mirror), which the credit must leave out.
  */
 extern int throttle_budget_enqueue (struct throttle_budget *b,
@@ -243,7 +241,7 @@ extern void throttle_budget_abandon (struct throttle_budget *b,
                                      struct throttle_budget_waiter *bw);
 
 /* Block until 'need' units are free, then take them
- * (THROTTLE_BUDGET_WHOLE: above the capacity, clamped).  On success
+ * (THROTTLE_BUDGET_WHOLE: above the capacity, alone).  On success
  * returns 0 and stores in *charged the units taken, to be given back
  * with exactly one throttle_budget_credit.  Returns -1 (holding
  * nothing) if the wait was cancelled by 'cancel' or by

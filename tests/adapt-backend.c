@@ -52,9 +52,10 @@ sim_admit_writes (struct sim *s)
   uint64_t cap = s->a.capacity;
 
   while (s->queued > 0) {
-    uint64_t need = s->write_size > cap ? cap : s->write_size;
+    uint64_t need = s->write_size;
 
-    if (s->charged + need > cap)
+    /* Above the capacity: alone, charged in full. */
+    if (s->charged + need > cap && s->charged > 0)
       break;
     s->charged += need;
     s->queued--;

@@ -7,8 +7,8 @@
  * backend (its own included) takes base + B * ns_per_byte, optionally
  * with a deterministic jitter.  Writers keep a fixed number of writes
  * outstanding, queued FIFO for the budget's credit as in
- * lib/throttle-budget.c (a write larger than the capacity is clamped
- * and runs alone); a reader, when present, keeps one 4K read
+ * lib/throttle-budget.c (a write larger than the capacity runs alone,
+ * charged in full); a reader, when present, keeps one 4K read
  * outstanding and is not charged, as with throttle-reads=false.
  */
 

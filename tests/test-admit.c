@@ -198,7 +198,7 @@ END_TEST
 
 /* A request larger than the layers below take is never split (its
  * parts would be requests they take, but the request is not one they
- * take either): it is charged whole, clamped, and runs alone.  One they
+ * take either): it is charged whole, in full, and runs alone.  One they
  * take is split in parts no larger than itself.
  */
 START_TEST (test_inner_maximum)
@@ -212,7 +212,7 @@ START_TEST (test_inner_maximum)
                                        0, 1 * M));
   a = admit_once (&p, BYTES, &b, THROTTLE_OP_WRITE, 1 * M, 0);
   ck_assert_uint_eq (a.len, 1 * M);
-  ck_assert_uint_eq (a.charged, 128 * K);
+  ck_assert_uint_eq (a.charged, 1 * M);
   ck_assert_uint_eq (serve (&p, BYTES, &b, THROTTLE_OP_WRITE, 512 * K, 0,
                             NULL), 4);
   /* A minimum above a page: nothing is split. */
@@ -261,7 +261,7 @@ END_TEST
 /* Only reads and writes are split, page-aligned, under a metric
  * proportional to the length, with throttle-split on, and only when
  * larger than a quarter of the capacity; everything else is charged whole
- * (clamped to the capacity, running alone).
+ * (above the capacity in full, running alone).
  */
 START_TEST (test_which_requests)
 {
@@ -285,10 +285,10 @@ START_TEST (test_which_requests)
   /* Zero and trim: whole, clamped. */
   a = admit_once (&p, BYTES, &b, THROTTLE_OP_ZERO, 1 * M, 0);
   ck_assert_uint_eq (a.len, 1 * M);
-  ck_assert_uint_eq (a.charged, cap);
+  ck_assert_uint_eq (a.charged, 1 * M);
   a = admit_once (&p, BYTES, &b, THROTTLE_OP_TRIM, 1 * M, 0);
   ck_assert_uint_eq (a.len, 1 * M);
-  ck_assert_uint_eq (a.charged, cap);
+  ck_assert_uint_eq (a.charged, 1 * M);
   /* Not page-aligned: whole. */
   ck_assert (!throttle_admit_in_parts (&p, cap, THROTTLE_OP_WRITE, 1 * M, 512,
                                        1 * M));

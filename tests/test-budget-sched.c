@@ -207,7 +207,7 @@ owe_mirror (struct sched *s, uint64_t got)
 
   if (got & THROTTLE_BUDGET_MIRRORED) {
     cover.owed_mirror++;
-    if (throttle_budget_enqueue (&s->m, &w, THROTTLE_BUDGET_EXACT, units, 0,
+    if (throttle_budget_enqueue (&s->m, &w, THROTTLE_BUDGET_WHOLE, units, 0,
                                  &c) != 0)
       sched_fail (s, "the mirror did not take %" PRIu64 " units at once",
                   units);

@@ -23,6 +23,7 @@
 #define CAPACITY 1000
 #define THREADS 16
 #define ITERS 20000
+#define MAX_NEED 1500
 
 static struct throttle_budget hammer_b;
 static atomic_long hammer_inflight;     /* what the "backend" sees */
@@ -45,7 +46,7 @@ hammer_thread (void *vp)
   int i;
 
   for (i = 0; i < ITERS; i++) {
-    uint64_t need = 1 + rand_r (&seed) % 1500;   /* some above the capacity */
+    uint64_t need = 1 + rand_r (&seed) % MAX_NEED; /* some above the capacity */
     uint64_t c;
     long now, peak;
     bool use_cancel = rand_r (&seed) % 8 == 0;
@@ -63,7 +64,10 @@ hammer_thread (void *vp)
     }
     atomic_fetch_add (&hammer_charged, c);
     now = atomic_fetch_add (&hammer_inflight, (long) c) + (long) c;
-    if (now > CAPACITY)
+    /* Above the capacity only a request above it, alone: charged in
+     * full, so that what the holders add up is what they hold.
+     */
+    if (now > CAPACITY && now != (long) c)
       atomic_fetch_add (&hammer_violations, 1);
     peak = atomic_load (&hammer_peak);
     while (now > peak && !atomic_compare_exchange_weak (&hammer_peak, &peak, now))
@@ -78,8 +82,9 @@ hammer_thread (void *vp)
 }
 
 /* The seed patch's check-then-subtract race let two threads both pass
- * the check.  Assert 'in flight <= capacity' at every instant, as seen
- * by the holders themselves, and that every unit comes back.
+ * the check.  Assert 'in flight <= capacity, or one request alone' at
+ * every instant, as seen by the holders themselves, and that every
+ * unit comes back.
  */
 START_TEST (test_hammer)
 {
@@ -95,8 +100,8 @@ START_TEST (test_hammer)
 
   s = probe_stats (&hammer_b);
   ck_assert_int_eq (atomic_load (&hammer_violations), 0);
-  ck_assert_int_le (atomic_load (&hammer_peak), CAPACITY);
-  ck_assert_uint_le (s.peak, CAPACITY);
+  ck_assert_int_le (atomic_load (&hammer_peak), MAX_NEED);
+  ck_assert_uint_le (s.peak, MAX_NEED);
   ck_assert_uint_eq (s.in_flight, 0);
   ck_assert_uint_eq (s.waiters, 0);
   ck_assert_uint_eq (atomic_load (&hammer_charged), atomic_load (&hammer_credited));

@@ -79,7 +79,9 @@ START_TEST (test_zero_need_is_free)
 }
 END_TEST
 
-/* A request larger than the capacity is clamped and runs alone. */
+/* A request larger than the capacity is charged in full and runs
+ * alone.
+ */
 START_TEST (test_clamp)
 {
   struct throttle_budget b;
@@ -87,7 +89,7 @@ START_TEST (test_clamp)
 
   throttle_budget_init (&b, 100);
   ck_assert_int_eq (throttle_budget_charge (&b, 1000, NULL, NULL, 0, &c), 0);
-  ck_assert_uint_eq (c, 100);
+  ck_assert_uint_eq (c, 1000);
   ck_assert_uint_eq (probe_stats (&b).clamped, 1);
   ck_assert_int_eq (probe_try_charge (&b, 1, &c2), -1);
   /* A failed try does not count: the wait that follows will. */
@@ -536,14 +538,56 @@ START_TEST (test_below_quantum)
   ck_assert_uint_eq (probe_stats (&b).in_flight, 4096);
   throttle_budget_credit (&b, c2);
   ck_assert_int_eq (throttle_budget_charge (&b, 8192, NULL, NULL, 0, &c1), 0);
-  ck_assert_uint_eq (c1, 1000);
+  ck_assert_uint_eq (c1, 8192);
   ck_assert_uint_eq (probe_stats (&b).clamped, 3);
   throttle_budget_credit (&b, c1);
   throttle_budget_destroy (&b);
 }
 END_TEST
 
-/* EXACT: never clamped; above the capacity, alone and in full. */
+/* A whole request above the capacity holds it all, whatever the
+ * capacity becomes: raised over it, nothing joins it until what is in
+ * flight fits the new capacity with the newcomer (issue 38: a clamped
+ * request charged only the old capacity let a 4M write join a 1M+1
+ * one under a capacity of 4M).
+ */
+START_TEST (test_clamp_raised)
+{
+  struct throttle_budget b;
+  struct throttle_budget_waiter bw;
+  uint64_t c1, c2;
+
+  throttle_budget_init (&b, 64);
+  ck_assert_int_eq (throttle_budget_charge (&b, 1025, NULL, NULL, 0, &c1), 0);
+  ck_assert_uint_eq (c1, 1025);
+  ck_assert_int_eq (throttle_budget_set_capacity (&b, 4096), 0);
+  ck_assert_int_eq (throttle_budget_enqueue (&b, &bw, THROTTLE_BUDGET_WHOLE,
+                                             4096, 0, &c2), 1);
+  ck_assert_uint_eq (probe_stats (&b).in_flight, 1025);
+  /* What fits beside it under the new capacity is granted; the 4M
+   * write at the head is not, so nothing behind it either.
+   */
+  ck_assert_int_eq (throttle_budget_poll (&b, &bw, &c2), 1);
+  throttle_budget_credit (&b, c1);
+  ck_assert_int_eq (throttle_budget_poll (&b, &bw, &c2), 0);
+  ck_assert_uint_eq (c2, 4096);
+  ck_assert_uint_eq (probe_stats (&b).peak, 4096);
+  throttle_budget_credit (&b, c2);
+  /* Raised to just what both need: they run side by side. */
+  ck_assert_int_eq (throttle_budget_set_capacity (&b, 64), 0);
+  ck_assert_int_eq (throttle_budget_charge (&b, 1025, NULL, NULL, 0, &c1), 0);
+  ck_assert_int_eq (throttle_budget_set_capacity (&b, 1025 + 100), 0);
+  ck_assert_int_eq (throttle_budget_enqueue (&b, &bw, THROTTLE_BUDGET_WHOLE,
+                                             100, 0, &c2), 0);
+  ck_assert_uint_eq (probe_stats (&b).in_flight, 1125);
+  throttle_budget_credit (&b, c1);
+  throttle_budget_credit (&b, c2);
+  ck_assert_uint_eq (probe_stats (&b).in_flight, 0);
+  throttle_budget_destroy (&b);
+}
+END_TEST
+
+/* WHOLE above the capacity, by the stepped charge: alone and in full. */
 START_TEST (test_exact)
 {
   struct throttle_budget b;
@@ -551,11 +595,11 @@ START_TEST (test_exact)
   uint64_t c1, c2;
 
   throttle_budget_init (&b, 100);
-  ck_assert_int_eq (throttle_budget_enqueue (&b, &bw, THROTTLE_BUDGET_EXACT,
+  ck_assert_int_eq (throttle_budget_enqueue (&b, &bw, THROTTLE_BUDGET_WHOLE,
                                              150, 0, &c1), 0);
   ck_assert_uint_eq (c1, 150);
   ck_assert_uint_eq (probe_stats (&b).clamped, 1);
-  ck_assert_int_eq (throttle_budget_enqueue (&b, &bw, THROTTLE_BUDGET_EXACT,
+  ck_assert_int_eq (throttle_budget_enqueue (&b, &bw, THROTTLE_BUDGET_WHOLE,
                                              10, 0, &c2), 1);
   ck_assert_int_eq (throttle_budget_poll (&b, &bw, &c2), 1);
   throttle_budget_credit (&b, c1);
@@ -617,6 +661,7 @@ throttle_test_suite (void)
   tcase_add_test (tc, test_zero_capacity_refused);
   tcase_add_test (tc, test_zero_need_is_free);
   tcase_add_test (tc, test_clamp);
+  tcase_add_test (tc, test_clamp_raised);
   tcase_add_test (tc, test_fifo_no_starvation);
   tcase_add_test (tc, test_enqueue_no_barging);
   tcase_add_test (tc, test_cancel_leaks_nothing);
