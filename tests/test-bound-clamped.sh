@@ -9,7 +9,8 @@
 # in, so that each state is reached by the test's own steps, whatever
 # the machine's speed.  Before the fix a clamped request was charged
 # the capacity it arrived under: 1M+1 at 64K, then 4M: the plugin held
-# 5,177,345 bytes under a capacity of 4M.
+# 5,177,345 bytes under a capacity of 4M.  The sequences are numbered
+# as they were written; the latency target's runs last.
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 requires_file "$THROTTLE_FILTER"
 requires_file "$TEST_PLUGIN"
@@ -20,16 +21,24 @@ gates=$tmp/gates
 ctl=$tmp/ctl.sock
 writers=()
 
-# write_bg OFFSET COUNT: one write on a connection of its own, in the
-# background (its exit status checked by wait_writers).
+# write_bg OFFSET COUNT [EXPORT]: one write on a connection of its own
+# (to EXPORT, default ""), in the background (its exit status checked
+# by wait_writers).  With READY set, the connection is made, READY
+# written, and the write waits until READY.go exists.
 write_bg ()
 {
-  $PY - "$uri" "$1" "$2" >"$tmp/write-$1.out" 2>&1 <<'PYEOF' &
-import sys, nbd
+  $PY - "$sock" "$1" "$2" "${3:-}" "${READY:-}" >"$tmp/write-$1.out" 2>&1 <<'PYEOF' &
+import os, sys, time, nbd
+sock, offset, count, name, ready = sys.argv[1:6]
 h = nbd.NBD()
-h.connect_uri(sys.argv[1])
+h.set_export_name(name)
+h.connect_unix(sock)
 h.set_strict_mode(0)
-h.pwrite(b"x" * int(sys.argv[3]), int(sys.argv[2]))
+if ready:
+    open(ready, "w").close()
+    while not os.path.exists(ready + ".go"):
+        time.sleep(0.01)
+h.pwrite(b"x" * int(count), int(offset))
 h.shutdown()
 PYEOF
   writers+=($!)
@@ -89,6 +98,7 @@ start ()
   start_nbdkit "$name" --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
     delay-ms=0 gate-dir="$gates" statefile="$tmp/$name.state" \
     throttle-control="$ctl" "$@"
+  sock=$tmp/$name.sock
   wait_for_socket "$ctl" "$pid" || fail "$name: no control socket"
 }
 
@@ -154,6 +164,37 @@ if arrived $((16 * M)); then
     fail_later "lower-then-raise: the plugin held $(held $((16 * M))) bytes under a capacity of 4M"
 fi
 finish lower-then-raise $((4 * M))
+
+# 4. The server-wide bound, raised over a request above it: exports a
+# and b, both connected (so that both are bound by the server's
+# budget), at 64K each and 64K for the server; an unaligned 1M+1 write
+# to a runs alone; the server's capacity, then both exports', rise to
+# 4M; a 3.5M write to b fits b but not the server beside the 1M+1.
+start server-raise throttle-capacity=64K throttle-server-capacity=64K
+READY=$tmp/b.ready write_bg $((8 * M)) $((3584 * K)) b
+wait_until 60 "$pid" test -f "$tmp/b.ready" || fail "server-raise: no connection to b"
+touch "$gates/1"
+write_bg 1 $((M + 1)) a
+wait_until 60 "$pid" arrived 1 || fail "server-raise: the 1M+1 write never reached the plugin"
+for line in 'set server-capacity 4M' 'set capacity "a" 4M' 'set capacity "b" 4M'; do
+  ctl_send "$ctl" "$line" | grep -q '"ok":true' || fail "server-raise: $line refused"
+done
+touch "$gates/$((8 * M))" "$tmp/b.ready.go"
+server_waits ()
+{
+  $PY - "$ctl" <<'PYEOF'
+import sys, throttle_control as t
+c = t.Control(sys.argv[1])
+sys.exit(0 if c.ask("stats")["server"]["waiters"] >= 1 else 1)
+PYEOF
+}
+wait_until 60 "$pid" eval 'arrived $((8 * M)) || server_waits' ||
+  fail "server-raise: the 3.5M write neither arrived nor waits at the server"
+if arrived $((8 * M)); then
+  [ "$(held $((8 * M)))" -le $((4 * M)) ] ||
+    fail_later "server-raise: the plugin held $(held $((8 * M))) bytes under a server capacity of 4M"
+fi
+finish server-raise $((4 * M))
 
 # 3. The latency target steps the capacity up over a clamped write.
 # Reads are not charged (throttle-rt=off): held at their gate for three
