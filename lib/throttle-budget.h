@@ -137,9 +137,8 @@ extern void throttle_budget_destroy (struct throttle_budget *b);
  * all of it is not free: a 32nd of the capacity in whole quanta, at
  * least one quantum, at most the capacity in whole quanta (when the
  * capacity is at least one quantum).  quantum > 0.  Small, so that a
- * large request waiting at the head leaves little idle: its parts are
- * served side by side (plugin/throttle/throttle-parts.h), not one
- * round of the backend after another.
+ * large request waiting at the head leaves little idle: it takes what
+ * is freed bit by bit instead of waiting for a large part.
  */
 extern uint64_t throttle_budget_part_min (uint64_t capacity, uint64_t quantum);
 

@@ -27,11 +27,29 @@
  * every 10 ms, in flight all the while) before its delay.  So a test
  * can keep a write in flight for as long as it needs a state to hold,
  * however slow the machine, and end it by removing the file.
+ *
+ * gate-dir=DIR: the same for each request alone, by its offset: a
+ * request at offset O writes DIR/arrived.O (the bytes and requests in
+ * flight at the plugin once it is in, its own included:
+ * "BYTES REQUESTS") and then waits while DIR/O exists.  So a test can
+ * hold one request and let another go, and read what the plugin held
+ * when each arrived.
+ *
+ * fail-above=OFFSET: a write that reaches past OFFSET fails at once
+ * with nbdkit_set_error (ENOSPC), as most plugins report errors (no
+ * errno_is_preserved): the statefile counts such failures
+ * (failed_writes) and the writes that arrived after one had failed
+ * (writes_after_failure).
+ *
+ * Every write asks nbdkit_export_name (), as a plugin serving names
+ * does: the statefile counts those that got no answer
+ * (export_name_errors), which nbdkit gives only in a thread of its own.
  */
 
 #include <config.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -58,6 +76,9 @@ static unsigned flush_fail;             /* 0: no handle fails a flush */
 static unsigned flush_delay_ms;
 static int64_t bandwidth;               /* 0: no latency from the load */
 static const char *gate;                /* hold requests while it exists */
+static const char *gate_dir;            /* hold each request by offset */
+static int64_t fail_above = -1;         /* -1: no write fails */
+static atomic_llong failed_writes, writes_after_failure, export_name_errors;
 static atomic_uint handles_opened;
 
 struct flush_handle {                   /* only with flush-fail=K */
@@ -114,6 +135,12 @@ inflight_config (const char *key, const char *value)
   }
   else if (strcmp (key, "gate") == 0)
     gate = value;
+  else if (strcmp (key, "gate-dir") == 0)
+    gate_dir = value;
+  else if (strcmp (key, "fail-above") == 0) {
+    if ((fail_above = nbdkit_parse_size (value)) == -1)
+      return -1;
+  }
   else if (strcmp (key, "bandwidth") == 0) {
     if ((bandwidth = nbdkit_parse_size (value)) == -1)
       return -1;
@@ -148,11 +175,15 @@ inflight_unload (void)
   if (statefile == NULL || (fp = fopen (statefile, "w")) == NULL)
     return;
   fprintf (fp, "peak_bytes=%lld\npeak_requests=%lld\nwrites=%lld\n"
-           "bytes_written=%lld\nzeroes=%lld\ntrims=%lld\nbytes_now=%lld\n",
+           "bytes_written=%lld\nzeroes=%lld\ntrims=%lld\nbytes_now=%lld\n"
+           "failed_writes=%lld\nwrites_after_failure=%lld\n"
+           "export_name_errors=%lld\n",
            atomic_load (&bytes_peak), atomic_load (&reqs_peak),
            atomic_load (&writes), atomic_load (&bytes_written),
            atomic_load (&zeroes), atomic_load (&trims),
-           atomic_load (&bytes_now));
+           atomic_load (&bytes_now), atomic_load (&failed_writes),
+           atomic_load (&writes_after_failure),
+           atomic_load (&export_name_errors));
   fclose (fp);
 }
 
@@ -223,16 +254,47 @@ queue_ns (long long in_flight)
  * NBD_CMD_DISC, shut down its side or gone, as nbdkit's delay filter
  * does; sleep=plain is a disk that is slow whatever the client does.
  */
+/* gate-dir: say what the plugin holds with this request in, then
+ * wait while the request's own gate exists.  Returns -1 if the wait
+ * was cut short (nbdkit_nanosleep).
+ */
 static int
-hold (long long bytes)
+gate_by_offset (uint64_t offset, long long in_flight, long long reqs)
+{
+  char path[4096], tmp[4096];
+  FILE *fp;
+
+  snprintf (tmp, sizeof tmp, "%s/.arrived.%" PRIu64, gate_dir, offset);
+  snprintf (path, sizeof path, "%s/arrived.%" PRIu64, gate_dir, offset);
+  /* Renamed into place: a test that sees the file reads all of it. */
+  if ((fp = fopen (tmp, "w")) != NULL) {
+    fprintf (fp, "%lld %lld\n", in_flight, reqs);
+    fclose (fp);
+    rename (tmp, path);
+  }
+  snprintf (path, sizeof path, "%s/%" PRIu64, gate_dir, offset);
+  while (access (path, F_OK) == 0)
+    if (nbdkit_nanosleep (0, 10000000) == -1)
+      return -1;
+  return 0;
+}
+
+static int
+hold (long long bytes, uint64_t offset)
 {
   long long in_flight = atomic_fetch_add (&bytes_now, bytes) + bytes;
+  long long reqs = atomic_fetch_add (&reqs_now, 1) + 1;
   uint64_t ns;
   int r;
 
   raise_peak (&bytes_peak, in_flight);
-  raise_peak (&reqs_peak, atomic_fetch_add (&reqs_now, 1) + 1);
+  raise_peak (&reqs_peak, reqs);
   ns = delay_ms * UINT64_C (1000000) + queue_ns (in_flight);
+  if (gate_dir && gate_by_offset (offset, in_flight, reqs) == -1) {
+    atomic_fetch_sub (&bytes_now, bytes);
+    atomic_fetch_sub (&reqs_now, 1);
+    return -1;
+  }
   while (gate && access (gate, F_OK) == 0)
     if (nbdkit_nanosleep (0, 10000000) == -1) {
       atomic_fetch_sub (&bytes_now, bytes);
@@ -264,7 +326,12 @@ inflight_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
     nbdkit_error ("pread: %m");
     return -1;
   }
-  return bandwidth > 0 ? hold (count) : 0;
+  /* Under gate-dir alone a read is held but not counted in the bytes:
+   * the filter charges none by default.
+   */
+  if (bandwidth > 0)
+    return hold (count, offset);
+  return gate_dir ? hold (0, offset) : 0;
 }
 
 static int
@@ -273,7 +340,16 @@ inflight_pwrite (void *handle, const void *buf, uint32_t count,
 {
   atomic_fetch_add (&writes, 1);
   atomic_fetch_add (&bytes_written, count);
-  if (hold (count) == -1)
+  if (nbdkit_export_name () == NULL)
+    atomic_fetch_add (&export_name_errors, 1);
+  if (atomic_load (&failed_writes) > 0)
+    atomic_fetch_add (&writes_after_failure, 1);
+  if (fail_above >= 0 && offset + count > (uint64_t) fail_above) {
+    atomic_fetch_add (&failed_writes, 1);
+    nbdkit_set_error (ENOSPC);
+    return -1;
+  }
+  if (hold (count, offset) == -1)
     return -1;
   if (fd != -1 && pwrite (fd, buf, count, offset) != (ssize_t) count) {
     nbdkit_error ("pwrite: %m");
@@ -286,14 +362,14 @@ static int
 inflight_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
   atomic_fetch_add (&zeroes, 1);
-  return hold (0);
+  return hold (0, offset);
 }
 
 static int
 inflight_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
   atomic_fetch_add (&trims, 1);
-  return hold (0);
+  return hold (0, offset);
 }
 
 static int

@@ -4,11 +4,11 @@
 # forwarding to a second nbdkit (the memory plugin) on 127.0.0.1.
 # Data goes through the chain and reaches the storage server; the
 # swap verdict's one warning line at start names vm.min_free_kbytes (a
-# file stood in for it with throttle-min-free-file) when it is below
+# file stood in for it with THROTTLE_MIN_FREE_FILE in the environment) when it is below
 # 16384 and the plugin's parameters say its storage is remote (or
 # throttle-remote=true says so), and not otherwise; a bad
 # throttle-remote stops nbdkit; likewise vm.watermark_boost_factor
-# above 0 (throttle-boost-file).  See plugin/throttle/throttle-remote.h;
+# above 0 (THROTTLE_BOOST_FILE).  See plugin/throttle/throttle-remote.h;
 # the verdict in stats and the metrics: test-swap-safe.sh.
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 requires_file "$THROTTLE_FILTER"
@@ -53,8 +53,8 @@ warnings ()
 # The chain, with the setting too low: one warning, naming the
 # setting, its value and the minimum; and data written through the
 # filter is on the storage server.
-start_nbdkit remote --filter="$THROTTLE_FILTER" nbd hostname=127.0.0.1 \
-  port="$port" throttle-min-free-file="$low"
+THROTTLE_MIN_FREE_FILE="$low" start_nbdkit remote --filter="$THROTTLE_FILTER" nbd hostname=127.0.0.1 \
+  port="$port"
 $PY - "$uri" "$storage_uri" <<'EOF' || fail "the data did not go through the chain"
 import sys
 import nbd
@@ -86,8 +86,8 @@ grep -q 'warning: not safe for swap: .*min-free-kbytes (vm\.min_free_kbytes is 1
 echo "ok: hostname=, min_free 1970: one warning"
 
 # As much as the minimum: no warning, but the debug log says it checked.
-start_nbdkit enough --filter="$THROTTLE_FILTER" nbd hostname=127.0.0.1 \
-  port="$port" throttle-min-free-file="$enough"
+THROTTLE_MIN_FREE_FILE="$enough" start_nbdkit enough --filter="$THROTTLE_FILTER" nbd hostname=127.0.0.1 \
+  port="$port"
 $PY -c 'import nbd, sys
 h = nbd.NBD(); h.connect_uri(sys.argv[1]); h.pread(4096, 0); h.shutdown()' "$uri"
 stop_nbdkit $pid
@@ -111,36 +111,32 @@ remote_case ()
   echo "ok: $n warning(s): $*"
 }
 # The operator's word over the detection, either way.
-remote_case 0 nbd hostname=127.0.0.1 port="$port" throttle-remote=false \
-  throttle-min-free-file="$low"
-remote_case 1 memory 1M throttle-remote=true throttle-min-free-file="$low"
-remote_case 0 memory 1M throttle-remote=true throttle-min-free-file="$enough"
+THROTTLE_MIN_FREE_FILE="$low" remote_case 0 nbd hostname=127.0.0.1 port="$port" throttle-remote=false
+THROTTLE_MIN_FREE_FILE="$low" remote_case 1 memory 1M throttle-remote=true
+THROTTLE_MIN_FREE_FILE="$enough" remote_case 0 memory 1M throttle-remote=true
 # What the detection takes for remote, and what not.
-remote_case 0 memory 1M throttle-min-free-file="$low"
-remote_case 1 nbd uri="$storage_uri" throttle-min-free-file="$low"
-remote_case 1 nbd uri="nbds://127.0.0.1:$port" throttle-min-free-file="$low"
-remote_case 0 nbd uri="nbd+unix:///?socket=$tmp/none.sock" \
-  throttle-min-free-file="$low"
-remote_case 0 nbd socket="$tmp/none.sock" throttle-min-free-file="$low"
+THROTTLE_MIN_FREE_FILE="$low" remote_case 0 memory 1M
+THROTTLE_MIN_FREE_FILE="$low" remote_case 1 nbd uri="$storage_uri"
+THROTTLE_MIN_FREE_FILE="$low" remote_case 1 nbd uri="nbds://127.0.0.1:$port"
+THROTTLE_MIN_FREE_FILE="$low" remote_case 0 nbd uri="nbd+unix:///?socket=$tmp/none.sock"
+THROTTLE_MIN_FREE_FILE="$low" remote_case 0 nbd socket="$tmp/none.sock"
 if "$NBDKIT" curl --version >/dev/null 2>&1; then
-  remote_case 1 curl url="http://127.0.0.1:$port/disk" \
-    throttle-min-free-file="$low"
-  remote_case 0 curl url="file://$low" throttle-min-free-file="$low"
+  THROTTLE_MIN_FREE_FILE="$low" remote_case 1 curl url="http://127.0.0.1:$port/disk"
+  THROTTLE_MIN_FREE_FILE="$low" remote_case 0 curl url="file://$low"
 fi
 if "$NBDKIT" ssh --version >/dev/null 2>&1; then
-  remote_case 1 ssh host=127.0.0.1 path=/disk throttle-min-free-file="$low"
+  THROTTLE_MIN_FREE_FILE="$low" remote_case 1 ssh host=127.0.0.1 path=/disk
 fi
 # A setting that cannot be read is not warned about: the debug log
 # says so.
-remote_case 0 memory 1M throttle-remote=true \
-  throttle-min-free-file="$tmp/none"
+THROTTLE_MIN_FREE_FILE="$tmp/none" remote_case 0 memory 1M throttle-remote=true
 grep -q "throttle: cannot read $tmp/none: .*not checking vm\.min_free_kbytes" \
   "$tmp/case.log" || { cat "$tmp/case.log"; fail "no debug line of the unreadable file"; }
 echo "ok: an unreadable file: no warning, a debug line"
 
 # Watermark boosting: a reason of the verdict with the storage remote
 # and vm.watermark_boost_factor above 0 (a file stood in for it with
-# throttle-boost-file), named in the same one line; not with 0, not
+# THROTTLE_BOOST_FILE), named in the same one line; not with 0, not
 # with local storage, not with a file that cannot be read.
 boost_on=$tmp/boost.on
 boost_off=$tmp/boost.off
@@ -156,25 +152,18 @@ boost_case ()
     { grep 'warning' "$tmp/case.log"; fail "$*: $n boost warnings, not $expect"; }
   echo "ok: $n boost warning(s): $*"
 }
-boost_case 1 memory 1M throttle-remote=true throttle-min-free-file="$enough" \
-  throttle-boost-file="$boost_on"
-boost_case 0 memory 1M throttle-remote=true throttle-min-free-file="$enough" \
-  throttle-boost-file="$boost_off"
-boost_case 0 memory 1M throttle-boost-file="$boost_on"
-boost_case 1 nbd hostname=127.0.0.1 port="$port" throttle-boost-file="$boost_on" \
-  throttle-min-free-file="$low"
+THROTTLE_MIN_FREE_FILE="$enough" THROTTLE_BOOST_FILE="$boost_on" boost_case 1 memory 1M throttle-remote=true
+THROTTLE_MIN_FREE_FILE="$enough" THROTTLE_BOOST_FILE="$boost_off" boost_case 0 memory 1M throttle-remote=true
+THROTTLE_BOOST_FILE="$boost_on" boost_case 0 memory 1M
+THROTTLE_MIN_FREE_FILE="$low" THROTTLE_BOOST_FILE="$boost_on" boost_case 1 nbd hostname=127.0.0.1 port="$port"
 grep -q 'min-free-kbytes (vm\.min_free_kbytes is 1970' "$tmp/case.log" ||
   fail "both settings low: the one line does not name both"
-boost_case 0 memory 1M throttle-remote=true throttle-boost-file="$tmp/none"
+THROTTLE_BOOST_FILE="$tmp/none" boost_case 0 memory 1M throttle-remote=true
 grep -q "throttle: cannot read $tmp/none: .*not checking vm\.watermark_boost_factor" \
   "$tmp/case.log" || { cat "$tmp/case.log"; fail "no debug line of the unreadable boost file"; }
 echo "ok: watermark boosting: a reason with remote storage only, one line with min_free"
 
-start_refused "throttle-boost-file=boost: expected an absolute path" \
-  throttle-boost-file=boost
 start_refused "throttle-remote=maybe: expected auto, true or false" \
   throttle-remote=maybe
-start_refused "throttle-min-free-file=min_free: expected an absolute path" \
-  throttle-min-free-file=min_free
 stop_nbdkit $storage
 echo "test-remote: PASS"

@@ -73,26 +73,3 @@ stop_nbdkit $pid
 ! grep "error:" "$tmp/quiet-run.log" || fail "quiet: an error line at the end of --run"
 echo "an ordinary shutdown logs no error line"
 
-# A part helper waiting for a rest's credit is ended by the shutdown as
-# a request thread is: a 2M write over a capacity of 1536K, its first
-# part 60 s in the backend, its rest with a helper (throttle-parts.h).
-start_nbdkit shutdown-helper --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
-  delay-ms=60000 statefile="$tmp/shutdown-helper.state" \
-  throttle-capacity=1536K -D throttle.verbose=1
-$PY "$srcdir/client.py" "$uri" --conns 1 --depth 1 --count 1 --size 2097152 \
-  --timeout 120 >"$tmp/client-helper.out" 2>&1 &
-client=$!
-for i in $(seq 100); do
-  grep -q "to a part helper" "$tmp/shutdown-helper.log" 2>/dev/null && break
-  sleep 0.1
-done
-grep -q "to a part helper" "$tmp/shutdown-helper.log" ||
-  fail "helper: no rest was handed to a part helper"
-sleep 0.5
-stop_nbdkit $pid 5
-wait $client || :
-[ "$(summary "$tmp/shutdown-helper.log" in_flight)" = 0 ] ||
-  fail "helper: units left in flight"
-grep -q "abandoned while waiting for credit" "$tmp/shutdown-helper.log" ||
-  fail "helper: no clear error for the helper's abandoned wait"
-echo "helper: the rest's wait was abandoned at shutdown; in flight afterwards: 0"

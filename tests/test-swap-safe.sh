@@ -158,9 +158,9 @@ stop_nbdkit $pid
 # --- storage over a network: vm.min_free_kbytes, read when asked ----------------
 echo 1970 > "$tmp/min_free"
 echo 15000 > "$tmp/boost"
-start_nbdkit remote --filter="$THROTTLE_FILTER" memory 1M throttle-swap=off \
-  throttle-remote=true throttle-min-free-file="$tmp/min_free" \
-  throttle-boost-file="$tmp/boost" throttle-control="$tmp/remote.ctl"
+THROTTLE_MIN_FREE_FILE="$tmp/min_free" THROTTLE_BOOST_FILE="$tmp/boost" \
+  start_nbdkit remote --filter="$THROTTLE_FILTER" memory 1M throttle-swap=off \
+  throttle-remote=true throttle-control="$tmp/remote.ctl"
 verdict remote no "$ALL_GUARDS,min-free-kbytes,watermark-boost"
 ctl_send "$tmp/remote.ctl" stats | grep -q '"min-free-kbytes":"vm.min_free_kbytes is 1970, below 16384, the least for storage over a network (throttle-remote=true): set sysctl vm.min_free_kbytes=16384"' ||
   fail "stats do not say why vm.min_free_kbytes is a reason"

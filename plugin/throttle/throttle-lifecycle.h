@@ -8,8 +8,7 @@
  * a hook does and what its caller must hold, not when it is called:
  * change the order here and in throttle.c together.
  *
- * Modules: throttle.c (the filter), throttle-serve (its data path,
- * with throttle-parts, the part helpers),
+ * Modules: throttle.c (the filter), throttle-serve (its data path),
  * throttle-guards (with -realtime and -memlock under it), -writeback,
  * -control, -metrics-file, -capacity, -export, -quit, -pace, -abort,
  * -adapt-glue, -remote, -verdict; lib/ is called
@@ -100,12 +99,6 @@
  *                               configured, the clock thread that ends the
  *                               controllers' windows on time (a target first
  *                               set live starts it from the control thread).
- *                   parts       throttle_parts_start, with throttle-split
- *                               and nbdkit's final thread model (saved in
- *                               .get_ready) parallel: the part helpers,
- *                               after the guards, whose task flags they
- *                               inherit; no thread is made on the data
- *                               path.
  *                   throttle.c  notes that the server started: only then
  *                               is the summary printed at unload.
  *                   control     throttle_control_after_fork: the control
@@ -153,9 +146,9 @@
  *                   serve       throttle_serve: charges the budget (lib/)
  *                               and credits it when the plugin has
  *                               returned (a writeback write: when it is
- *                               on the backend); a large request's rests
- *                               go to the part helpers, and the request
- *                               returns after all its parts.
+ *                               on the backend); a large request's
+ *                               parts one after another, in the
+ *                               request's own thread.
  *                   adapt-glue  throttle_adapt_start / throttle_adapt_done
  *                               around the plugin's call.
  *                   writeback   throttle_writeback_* in either mode, but
@@ -184,9 +177,6 @@
  *                   writeback   throttle_writeback_cleanup: drains, stops the
  *                               writers and closes their plugin contexts
  *                               while the plugin is still loaded.
- *                   parts       throttle_parts_stop: joins the part
- *                               helpers (no request is left), while the
- *                               plugin is still loaded.
  *                   quit        throttle_quit_stop: wakes and joins the
  *                               prober.
  *

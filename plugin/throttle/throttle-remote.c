@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -23,8 +24,6 @@ static const char *const remote_words[] = { "false", "true", "auto", NULL };
 
 /* Set by .config only, read in .get_ready. */
 static enum remote_mode mode = REMOTE_AUTO;
-static const char *min_free_path = "/proc/sys/vm/min_free_kbytes";
-static const char *boost_path = "/proc/sys/vm/watermark_boost_factor";
 /* The plugin's key that said the storage is remote, NULL if none did:
  * a literal, never the value, which may hold a password (curl's url=).
  */
@@ -42,15 +41,34 @@ throttle_remote_config (const char *key, const char *value)
     mode = i;
     return 1;
   }
-  if (strcmp (key, "throttle-min-free-file") == 0)
-    return throttle_parse_path (key, value, "expected an absolute path "
-                                "(default /proc/sys/vm/min_free_kbytes)",
-                                &min_free_path);
-  if (strcmp (key, "throttle-boost-file") == 0)
-    return throttle_parse_path (key, value, "expected an absolute path "
-                                "(default /proc/sys/vm/watermark_boost_factor)",
-                                &boost_path);
   return 0;
+}
+
+/* Where a vm setting is read: /proc/sys/vm/NAME, or for the tests the
+ * file the environment variable 'var' names (THROTTLE_MIN_FREE_FILE,
+ * THROTTLE_BOOST_FILE), as nbdkit's own tests stand files in through
+ * the environment rather than through a parameter a user would see.
+ */
+static const char *
+setting_path (const char *var, const char *proc)
+{
+  const char *p = getenv (var);
+
+  return p && *p ? p : proc;
+}
+
+static const char *
+min_free_path (void)
+{
+  return setting_path ("THROTTLE_MIN_FREE_FILE",
+                       "/proc/sys/vm/min_free_kbytes");
+}
+
+static const char *
+boost_path (void)
+{
+  return setting_path ("THROTTLE_BOOST_FILE",
+                       "/proc/sys/vm/watermark_boost_factor");
 }
 
 /* Whether value starts with scheme (which ends in ':'), in any case,
@@ -135,8 +153,8 @@ throttle_remote_get_ready (void)
 
   if (remote_why (why, sizeof why) == -1)
     return;
-  min_free = read_setting (min_free_path, "min_free_kbytes", true);
-  boost = read_setting (boost_path, "watermark_boost_factor", true);
+  min_free = read_setting (min_free_path (), "min_free_kbytes", true);
+  boost = read_setting (boost_path (), "watermark_boost_factor", true);
   nbdkit_debug ("throttle: storage over a network (%s): "
                 "vm.min_free_kbytes %ld, at least %d needed; "
                 "vm.watermark_boost_factor %ld, 0 needed",
@@ -151,7 +169,7 @@ throttle_remote_min_free_low (char *buf, size_t len)
 
   if (remote_why (why, sizeof why) == -1)
     return 0;
-  min_free = read_setting (min_free_path, "min_free_kbytes", false);
+  min_free = read_setting (min_free_path (), "min_free_kbytes", false);
   if (min_free == -1 || min_free >= THROTTLE_REMOTE_MIN_FREE_KBYTES)
     return 0;
   snprintf (buf, len, "vm.min_free_kbytes is %ld, below %d, the least for "
@@ -169,7 +187,7 @@ throttle_remote_boost_on (char *buf, size_t len)
 
   if (remote_why (why, sizeof why) == -1)
     return 0;
-  boost = read_setting (boost_path, "watermark_boost_factor", false);
+  boost = read_setting (boost_path (), "watermark_boost_factor", false);
   if (boost <= 0)
     return 0;
   snprintf (buf, len, "vm.watermark_boost_factor is %ld: a boost raises "

@@ -47,8 +47,7 @@
  */
 #define THROTTLE_REMOTE_MIN_FREE_KBYTES 16384
 
-/* A parameter of the filter's own (throttle-remote,
- * throttle-min-free-file): 1 if key is one and value is good, 0 if key
+/* A parameter of the filter's own (throttle-remote): 1 if key is one and value is good, 0 if key
  * is not one, -1 after the one error line (throttle-parse.h).  Called
  * from .config.
  */
@@ -85,10 +84,6 @@ extern int throttle_remote_boost_on (char *why, size_t len);
   "                            a network: not safe for swap while\n" \
   "                            vm.min_free_kbytes is too low for that\n" \
   "                            (default auto: from the plugin's hostname=,\n" \
-  "                            uri=, url= or host=).\n" \
-  "throttle-min-free-file=FILE  Where vm.min_free_kbytes is read (default\n" \
-  "                            /proc/sys/vm/min_free_kbytes).\n" \
-  "throttle-boost-file=FILE  Where vm.watermark_boost_factor is read\n" \
-  "                            (default /proc/sys/vm/watermark_boost_factor)."
+  "                            uri=, url= or host=)."
 
 #endif /* THROTTLE_REMOTE_H */

@@ -15,7 +15,6 @@
 #include "throttle-adapt-glue.h"
 #include "throttle-admit.h"
 #include "throttle-export.h"
-#include "throttle-parts.h"
 #include "throttle-quit.h"
 #include "throttle-serve.h"
 #include "throttle-writeback.h"
@@ -41,18 +40,16 @@ map_flags (uint32_t flags)
     (flags & NBDKIT_FLAG_REQ_ONE ? THROTTLE_FLAG_REQ_ONE : 0);
 }
 
-/* Admission, in two steps: a rest is queued by the thread granted
- * the part before it, at once, and waited for by the helper that
- * serves it (throttle-parts.h).
+/* Admission, in two steps, so that throttle_serve's path is one
+ * straight line for the usual request.
  *
  * admit_start: start charging a request, or what is left of one, to
  * a (the caller's, alive until admit_finish).  Returns 0 (granted, or
  * nothing to charge), 1 (queued) or -1 (shut down), for admit_finish.
  *
  * These, serve_part and backend_call are inlined into throttle_serve,
- * the path of every request: called out of line from there and from
- * the parts' path they cost about 120 instructions a request more
- * (make bench, case 1i).
+ * the path of every request: called out of line they cost about 120
+ * instructions a request more (make bench, case 1i).
  */
 static inline __attribute__ ((always_inline)) int
 admit_start (struct throttle_serve_conn *c, struct throttle_admit *a,
@@ -174,54 +171,24 @@ admit (struct throttle_serve_conn *c, struct throttle_admit *a,
                        op, count, offset, charged, len, err);
 }
 
-static int serve_rest (struct throttle_part_job *job,
-                       struct throttle_parts_group *g, int *err);
-
-/* A helper's copy of a rest, in the giver's thread (throttle_parts_give):
- * queued at once, as a new request would be.
- */
-static void
-start_rest (struct throttle_part_job *job)
-{
-  job->admit_r = admit_start (job->conn, &job->a, job->op, job->count,
-                              job->offset, job->flags, true);
-}
-
 /* Serve a request in parts, from a granted part on: its first len of
- * the count bytes at offset, charged 'charged', then the rest, until
- * all of it is served or a part fails.  Once a part is granted, the
- * rest goes to an idle helper if there is one, queued at once by this
- * thread, while this thread serves the part; the helper waits for the
- * rest's credit and serves it the same way.  Only in writethrough: a
- * write written behind is not at the plugin for long.  *gave: this
- * thread handed a rest to g.
+ * the count bytes at offset, charged 'charged', then each rest in
+ * turn, admitted as a new request would be, until all of it is served
+ * or a part fails.  All in the request's own thread: a part is a call
+ * to the plugin as nbdkit made it, so the plugin's error
+ * (nbdkit_set_error), nbdkit_export_name and the peer calls answer as
+ * for a request not split.  A failed part ends the request at once:
+ * nothing after it is admitted, and its error is the request's.
+ * Out of line: only large requests come here.
  */
-static int
+static int __attribute__ ((noinline))
 serve_parts (struct throttle_serve_conn *c, nbdkit_next *next,
              enum throttle_op op, void *buf, uint32_t count, uint64_t offset,
-             uint32_t flags, uint32_t len, uint64_t charged,
-             struct throttle_parts_group *g, bool *gave, int *err)
+             uint32_t flags, uint32_t len, uint64_t charged, int *err)
 {
   for (;;) {
     struct throttle_admit a;
 
-    if (len < count && c->wb.exp == NULL) {
-      const struct throttle_part_job job = {
-        .start = start_rest, .serve = serve_rest, .conn = c, .next = next,
-        .op = op, .buf = (char *) buf + len, .count = count - len,
-        .offset = offset + len, .flags = flags,
-      };
-
-      if (throttle_parts_give (g, &job)) {
-        if (throttle_debug_verbose)
-          nbdkit_debug ("throttle: rest of %s count=%" PRIu32 " offset=%"
-                        PRIu64 " to a part helper", op_name (op), job.count,
-                        job.offset);
-        *gave = true;
-        return serve_part (c, next, op, buf, len, offset, flags, charged,
-                           err);
-      }
-    }
     if (serve_part (c, next, op, buf, len, offset, flags, charged,
                     err) == -1)
       return -1;
@@ -230,52 +197,10 @@ serve_parts (struct throttle_serve_conn *c, nbdkit_next *next,
     buf = (char *) buf + len;
     offset += len;
     count -= len;
-    /* A rest given before has failed: the request has. */
-    if (*gave && throttle_parts_failed (g))
-      return 0;
     if (admit (c, &a, op, count, offset, flags, true, &charged, &len,
                err) == -1)
       return -1;
   }
-}
-
-/* A helper's job: the rest of a request, whose admission start_rest
- * began.  The job is the helper's own until this returns.
- */
-static int
-serve_rest (struct throttle_part_job *job, struct throttle_parts_group *g,
-            int *err)
-{
-  uint64_t charged;
-  uint32_t len;
-  bool gave = false;
-
-  if (admit_finish (&job->a, job->admit_r, job->op, job->count, job->offset,
-                    &charged, &len, err) == -1)
-    return -1;
-  return serve_parts (job->conn, job->next, job->op, job->buf, job->count,
-                      job->offset, job->flags, len, charged, g, &gave, err);
-}
-
-/* A request whose first part was granted: its parts, and the wait for
- * those handed to helpers, which use buf.
- */
-static int
-serve_split (struct throttle_serve_conn *c, nbdkit_next *next,
-             enum throttle_op op, void *buf, uint32_t count, uint64_t offset,
-             uint32_t flags, uint32_t len, uint64_t charged, int *err)
-{
-  struct throttle_parts_group g = { 0 };
-  bool gave = false;
-  int r, perr;
-
-  r = serve_parts (c, next, op, buf, count, offset, flags, len, charged, &g,
-                   &gave, err);
-  if (gave && throttle_parts_wait (&g, &perr) == -1 && r == 0) {
-    *err = perr;
-    r = -1;
-  }
-  return r;
 }
 
 /* Usually in one part; only reads and writes are split, see
@@ -298,6 +223,6 @@ throttle_serve (struct throttle_serve_conn *c, nbdkit_next *next,
     return -1;
   if (len == count)
     return serve_part (c, next, op, buf, count, offset, flags, charged, err);
-  return serve_split (c, next, op, buf, count, offset, flags, len, charged,
+  return serve_parts (c, next, op, buf, count, offset, flags, len, charged,
                       err);
 }

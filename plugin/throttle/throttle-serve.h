@@ -7,9 +7,9 @@
  * through write-behind's hooks (throttle-writeback.h) which order it
  * among the pending writes or queue it.  A part's units are credited
  * once the plugin has returned, or, for a write written behind, once
- * it is on the backend.  In writethrough the rest of a request served
- * in parts goes to a part helper (throttle-parts.h), so that its parts
- * are at the plugin side by side.
+ * it is on the backend.  The parts of a request are served one after
+ * another in the request's own thread, the one nbdkit called the
+ * filter in: the plugin sees each as it would see the request.
  */
 
 #ifndef THROTTLE_SERVE_H

@@ -35,7 +35,6 @@
 #include "throttle-metrics-file.h"
 #include "throttle-pace.h"
 #include "throttle-parse.h"
-#include "throttle-parts.h"
 #include "throttle-quit.h"
 #include "throttle-realtime.h"
 #include "throttle-remote.h"
@@ -227,13 +226,9 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   throttle_adapt_config_help "\n" \
   throttle_remote_config_help
 
-/* nbdkit's final thread model, from .get_ready. */
-static int final_thread_model;
-
 static int
 throttle_get_ready (int thread_model)
 {
-  final_thread_model = thread_model;
   if (throttle_guards_get_ready (thread_model) == -1 ||
       throttle_writeback_get_ready (thread_model) == -1)
     return -1;
@@ -258,13 +253,6 @@ throttle_after_fork (nbdkit_backend *backend)
   throttle_verdict_after_fork ();
   if (throttle_quit_start () == -1 ||
       throttle_adapt_after_fork () == -1)
-    return -1;
-  /* Parts of one request at the plugin at once are concurrent requests
-   * on one connection: only where nbdkit runs them in parallel.
-   */
-  if (throttle_config.split &&
-      final_thread_model == NBDKIT_THREAD_MODEL_PARALLEL &&
-      throttle_parts_start (THROTTLE_PART_HELPERS) == -1)
     return -1;
   started = true;
   return throttle_control_after_fork ();
@@ -322,7 +310,6 @@ throttle_cleanup (nbdkit_backend *backend)
   throttle_control_cleanup ();
   throttle_adapt_cleanup ();
   throttle_writeback_cleanup ();
-  throttle_parts_stop ();
   throttle_quit_stop ();
 }
 
