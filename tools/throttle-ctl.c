@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "ctl.h"
-#include "throttle-adapt.h"
+#include "throttle-duration.h"
 #include "throttle-size.h"
 
 #define DEFAULT_TIMEOUT 5.
