@@ -31,7 +31,7 @@
 
 /* The grammar in a phrase, for --help texts and error messages. */
 #define THROTTLE_DURATION_GRAMMAR \
-  "a number of seconds (5, 0.5), or with a unit s, ms, us or ns " \
+  "seconds (5, 0.5), or with a unit s, ms, us or ns " \
   "(2s, 500ms, 250us)"
 
 /* Parse str, a NUL-terminated string (the caller's duty: not NULL).
