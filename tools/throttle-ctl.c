@@ -301,67 +301,16 @@ cmd_metrics (const char *path, double timeout)
   return fflush (stdout) == 0 ? 0 : 1;
 }
 
-int
-main (int argc, char *argv[])
+/* Run the command of WORDS, the N words of the command line that are
+ * not options (SOCKET, the command, its arguments); returns the exit
+ * status.
+ */
+static int
+run_command (char **words, int n, bool json, double timeout)
 {
-  static const struct option long_options[] = {
-    { "json", no_argument, NULL, 'j' },
-    { "timeout", required_argument, NULL, 't' },
-    { "help", no_argument, NULL, 'h' },
-    { "version", no_argument, NULL, 'V' },
-    { NULL, 0, NULL, 0 },
-  };
-  double timeout = DEFAULT_TIMEOUT;
-  bool json = false;
   const char *path, *cmd;
-  char **words;
-  int c, n = 0;
+  char **argv;
 
-  /* The words that are not options, in order.  Options may come
-   * anywhere before "--", as GNU tools take them, but a word of a
-   * dash and a digit is a word: set capacity "" -1 is a bad size, not
-   * an unknown option -1.  So getopt ("+": it stops at a word) is
-   * called only on what begins as an option.
-   */
-  words = calloc (argc + 1, sizeof *words);
-  if (words == NULL) {
-    perror ("throttle-ctl: calloc");
-    return 1;
-  }
-  while (optind < argc) {
-    const char *a = argv[optind];
-
-    if (strcmp (a, "--") == 0) {
-      while (++optind < argc)
-        words[n++] = argv[optind];
-      break;
-    }
-    if (a[0] != '-' || a[1] == '\0' || (a[1] >= '0' && a[1] <= '9')) {
-      words[n++] = argv[optind++];
-      continue;
-    }
-    c = getopt_long (argc, argv, "+jt:hV", long_options, NULL);
-    switch (c) {
-    case 'j':
-      json = true;
-      break;
-    case 't':
-      if (!parse_seconds (optarg, &timeout))
-        return usage_error ("--timeout %s: expected a duration from 0.01 "
-                            "to 86400 seconds (5, 0.5, 500ms)", optarg);
-      break;
-    case 'h':
-      printf ("%s", usage_text);
-      return 0;
-    case 'V':
-      printf ("throttle-ctl %s\n", PACKAGE_VERSION);
-      return 0;
-    default:
-      /* getopt_long has already said what was wrong. */
-      fprintf (stderr, "Try 'throttle-ctl --help' for more information.\n");
-      return 2;
-    }
-  }
   if (n < 2)
     return usage_error ("%s", n == 0 ? "no SOCKET and no command"
                         : "no command");
@@ -417,4 +366,74 @@ main (int argc, char *argv[])
   }
   return usage_error ("unknown command \"%s\": stats, set, watch or metrics",
                       cmd);
+}
+
+int
+main (int argc, char *argv[])
+{
+  static const struct option long_options[] = {
+    { "json", no_argument, NULL, 'j' },
+    { "timeout", required_argument, NULL, 't' },
+    { "help", no_argument, NULL, 'h' },
+    { "version", no_argument, NULL, 'V' },
+    { NULL, 0, NULL, 0 },
+  };
+  double timeout = DEFAULT_TIMEOUT;
+  bool json = false;
+  char **words;
+  int c, n = 0, rc;
+
+  /* The words that are not options, in order.  Options may come
+   * anywhere before "--", as GNU tools take them, but a word of a
+   * dash and a digit is a word: set capacity "" -1 is a bad size, not
+   * an unknown option -1.  So getopt ("+": it stops at a word) is
+   * called only on what begins as an option.
+   */
+  words = calloc (argc + 1, sizeof *words);
+  if (words == NULL) {
+    perror ("throttle-ctl: calloc");
+    return 1;
+  }
+  while (optind < argc) {
+    const char *a = argv[optind];
+
+    if (strcmp (a, "--") == 0) {
+      while (++optind < argc)
+        words[n++] = argv[optind];
+      break;
+    }
+    if (a[0] != '-' || a[1] == '\0' || (a[1] >= '0' && a[1] <= '9')) {
+      words[n++] = argv[optind++];
+      continue;
+    }
+    c = getopt_long (argc, argv, "+jt:hV", long_options, NULL);
+    switch (c) {
+    case 'j':
+      json = true;
+      break;
+    case 't':
+      if (!parse_seconds (optarg, &timeout)) {
+        free (words);
+        return usage_error ("--timeout %s: expected a duration from 0.01 "
+                            "to 86400 seconds (5, 0.5, 500ms)", optarg);
+      }
+      break;
+    case 'h':
+      printf ("%s", usage_text);
+      free (words);
+      return 0;
+    case 'V':
+      printf ("throttle-ctl %s\n", PACKAGE_VERSION);
+      free (words);
+      return 0;
+    default:
+      /* getopt_long has already said what was wrong. */
+      fprintf (stderr, "Try 'throttle-ctl --help' for more information.\n");
+      free (words);
+      return 2;
+    }
+  }
+  rc = run_command (words, n, json, timeout);
+  free (words);
+  return rc;
 }
