@@ -81,6 +81,7 @@ usage (FILE *fp)
 "      --histogram FILE    write the latency distribution (CDF) to FILE\n"
 "      --control SOCKET    after the run, ask the throttle filter's control\n"
 "                          socket (throttle-control=) what the throttle did\n"
+"                          (asked before the run too: a bad one is refused)\n"
 "  -U, --unix PATH         connect to a Unix socket\n"
 "  -H, --host HOST         connect over TCP (with --port, default 10809)\n"
 "  -e, --export NAME       export name (default \"\")\n"
