@@ -22,7 +22,8 @@ top=$(cd "$(dirname "$0")" && pwd)
 builddir=${THROTTLE_BUILDDIR:-$top/build}
 
 # Every Debian package the build, the tests, the guest test and the
-# benchmarks use.
+# benchmarks use (perl's pod2man, man-db and groff-base render the man
+# pages, for the build and for test-man-render.sh).
 PACKAGES=(
   build-essential autoconf automake libtool pkg-config perl bc python3
   nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin python3-libnbd
@@ -33,7 +34,7 @@ PACKAGES=(
   cpio xz-utils zstd kmod strace libcap2-bin
   systemd
   gnuplot-nox valgrind
-  debhelper dpkg-dev fakeroot lintian man-db
+  debhelper dpkg-dev fakeroot lintian man-db groff-base
 )
 
 deps ()

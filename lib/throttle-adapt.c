@@ -46,8 +46,6 @@
 #include <config.h>
 
 #include <errno.h>
-#include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "throttle-adapt.h"
@@ -295,36 +293,4 @@ throttle_adapt_set_ceiling (struct throttle_adapt *a, uint64_t ceiling,
   a->hold = 0;
   open_window (a, now_ns);
   return 0;
-}
-
-int
-throttle_parse_duration (const char *s, uint64_t *ns)
-{
-  static const struct { const char *unit; double ns; } units[] = {
-    { "ns", 1 }, { "us", 1e3 }, { "ms", 1e6 }, { "s", 1e9 },
-  };
-  char *end;
-  double v;
-  size_t i;
-
-  /* strtod would take blanks, signs, "inf", "nan" and hex. */
-  if (!((*s >= '0' && *s <= '9') || (*s == '.' && s[1] >= '0' && s[1] <= '9')))
-    return -1;
-  for (i = 0; s[i]; i++)
-    if (s[i] == 'x' || s[i] == 'X' || s[i] == 'p' || s[i] == 'P')
-      return -1;
-  errno = 0;
-  v = strtod (s, &end);
-  if (errno || end == s || !isfinite (v))
-    return -1;
-  for (i = 0; i < sizeof units / sizeof units[0]; i++) {
-    if (strcmp (end, units[i].unit) == 0) {
-      v = v * units[i].ns + 0.5;   /* rounded to the nearest ns */
-      if (v > 3600e9 + 0.5)
-        return -1;
-      *ns = (uint64_t) v;
-      return 0;
-    }
-  }
-  return -1;
 }

@@ -143,11 +143,4 @@ extern int throttle_adapt_set_target (struct throttle_adapt *a,
 extern int throttle_adapt_set_ceiling (struct throttle_adapt *a,
                                        uint64_t ceiling, uint64_t now_ns);
 
-/* Parse a duration with its unit: "5ms", "500us", "0.25s", "100000ns",
- * rounded to the nearest nanosecond.  Returns 0 and sets *ns (at most
- * 1 hour; 0 for "0ms" or "0.1ns", which the caller refuses with its
- * own message), or -1 if it is not a duration or is over an hour.
- */
-extern int throttle_parse_duration (const char *s, uint64_t *ns);
-
 #endif /* THROTTLE_ADAPT_H */

@@ -31,7 +31,6 @@ bench_case (struct sim *s, uint64_t target)
 START_TEST (test_params)
 {
   struct throttle_adapt a;
-  uint64_t ns;
 
   ck_assert_int_eq (throttle_adapt_init (&a, 0, 10, MS, MS, 10, 0), -1);
   ck_assert_int_eq (errno, EINVAL);
@@ -49,43 +48,6 @@ START_TEST (test_params)
   ck_assert_int_eq (throttle_adapt_init (&a, 4, 100, MS, MS, 100, 0), 0);
   ck_assert_int_eq (throttle_adapt_set_ceiling (&a, 50, 0), 0);
   ck_assert_uint_eq (a.capacity, 50);
-
-  ck_assert_int_eq (throttle_parse_duration ("5ms", &ns), 0);
-  ck_assert_uint_eq (ns, 5 * MS);
-  ck_assert_int_eq (throttle_parse_duration ("500us", &ns), 0);
-  ck_assert_uint_eq (ns, 500000);
-  ck_assert_int_eq (throttle_parse_duration ("0.25s", &ns), 0);
-  ck_assert_uint_eq (ns, 250 * MS);
-  ck_assert_int_eq (throttle_parse_duration ("1.5ms", &ns), 0);
-  ck_assert_uint_eq (ns, 1500000);
-  ck_assert_int_eq (throttle_parse_duration ("100ns", &ns), 0);
-  ck_assert_uint_eq (ns, 100);
-  ck_assert_int_eq (throttle_parse_duration (".5ms", &ns), 0);
-  ck_assert_uint_eq (ns, 500000);
-  ck_assert_int_eq (throttle_parse_duration ("3600s", &ns), 0);
-  /* Zero is a duration; the caller refuses it by name. */
-  ck_assert_int_eq (throttle_parse_duration ("0ms", &ns), 0);
-  ck_assert_uint_eq (ns, 0);
-  ck_assert_int_eq (throttle_parse_duration ("0.1ns", &ns), 0);
-  ck_assert_uint_eq (ns, 0);
-  /* Refused: no unit, unknown unit, signs, blanks, garbage, more than
-   * an hour, inf, nan, hex.
-   */
-  ck_assert_int_eq (throttle_parse_duration ("0", &ns), -1);
-  ck_assert_int_eq (throttle_parse_duration ("5", &ns), -1);
-  ck_assert_int_eq (throttle_parse_duration ("5m", &ns), -1);
-  ck_assert_int_eq (throttle_parse_duration ("5 ms", &ns), -1);
-  ck_assert_int_eq (throttle_parse_duration ("-5ms", &ns), -1);
-  ck_assert_int_eq (throttle_parse_duration ("+5ms", &ns), -1);
-  ck_assert_int_eq (throttle_parse_duration (" 5ms", &ns), -1);
-  ck_assert_int_eq (throttle_parse_duration ("fast", &ns), -1);
-  ck_assert_int_eq (throttle_parse_duration ("", &ns), -1);
-  ck_assert_int_eq (throttle_parse_duration ("ms", &ns), -1);
-  ck_assert_int_eq (throttle_parse_duration ("3601s", &ns), -1);
-  ck_assert_int_eq (throttle_parse_duration ("infs", &ns), -1);
-  ck_assert_int_eq (throttle_parse_duration ("nanms", &ns), -1);
-  ck_assert_int_eq (throttle_parse_duration ("0x10ms", &ns), -1);
-  ck_assert_int_eq (throttle_parse_duration ("5ms5", &ns), -1);
 }
 END_TEST
 

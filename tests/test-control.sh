@@ -56,7 +56,7 @@ umask 000
 start_nbdkit live --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
   delay-ms=50 statefile="$tmp/live.state" throttle-capacity=1M \
   export= export="$($PY "$client" odd-name)" \
-  throttle-control="$ctl" throttle-stats-interval=0.5 \
+  throttle-control="$ctl" throttle-stats-interval=500ms \
   -D throttle.control_timeout=2
 umask "$old_umask"
 live=$pid
@@ -87,7 +87,8 @@ echo "ok: the backend saw the $total writes the stats counted"
 [ ! -e "$ctl" ] || fail "the control socket was not removed at exit"
 echo "ok: control socket removed at exit"
 
-# throttle-stats-interval=0.5: periodic one-line JSON in the debug log.
+# throttle-stats-interval=500ms (a duration with its unit, as every
+# duration the filter reads): periodic one-line JSON in the debug log.
 n=$(grep -c 'throttle: stats {' "$tmp/live.log" || :)
 [ "$n" -ge 4 ] || fail "expected periodic stats in the log, found $n lines"
 debug_json 'throttle: stats ' "$tmp/live.log" | tail -1 |

@@ -41,6 +41,16 @@ expect 2 'bad size "1.5M": unknown suffix' "$tmp/none" set capacity "" 1.5M
 expect 2 'bad size "1MiB": unknown suffix' "$tmp/none" set capacity "" 1MiB
 expect 2 'bad size "abc"' "$tmp/none" set capacity "" abc
 expect 2 'bad size "-1"' "$tmp/none" set capacity "" -- -1
+# A negative size is a bad size, not an unknown option -1; and a
+# mistake is one line and where to read more, not the whole usage.
+expect 2 'bad size "-1": negative' "$tmp/none" set capacity "" -1
+[ "$(wc -l < "$tmp/out")" = 2 ] &&
+  [ "$(tail -n 1 "$tmp/out")" = "Try 'throttle-ctl --help' for more information." ] ||
+  { cat "$tmp/out"; fail "a usage error is not one line and 'Try throttle-ctl --help'"; }
+expect 2 "^Try 'throttle-ctl --help' for more information.$" --frobnicate "$tmp/none" stats
+[ "$(wc -l < "$tmp/out")" = 2 ] ||
+  { cat "$tmp/out"; fail "an unknown option: not getopt's line and the Try line"; }
+expect 2 'bad size "-5M": negative' "$tmp/none" set server-capacity -5M
 expect 2 'must be greater than 0' "$tmp/none" set capacity "" 0
 expect 2 'too large' "$tmp/none" set capacity "" 9E
 expect 2 'usage: set capacity EXPORT SIZE' "$tmp/none" set capacity ""
@@ -69,8 +79,12 @@ for size in "" " " "4KiB" "4KB" "1.5M" "-1" "- 1" "+" "16E" "8E" "8192P" \
     fail "size \"$size\": the filter $filter it, throttle-ctl $ctl it, throttle-load $load it"
   echo "ok: size \"$size\": all three $filter it"
 done
-expect 2 'bad duration "5": expected a duration with its unit' \
-  "$tmp/none" set latency-target "" 5
+# Durations: nbdkit_parse_delay's grammar (lib/throttle-duration.h), a
+# plain number being seconds; the latency target at most an hour.
+expect 2 'bad duration "3601": expected a duration of at most 1 hour' \
+  "$tmp/none" set latency-target "" 3601
+expect 2 'bad duration "5m": expected a duration' \
+  "$tmp/none" set latency-target "" 5m
 expect 2 'bad duration "2h": expected a duration' \
   "$tmp/none" set latency-target "" 2h
 expect 2 'bad duration "0ms": must be greater than 0 (off for no target)' \
@@ -78,6 +92,8 @@ expect 2 'bad duration "0ms": must be greater than 0 (off for no target)' \
 expect 2 'or set latency-target EXPORT DURATION|off' \
   "$tmp/none" set latency-target ""
 expect 2 'bad INTERVAL "0"' "$tmp/none" watch 0
+expect 2 'bad INTERVAL "5ms"' "$tmp/none" watch 5ms
+expect 2 'bad INTERVAL "1x"' "$tmp/none" watch 1x
 expect 2 'bad COUNT "x"' "$tmp/none" watch 1 x
 expect 2 'too many arguments' "$tmp/none" stats a b
 expect 2 '\-\-timeout abc' --timeout abc "$tmp/none" stats
@@ -141,7 +157,7 @@ expect 1 'closed the connection without a reply' "$tmp/fake.sock" stats
 # which a loaded machine breaks).
 fake silent
 silent_pid=$!
-expect 1 'no reply within 1 s' --timeout 1 "$tmp/fake.sock" stats
+expect 1 'no reply within 1 s' --timeout 1s "$tmp/fake.sock" stats
 kill -0 "$silent_pid" 2>/dev/null ||
   fail "the silent server was gone before throttle-ctl's 1 s timeout ended its wait"
 kill "$silent_pid" 2>/dev/null; wait "$silent_pid" 2>/dev/null || :
@@ -186,9 +202,9 @@ expect 1 'the server refused: unknown export "nosuch": it has no budget' \
   "$ctl" set capacity nosuch 1M
 
 # set latency-target: the target shows in its own column, shown only
-# while an export has one.
-expect 0 'export "": latency target 5ms, was off' \
-  "$ctl" set latency-target "" 5ms
+# while an export has one.  A plain number is seconds.
+expect 0 'export "": latency target 0.005, was off' \
+  "$ctl" set latency-target "" 0.005
 expect 0 '^""  *256K  *5.0ms  *0 ' "$ctl" stats
 grep -q '^EXPORT  *CAPACITY  *TARGET  *IN-FLIGHT ' "$tmp/out" ||
   { cat "$tmp/out"; fail "stats: no TARGET column with a target set"; }
@@ -217,6 +233,25 @@ assert r["exports"][0]["name"] == "" and r["exports"][0]["capacity"] == 262144, 
   "$tmp/out" || fail "stats --json: not the server's reply"
 expect 1 'the server refused: unknown export "nosuch"' "$ctl" stats nosuch
 
+# The swap verdict, as the server's reply has it: safe, or not with
+# every reason, on a line of its own in stats.
+expect 0 'safe for swap' "$ctl" stats
+cp "$tmp/out" "$tmp/stats.out"
+"$CTL" --json "$ctl" stats > "$tmp/stats.json" || fail "stats --json"
+$PY - "$tmp/stats.json" "$tmp/stats.out" <<'EOF' || fail "stats: the swap verdict is not the server's"
+import json, sys
+sw = json.load(open(sys.argv[1]))["swap"]
+lines = [l.rstrip("\n") for l in open(sys.argv[2]) if "safe for swap" in l]
+if sw["safe"]:
+    want = "safe for swap: every guard taken (throttle-swap=%s)" % sw["mode"]
+else:
+    want = "NOT safe for swap (throttle-swap=%s): " % sw["mode"] + "; ".join(
+        "%s (%s)" % (k, v) for k, v in sw["unsafe"].items())
+assert lines == [want], (lines, want)
+print("ok: stats says: " + want)
+EOF
+verdict=$(grep 'safe for swap' "$tmp/stats.out")
+
 # set capacity: the number sent is nbdkit's reading of the suffix, and
 # the server's own reply shows it.
 expect 0 'export "": capacity 1048576 (1M), was 262144 (256K)' \
@@ -232,8 +267,12 @@ expect 1 'the server refused: unknown export "nosuch"' \
 # watch: a header, then one line per sample; after the first, requests
 # are admitted at a rate and the capacity set above shows.
 expect 0 '^TIME  *EXPORT  *CAPACITY  *IN-FLIGHT  *WAITING  *ADMIT/S  *WAITED/S  *MEAN-WAIT  *MAX-WAIT  *WB-PENDING$' \
-  "$ctl" watch 0.3 4
+  "$ctl" watch 300ms 4
 cat "$tmp/out"
+# The verdict, unchanged over the samples, once with the first.
+[ "$(grep -c 'safe for swap' "$tmp/out")" = 1 ] &&
+  [ "$(sed -n 2p "$tmp/out")" = "$(sed -n 2p "$tmp/out" | cut -c1-9)$verdict" ] ||
+  fail "watch: the swap verdict is not said once, with the first sample"
 [ "$(grep -c '^[0-9][0-9]:[0-9][0-9]:[0-9][0-9] ""  *1M ' "$tmp/out")" = 4 ] ||
   fail "watch 0.3 4: not 4 lines for the export at capacity 1M"
 grep ' ""  ' "$tmp/out" | awk 'NR > 1 { if ($6 !~ /^[0-9]+$/ || $6 == 0) bad = 1 } END { exit NR != 4 || bad }' ||

@@ -138,6 +138,30 @@ START_TEST (test_random)
 }
 END_TEST
 
+/* Every bit of a seed counts: seeds from the clock are about 1.8e18,
+ * and --seed gives them back whole, so a seed that differs only above
+ * bit 31 must choose other requests.
+ */
+START_TEST (test_seed_64)
+{
+  struct load_config cfg = config (false, 50);
+  struct load_stream a, b;
+  struct load_pick p, q;
+  unsigned i, same = 0;
+
+  cfg.seed = UINT64_C (1796648021371766205);
+  load_stream_init (&a, &cfg, 0, 0, 16 << 20, 0);
+  cfg.seed ^= UINT64_C (1) << 40;
+  load_stream_init (&b, &cfg, 0, 0, 16 << 20, 0);
+  for (i = 0; i < 100; i++) {
+    load_stream_next (&a, &cfg, &p);
+    load_stream_next (&b, &cfg, &q);
+    same += p.offset == q.offset;
+  }
+  ck_assert_uint_lt (same, 10);
+}
+END_TEST
+
 START_TEST (test_sequential)
 {
   struct load_config cfg = config (true, 0);
@@ -251,6 +275,7 @@ throttle_test_suite (void)
   tcase_add_test (tc, test_pattern);
   tcase_add_test (tc, test_written);
   tcase_add_test (tc, test_random);
+  tcase_add_test (tc, test_seed_64);
   tcase_add_test (tc, test_sequential);
   tcase_add_test (tc, test_progress_estimate);
   tcase_add_test (tc, test_progress_line);

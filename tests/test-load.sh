@@ -68,6 +68,14 @@ run both 2 -t 1 -n 1M nbd://x && expect_err both "exclude"
 run ratio 2 -r 101 nbd://x && expect_err ratio "read-ratio"
 run unknown 2 --frobnicate nbd://x && expect_err unknown "frobnicate"
 run twouri 2 nbd://x nbd://y && expect_err twouri "unexpected argument"
+# Durations as nbdkit reads delays (lib/throttle-duration.h).
+run durunit 2 -t 5m nbd://x && expect_err durunit "duration: '5m' is not a duration"
+run durzero 2 -t 0ms nbd://x && expect_err durzero "duration: '0ms' is not a duration"
+run timeoutunit 2 --timeout 1h nbd://x && expect_err timeoutunit "timeout: '1h' is not"
+# Any seed the tool prints is taken (64 bits), nothing more.
+run seedbig 2 --seed 18446744073709551616 nbd://x &&
+  expect_err seedbig "seed: '18446744073709551616' is not a whole number between 0 and 18446744073709551615"
+run seedneg 2 --seed -1 nbd://x && expect_err seedneg "seed: '-1' is not"
 
 # --- no server ----------------------------------------------------------
 run nosock 1 -t 1 --unix "$tmp/nothing.sock" &&
@@ -118,6 +126,74 @@ assert j["latency_us"]["max"] == max(s[4096]["max"], s[1 << 20]["max"])
 assert s[1 << 20]["count"] * (1 << 20) + s[4096]["count"] * 4096 == j["bytes"]
 '
 fi
+
+# The seed the report prints replays the run: a clock seed (about
+# 1.8e18, beyond 32 bits) given back to --seed makes the same choices.
+# One connection and --bytes, so that the requests drawn do not depend
+# on timing: the counts of reads, writes and sizes are then the
+# seed's.
+if run seedclock 0 --json -n 32M -c 1 -b 4k:50,64k:50 -r 50 "$uri"; then
+  seed=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["config"]["seed"])' \
+           "$tmp/seedclock.out")
+  if run seedreplay 0 --json -n 32M -c 1 -b 4k:50,64k:50 -r 50 --seed "$seed" "$uri"; then
+    if $PY - "$tmp/seedclock.out" "$tmp/seedreplay.out" <<'EOF'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert a["config"]["seed"] == b["config"]["seed"], (a["config"], b["config"])
+def counts(j):
+    return (j["ops"], j["read_ops"], j["write_ops"],
+            [s["latency_us"]["count"] for s in j["by_size"]])
+assert counts(a) == counts(b), (counts(a), counts(b))
+print("seed %d: %s both times" % (a["config"]["seed"], counts(a)))
+EOF
+    then pass "seedreplay: --seed $seed repeats the run's choices"
+    else fail_later "seedreplay: --seed $seed did not repeat the run"
+    fi
+  fi
+  run seedhuman 0 -t 0.2 --seed "$seed" "$uri" &&
+    grep -qx "seed $seed (--seed $seed repeats the run's choices)" "$tmp/seedhuman.out" &&
+    pass "seedhuman: the table prints the seed" ||
+    { fail_later "seedhuman: no seed line in the table"; cat "$tmp/seedhuman.out"; }
+fi
+
+# SIGINT and SIGTERM end the run early: the report says so, and the
+# exit status is the signal's (128 + N).  The signal is sent once the
+# run has begun (its first --progress line), never after a guessed
+# time.
+interrupt () {
+  local name=$1 sig=$2 want=$3 rc=0 i; shift 3
+  "$LOAD" --progress -t 60 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+  local lpid=$!
+  for i in $(seq 300); do
+    grep -q '^throttle-load: run ' "$tmp/$name.err" && break
+    sleep 0.1
+  done
+  kill -"$sig" $lpid
+  # The 60 s run must end well before its time.
+  for i in $(seq 300); do kill -0 $lpid 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $lpid 2>/dev/null; then
+    kill -9 $lpid; fail_later "$name: still running 30 s after SIG$sig"; return 1
+  fi
+  wait $lpid || rc=$?
+  [ $rc = "$want" ] ||
+    { fail_later "$name: exit $rc after SIG$sig, expected $want"; cat "$tmp/$name.err"; return 1; }
+  pass "$name: SIG$sig ends the run with exit $rc"
+}
+if interrupt intjson INT 130 --json "$uri"; then
+  check_json intjson '
+assert j["status"] == "interrupted" and j["interrupted_by"] == "SIGINT", j["status"]
+assert "error" not in j
+assert 0 < j["elapsed_seconds"] < 60 and j["ops"] > 0, j["elapsed_seconds"]
+'
+fi
+interrupt intterm TERM 143 "$uri" &&
+  grep -q '^INTERRUPTED by SIGTERM: the run ended early' "$tmp/intterm.out" &&
+  grep -q '^fairness (Jain)' "$tmp/intterm.out" &&
+  pass "intterm: the table says the run was interrupted" ||
+  { fail_later "intterm: the table does not say INTERRUPTED"; cat "$tmp/intterm.out"; }
+# A run that ends by itself says nothing of the kind.
+grep -q '"interrupted_by": null' "$tmp/mix.out" ||
+  fail_later "mix: a run that was not interrupted does not say null"
 
 # --bytes: stops after the amount, overshooting by at most what was in flight.
 if run bytes 0 --json -n 64M -c 2 -q 4 -b 64k --sequential "$uri"; then
@@ -174,9 +250,10 @@ run verifyseq 0 --verify -n 32M -b 1M --sequential -c 2 "$uri" &&
 # numbers must agree with what the client sent.
 start_nbdkit thr --filter="$THROTTLE_FILTER" memory 64M throttle-capacity=128K \
   throttle-control="$tmp/thr.ctl" throttle-rt=off
-if run control 0 --json -t 1 -c 2 -q 8 -b 64k --control "$tmp/thr.ctl" \
+if run control 0 --json -t 1s -c 2 -q 8 -b 64k --control "$tmp/thr.ctl" \
      --unix "$tmp/thr.sock"; then
   check_json control '
+assert j["config"]["duration_seconds"] == 1, j["config"]
 t = j["throttle"]["exports"][0]
 assert t["name"] == "" and t["capacity"] == 131072, t
 assert t["peak"] <= 131072 and t["peak"] > 0, t
@@ -211,8 +288,16 @@ assert sorted(names) == ["", "a \"b\\c"], names
 else
   echo "$0: skipped the odd export name: Debian's python3-libnbd is not installed"
 fi
-run controlbad 1 -t 0.5 --control "$tmp/nonexistent.ctl" --unix "$tmp/thr.sock" &&
-  expect_err controlbad "--control .*nonexistent.ctl: No such file"
+# A --control that is not the throttle's socket is refused before the
+# run, in one line: asked after a run of 120 s, run's 60 s watchdog
+# would end it as hung.
+run controlbad 1 -t 120 --control "$tmp/nonexistent.ctl" --unix "$tmp/thr.sock" &&
+  expect_err controlbad "^throttle-load: --control .*nonexistent.ctl: No such file" &&
+  { [ "$(wc -l < "$tmp/controlbad.err")" = 1 ] && [ ! -s "$tmp/controlbad.out" ] ||
+      fail_later "controlbad: not one line before the run"; }
+run controlfile 1 -t 120 --control "$tmp/lat.dat" --unix "$tmp/thr.sock" &&
+  expect_err controlfile "^throttle-load: --control .*lat.dat: not a socket$" &&
+  { [ ! -s "$tmp/controlfile.out" ] || fail_later "controlfile: the run ran"; }
 
 # ... and fails on one that throws writes away.
 start_nbdkit null null 64M

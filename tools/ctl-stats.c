@@ -20,6 +20,8 @@
 /* The filter has a budget per name that connections have open, 100 a
  * page: 1000 pages are far more connections than one server holds. */
 #define MAX_PAGES 1000
+/* A verdict line: every reason of the filter's, each with its why. */
+#define VERDICT_LEN 4096
 
 static void
 error (const char *msg)
@@ -167,6 +169,47 @@ get (json_object *e, const char *key)
   return u;
 }
 
+/* The swap verdict of the reply's "swap" member (see SWAP SAFETY in
+ * nbdkit-throttle-filter(1)) as one line into BUF: safe, or not with
+ * every reason the server gave, and the throttle-swap mode.  Returns
+ * false, BUF empty, when the reply has none (a reply for one EXPORT,
+ * or a filter older than the verdict).
+ */
+static bool
+swap_verdict (json_object *reply, char *buf, size_t len)
+{
+  json_object *sw = reply_member (reply, "swap", json_type_object);
+  json_object *unsafe;
+  const char *mode;
+  size_t n;
+
+  buf[0] = '\0';
+  if (sw == NULL)
+    return false;
+  mode = reply_string (sw, "mode");
+  if (reply_bool (sw, "safe", false)) {
+    snprintf (buf, len, "safe for swap: every guard taken (throttle-swap=%s)",
+              mode ? mode : "?");
+    return true;
+  }
+  n = snprintf (buf, len, "NOT safe for swap (throttle-swap=%s)",
+                mode ? mode : "?");
+  unsafe = reply_member (sw, "unsafe", json_type_object);
+  if (unsafe) {
+    const char *sep = ": ";
+
+    json_object_object_foreach (unsafe, reason, why) {
+      const char *w = json_object_get_type (why) == json_type_string ?
+        json_object_get_string (why) : "?";
+
+      if (n < len)
+        n += snprintf (buf + n, len - n, "%s%s (%s)", sep, reason, w);
+      sep = "; ";
+    }
+  }
+  return true;
+}
+
 /* --- the table ----------------------------------------------------------- */
 
 enum { COL_EXPORT, COL_CAPACITY, COL_TARGET, COL_IN_FLIGHT, COL_PEAK,
@@ -267,6 +310,7 @@ print_table (json_object *reply, json_object *exports)
   int width[NCOLS], c;
   size_t n = json_object_array_length (exports), i;
   char (*rows)[NCOLS][CELL];
+  char verdict[VERDICT_LEN];
 
   /* The target's and writeback's columns only where they say
    * something.
@@ -287,6 +331,8 @@ print_table (json_object *reply, json_object *exports)
           bytes ? " (sizes in bytes, K = 1024)" : "");
   print_server (reply, bytes);
   ctl_print_rt (reply);
+  if (swap_verdict (reply, verdict, sizeof verdict))
+    printf ("%s\n", verdict);
   if (n == 0) {
     printf ("no exports\n");
     return;
@@ -514,6 +560,7 @@ ctl_watch (const char *path, double interval, long count, bool json,
            double timeout)
 {
   struct sample prev = { 0 }, cur = { 0 };
+  char verdict[VERDICT_LEN], last_verdict[VERDICT_LEN] = "";
   bool tty = isatty (STDOUT_FILENO);
   int namew = sizeof SERVER_LABEL - 1, rc = 0;
   size_t lines = 0;
@@ -574,6 +621,19 @@ ctl_watch (const char *path, double interval, long count, bool json,
         namew = w;
         watch_header (namew);
         lines = 0;
+      }
+      /* The verdict at the first sample, then whenever it changes:
+       * on every line it would hide the numbers.
+       */
+      if (swap_verdict (reply, verdict, sizeof verdict) &&
+          strcmp (verdict, last_verdict) != 0) {
+        char clock[16];
+        time_t now = time (NULL);
+
+        strftime (clock, sizeof clock, "%H:%M:%S", localtime (&now));
+        printf ("%-8s %s\n", clock, verdict);
+        strcpy (last_verdict, verdict);
+        lines++;
       }
       cur.t = monotonic ();
       lines += watch_lines (reply, exports, &prev, &cur, namew);

@@ -8,14 +8,13 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <limits.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "load.h"
+#include "throttle-duration.h"
 #include "throttle-size.h"
 
 enum {
@@ -67,12 +66,13 @@ usage (FILE *fp)
 "  -r, --read-ratio PCT    percentage of reads, 0..100 (default 0)\n"
 "      --random            random aligned offsets (default)\n"
 "      --sequential        each connection walks its own slice in order\n"
-"  -t, --duration SECS     run this long (default 10)\n"
+"  -t, --duration TIME     run this long (default 10 seconds)\n"
 "  -n, --bytes SIZE        or transfer this much in total, then stop\n"
 "      --offset SIZE       start of the area used (default 0)\n"
 "      --span SIZE         length of the area used (default: to the end)\n"
-"      --seed N            random seed (default: from the clock)\n"
-"      --timeout SECS      fail if no reply comes for SECS (default 30)\n"
+"      --seed N            random seed, 0 to 18446744073709551615 (default:\n"
+"                          from the clock; the report prints it)\n"
+"      --timeout TIME      fail if no reply comes for TIME (default 30 seconds)\n"
 "      --verify            write a checkable pattern, check every read,\n"
 "                          then read back everything written\n"
 "      --json              print the report as JSON\n"
@@ -81,6 +81,7 @@ usage (FILE *fp)
 "      --histogram FILE    write the latency distribution (CDF) to FILE\n"
 "      --control SOCKET    after the run, ask the throttle filter's control\n"
 "                          socket (throttle-control=) what the throttle did\n"
+"                          (asked before the run too: a bad one is refused)\n"
 "  -U, --unix PATH         connect to a Unix socket\n"
 "  -H, --host HOST         connect over TCP (with --port, default 10809)\n"
 "  -e, --export NAME       export name (default \"\")\n"
@@ -88,8 +89,11 @@ usage (FILE *fp)
 "\n"
 "Sizes are read as nbdkit reads them (nbdkit_parse_size): a whole number\n"
 "with an optional suffix b, s (512), k, M, G, T, P or E (powers of 1024).\n"
+"Durations are read as nbdkit reads delays (nbdkit_parse_delay): seconds\n"
+"(5, 0.5), or with a unit s, ms, us or ns (2s, 500ms, 250us).\n"
 "Exit status: 0 on success, 1 if the run failed (connection, request or\n"
-"verify error), 2 on a usage error.\n");
+"verify error), 2 on a usage error, 128+N when signal N (SIGINT: 130,\n"
+"SIGTERM: 143) ended the run early.\n");
 }
 
 static void __attribute__ ((noreturn, format (printf, 1, 2)))
@@ -118,17 +122,34 @@ parse_uint (const char *opt, const char *s, unsigned min, unsigned max)
   return v;
 }
 
+/* A seed: any the tool prints, which is any 64-bit number. */
+static uint64_t
+parse_seed (const char *opt, const char *s)
+{
+  char *end;
+  unsigned long long v;
+
+  errno = 0;
+  v = strtoull (s, &end, 10);
+  if (*s < '0' || *s > '9' || *end != '\0' || errno)
+    bad ("%s: '%s' is not a whole number between 0 and %" PRIu64,
+         opt, s, UINT64_MAX);
+  return v;
+}
+
+/* A duration (lib/throttle-duration.h) of more than 0 and at most a
+ * million seconds (11.6 days).
+ */
 static double
 parse_seconds (const char *opt, const char *s)
 {
-  char *end;
-  double v;
+  uint64_t ns;
 
-  errno = 0;
-  v = strtod (s, &end);
-  if (end == s || *end != '\0' || errno || !isfinite (v) || v <= 0 || v > 1e6)
-    bad ("%s: '%s' is not a number of seconds (0 < SECS <= 1000000)", opt, s);
-  return v;
+  if (throttle_parse_duration (s, &ns) == -1 || ns == 0 ||
+      ns > UINT64_C (1000000) * 1000000000)
+    bad ("%s: '%s' is not a duration of more than 0 and at most 1000000 "
+         "seconds: %s", opt, s, THROTTLE_DURATION_GRAMMAR);
+  return ns / 1e9;
 }
 
 /* A size as the filter reads one (nbdkit_parse_size's grammar, from
@@ -254,7 +275,7 @@ load_parse_args (int argc, char **argv, struct load_config *cfg)
         bad ("--span: must be more than 0");
       break;
     case OPT_SEED:
-      cfg->seed = parse_uint ("--seed", optarg, 0, UINT_MAX);
+      cfg->seed = parse_seed ("--seed", optarg);
       break;
     case OPT_TIMEOUT:
       cfg->timeout = parse_seconds ("--timeout", optarg);

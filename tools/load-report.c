@@ -13,6 +13,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,6 +75,19 @@ size_str (uint32_t size, char *buf, size_t n)
     snprintf (buf, n, "%" PRIu32, size);
 }
 
+/* The name of a signal that ends a run (load-run.c takes SIGINT and
+ * SIGTERM), as a user would send it.
+ */
+static const char *
+signal_name (int sig)
+{
+  switch (sig) {
+  case SIGINT: return "SIGINT";
+  case SIGTERM: return "SIGTERM";
+  default: return "a signal";
+  }
+}
+
 static uint64_t
 get (json_object *obj, const char *key)
 {
@@ -133,6 +147,12 @@ load_report_human (const struct load_config *cfg,
   unsigned i, l = largest (cfg);
   char s[32];
 
+  /* First, so that numbers of a part of the run are not read as the
+   * whole.
+   */
+  if (res->signal)
+    fprintf (fp, "INTERRUPTED by %s: the run ended early, the numbers are "
+             "of the part that ran\n", signal_name (res->signal));
   fprintf (fp, "elapsed %.3f s, %" PRIu64 " requests, %" PRIu64 " bytes "
            "(%" PRIu64 " read, %" PRIu64 " written)\n",
            res->elapsed, res->ops, res->bytes, res->read_bytes,
@@ -168,6 +188,8 @@ load_report_human (const struct load_config *cfg,
   if (cfg->verify)
     fprintf (fp, "verify: %" PRIu64 " bytes checked, %" PRIu64
              " bad blocks\n", res->verify_bytes, res->verify_mismatches);
+  fprintf (fp, "seed %" PRIu64 " (--seed %" PRIu64 " repeats the run's "
+           "choices)\n", cfg->seed, cfg->seed);
   if (res->server_stats)
     report_server_human (res->server_stats, fp);
 }
@@ -215,12 +237,19 @@ load_report_json (const struct load_config *cfg,
   bool timed = res->started && res->elapsed > 0;
   double fair = load_fairness (res);
 
+  /* An error says more than the signal that may have come too. */
   fprintf (fp, "{\n  \"status\": ");
-  throttle_json_string (fp, res->error[0] ? "error" : "ok");
+  throttle_json_string (fp, res->error[0] ? "error"
+                        : res->signal ? "interrupted" : "ok");
   if (res->error[0]) {
     fprintf (fp, ",\n  \"error\": ");
     throttle_json_string (fp, res->error);
   }
+  fprintf (fp, ",\n  \"interrupted_by\": ");
+  if (res->signal)
+    throttle_json_string (fp, signal_name (res->signal));
+  else
+    fprintf (fp, "null");
   fprintf (fp, ",\n  \"config\": {\"connections\": %u, \"queue_depth\": %u, "
            "\"read_percent\": %u, \"pattern\": \"%s\", ",
            cfg->connections, cfg->queue_depth, cfg->read_pct,

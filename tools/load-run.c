@@ -71,12 +71,14 @@ struct run {
   struct load_result *res;
   struct ev_loop *loop;
   ev_timer tick, deadline;
-  ev_signal sigint;
+  ev_signal sigint, sigterm;
   enum phase phase;
   struct conn *conns;
   unsigned nr_ready;
   bool stop_issuing;
   bool failed;
+  /* A second signal: stop at once, leaving the requests in flight. */
+  bool abandoned;
   bool closing;                 /* no callback may touch state any more */
   /* The server is alive and answering, so let it finish what is in
    * flight before we leave (nbdkit 1.32 can abort when a client
@@ -544,19 +546,28 @@ deadline_cb (struct ev_loop *loop, ev_timer *w, int revents)
     finish_phase (run);
 }
 
+/* SIGINT or SIGTERM.  The first ends the run early, as a deadline
+ * would: what is in flight is waited for, --verify reads back what
+ * was written, and the run is reported, marked interrupted.  Another
+ * signal, or one while connecting or reading back, stops at once.
+ */
 static void
-sigint_cb (struct ev_loop *loop, ev_signal *w, int revents)
+signal_cb (struct ev_loop *loop, ev_signal *w, int revents)
 {
   struct run *run = w->data;
 
+  if (run->res->signal == 0)
+    run->res->signal = w->signum;
   if (run->phase == RUNNING && !run->stop_issuing) {
-    /* The first ^C ends the run early but still reports it. */
     run->stop_issuing = true;
     if (total_in_flight (run) == 0)
       finish_phase (run);
     return;
   }
-  fail (run, "interrupted");
+  if (run->phase == RUNNING)
+    run->end_ns = run->last_reply_ns;
+  run->abandoned = true;
+  ev_break (run->loop, EVBREAK_ALL);
 }
 
 static void
@@ -679,9 +690,12 @@ load_run (const struct load_config *cfg, struct load_result *res)
   ev_timer_init (&run.tick, tick_cb, 1, 1);
   run.tick.data = &run;
   ev_timer_start (run.loop, &run.tick);
-  ev_signal_init (&run.sigint, sigint_cb, SIGINT);
+  ev_signal_init (&run.sigint, signal_cb, SIGINT);
   run.sigint.data = &run;
   ev_signal_start (run.loop, &run.sigint);
+  ev_signal_init (&run.sigterm, signal_cb, SIGTERM);
+  run.sigterm.data = &run;
+  ev_signal_start (run.loop, &run.sigterm);
   run.last_event_ns = throttle_now_ns ();
 
   for (i = 0; i < cfg->connections && !run.failed; i++) {
@@ -702,6 +716,7 @@ load_run (const struct load_config *cfg, struct load_result *res)
   if (!run.failed && run.phase != DONE)
     ev_run (run.loop, 0);
 
+  /* A read-back cut short checked less, but what it checked counts. */
   if (!run.failed && res->verify_mismatches) {
     run.server_alive = true;
     fail (&run, "verify: %" PRIu64 " blocks of %d bytes hold wrong data "
@@ -723,7 +738,7 @@ load_run (const struct load_config *cfg, struct load_result *res)
 
     if (conn->nbd) {
       ev_io_stop (run.loop, &conn->io);
-      if ((!run.failed || run.server_alive) &&
+      if ((!(run.failed || run.abandoned) || run.server_alive) &&
           !nbd_aio_is_dead (conn->nbd) && !nbd_aio_is_closed (conn->nbd) &&
           !nbd_aio_is_connecting (conn->nbd))
         disconnect (conn->nbd, cfg->timeout);

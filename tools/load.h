@@ -109,6 +109,11 @@ struct load_result {
   uint64_t verify_bytes;        /* read back and compared */
   uint64_t verify_mismatches;   /* blocks whose contents were wrong */
 
+  /* The signal (SIGINT, SIGTERM) that ended the run early, or 0: the
+   * report says so, and throttle-load exits with 128 + it.
+   */
+  int signal;
+
   /* What the throttle reported about the run: its control socket's
    * reply to "stats" (json-c), filled after load_run returns.
    */

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "ctl.h"
-#include "throttle-adapt.h"
+#include "throttle-duration.h"
 #include "throttle-size.h"
 
 #define DEFAULT_TIMEOUT 5.
@@ -32,20 +32,22 @@ static const char usage_text[] =
   "       throttle-ctl [--timeout SECS] SOCKET metrics\n"
   "The default export is \"\".  SIZE is read as nbdkit reads sizes\n"
   "(nbdkit_parse_size): a whole number with an optional suffix b, s (512),\n"
-  "K, M, G, T, P or E (powers of 1024): 4096, 256K, 64M.  DURATION takes\n"
-  "its unit (5ms, 500us, 0.1s).\n"
+  "K, M, G, T, P or E (powers of 1024): 4096, 256K, 64M.  DURATION, SECS\n"
+  "and INTERVAL are read as nbdkit reads delays (nbdkit_parse_delay):\n"
+  "seconds (5, 0.5), or with a unit s, ms, us or ns (2s, 500ms, 250us).\n"
   "See throttle-ctl(1).\n";
 
-/* What a SIZE may be, for the message that refuses one (the usage
- * text that follows it says more).
- */
+/* What a SIZE may be, for the message that refuses one. */
 static const char size_grammar[] =
   "read as nbdkit reads sizes: suffixes b, s, K, M, G, T, P, E";
 
 static int usage_error (const char *fmt, ...)
   __attribute__ ((format (printf, 1, 2)));
 
-/* Returns the exit status of a mistake on the command line. */
+/* Says what was wrong on one line, and where to read more, as
+ * throttle-load does (the whole usage would bury the line).  Returns
+ * the exit status of a mistake on the command line.
+ */
 static int
 usage_error (const char *fmt, ...)
 {
@@ -55,20 +57,20 @@ usage_error (const char *fmt, ...)
   va_start (ap, fmt);
   vfprintf (stderr, fmt, ap);
   va_end (ap);
-  fprintf (stderr, "\n%s", usage_text);
+  fprintf (stderr, "\nTry 'throttle-ctl --help' for more information.\n");
   return 2;
 }
 
-/* A positive number of seconds, at most a day. */
+/* A duration (lib/throttle-duration.h) from 0.01 s to a day. */
 static bool
 parse_seconds (const char *s, double *out)
 {
-  char *end;
-  double d = strtod (s, &end);
+  uint64_t ns;
 
-  if (end == s || *end != '\0' || !isfinite (d) || d < 0.01 || d > 86400)
+  if (throttle_parse_duration (s, &ns) == -1 || ns < 10000000 ||
+      ns > 86400 * UINT64_C (1000000000))
     return false;
-  *out = d;
+  *out = ns / 1e9;
   return true;
 }
 
@@ -197,7 +199,8 @@ cmd_set_capacity (const char *path, const char *export, const char *size,
 }
 
 /* The duration is checked here as the filter checks it (the same
- * parser, from lib/), so that a mistake sends nothing.
+ * parser, from lib/, and the same hour at most), so that a mistake
+ * sends nothing.
  */
 static int
 cmd_set_latency_target (const char *path, const char *export,
@@ -211,10 +214,11 @@ cmd_set_latency_target (const char *path, const char *export,
   int rc;
 
   if (strcmp (target, "off") != 0) {
-    if (throttle_parse_duration (target, &ns) == -1)
-      return usage_error ("bad duration \"%s\": expected a duration with "
-                          "its unit, at most 1 hour (e.g. 5ms, 500us, "
-                          "0.1s), or off", target);
+    if (throttle_parse_duration (target, &ns) == -1 ||
+        ns > 3600 * UINT64_C (1000000000))
+      return usage_error ("bad duration \"%s\": expected a duration of at "
+                          "most 1 hour: seconds, or with a unit s, ms, us "
+                          "or ns (e.g. 5ms, 500us, 0.1), or off", target);
     if (ns == 0)
       return usage_error ("bad duration \"%s\": must be greater than 0 "
                           "(off for no target)", target);
@@ -297,49 +301,22 @@ cmd_metrics (const char *path, double timeout)
   return fflush (stdout) == 0 ? 0 : 1;
 }
 
-int
-main (int argc, char *argv[])
+/* Run the command of WORDS, the N words of the command line that are
+ * not options (SOCKET, the command, its arguments); returns the exit
+ * status.
+ */
+static int
+run_command (char **words, int n, bool json, double timeout)
 {
-  static const struct option long_options[] = {
-    { "json", no_argument, NULL, 'j' },
-    { "timeout", required_argument, NULL, 't' },
-    { "help", no_argument, NULL, 'h' },
-    { "version", no_argument, NULL, 'V' },
-    { NULL, 0, NULL, 0 },
-  };
-  double timeout = DEFAULT_TIMEOUT;
-  bool json = false;
   const char *path, *cmd;
-  int c, n;
+  char **argv;
 
-  while ((c = getopt_long (argc, argv, "jt:hV", long_options, NULL)) != -1) {
-    switch (c) {
-    case 'j':
-      json = true;
-      break;
-    case 't':
-      if (!parse_seconds (optarg, &timeout))
-        return usage_error ("--timeout %s: expected seconds from 0.01 to "
-                            "86400", optarg);
-      break;
-    case 'h':
-      printf ("%s", usage_text);
-      return 0;
-    case 'V':
-      printf ("throttle-ctl %s\n", PACKAGE_VERSION);
-      return 0;
-    default:
-      fprintf (stderr, "%s", usage_text);
-      return 2;
-    }
-  }
-  n = argc - optind;
   if (n < 2)
     return usage_error ("%s", n == 0 ? "no SOCKET and no command"
                         : "no command");
-  path = argv[optind];
-  cmd = argv[optind + 1];
-  argv += optind + 2;
+  path = words[0];
+  cmd = words[1];
+  argv = words + 2;
   n -= 2;
 
   if (strcmp (cmd, "stats") == 0) {
@@ -371,8 +348,9 @@ main (int argc, char *argv[])
       return usage_error ("watch: too many arguments (INTERVAL and COUNT "
                           "at most)");
     if (n >= 1 && !parse_seconds (argv[0], &interval))
-      return usage_error ("watch: bad INTERVAL \"%s\": expected seconds "
-                          "from 0.01 to 86400", argv[0]);
+      return usage_error ("watch: bad INTERVAL \"%s\": expected a "
+                          "duration from 0.01 to 86400 seconds (1, 0.5, "
+                          "500ms)", argv[0]);
     if (n == 2) {
       count = strtol (argv[1], &end, 10);
       if (end == argv[1] || *end != '\0' || count < 1)
@@ -388,4 +366,74 @@ main (int argc, char *argv[])
   }
   return usage_error ("unknown command \"%s\": stats, set, watch or metrics",
                       cmd);
+}
+
+int
+main (int argc, char *argv[])
+{
+  static const struct option long_options[] = {
+    { "json", no_argument, NULL, 'j' },
+    { "timeout", required_argument, NULL, 't' },
+    { "help", no_argument, NULL, 'h' },
+    { "version", no_argument, NULL, 'V' },
+    { NULL, 0, NULL, 0 },
+  };
+  double timeout = DEFAULT_TIMEOUT;
+  bool json = false;
+  char **words;
+  int c, n = 0, rc;
+
+  /* The words that are not options, in order.  Options may come
+   * anywhere before "--", as GNU tools take them, but a word of a
+   * dash and a digit is a word: set capacity "" -1 is a bad size, not
+   * an unknown option -1.  So getopt ("+": it stops at a word) is
+   * called only on what begins as an option.
+   */
+  words = calloc (argc + 1, sizeof *words);
+  if (words == NULL) {
+    perror ("throttle-ctl: calloc");
+    return 1;
+  }
+  while (optind < argc) {
+    const char *a = argv[optind];
+
+    if (strcmp (a, "--") == 0) {
+      while (++optind < argc)
+        words[n++] = argv[optind];
+      break;
+    }
+    if (a[0] != '-' || a[1] == '\0' || (a[1] >= '0' && a[1] <= '9')) {
+      words[n++] = argv[optind++];
+      continue;
+    }
+    c = getopt_long (argc, argv, "+jt:hV", long_options, NULL);
+    switch (c) {
+    case 'j':
+      json = true;
+      break;
+    case 't':
+      if (!parse_seconds (optarg, &timeout)) {
+        free (words);
+        return usage_error ("--timeout %s: expected a duration from 0.01 "
+                            "to 86400 seconds (5, 0.5, 500ms)", optarg);
+      }
+      break;
+    case 'h':
+      printf ("%s", usage_text);
+      free (words);
+      return 0;
+    case 'V':
+      printf ("throttle-ctl %s\n", PACKAGE_VERSION);
+      free (words);
+      return 0;
+    default:
+      /* getopt_long has already said what was wrong. */
+      fprintf (stderr, "Try 'throttle-ctl --help' for more information.\n");
+      free (words);
+      return 2;
+    }
+  }
+  rc = run_command (words, n, json, timeout);
+  free (words);
+  return rc;
 }

@@ -38,6 +38,7 @@
 #include "throttle-adapt-glue.h"
 #include "throttle-clock.h"
 #include "throttle-control-proto.h"
+#include "throttle-duration.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
 #include "throttle-lock.h"
@@ -87,28 +88,20 @@ struct throttle_adapt_export {
 
 /* --- configuration ------------------------------------------------------- */
 
-/* A target: a duration, or "off" (*ns = 0).  On error, *why says what
- * was wrong, for a message that names the parameter or command.
+/* A target: a duration (lib/throttle-duration.h), at most an hour, or
+ * "off" (*ns = 0).  On error, *why says what was wrong, for a message
+ * that names the parameter or command.
  */
 static int
 parse_target (const char *value, uint64_t *ns, const char **why)
 {
-  char *end;
-
   if (strcmp (value, "off") == 0) {
     *ns = 0;
     return 0;
   }
-  if (throttle_parse_duration (value, ns) == -1) {
-    /* A bare number: the unit is what is missing. */
-    if (value[0] >= '0' && value[0] <= '9' &&
-        (strtod (value, &end), *end == '\0'))
-      *why = strtod (value, NULL) == 0 ?
-        "must be greater than 0 (off for no target)" :
-        "a duration needs its unit (e.g. 5ms, 500us, 0.1s)";
-    else
-      *why = "expected a duration with its unit, at most 1 hour "
-        "(e.g. 5ms, 500us, 0.1s), or off";
+  if (throttle_parse_duration (value, ns) == -1 || *ns > 3600000000000ULL) {
+    *why = "expected a duration of at most 1 hour: seconds, or with a "
+      "unit s, ms, us or ns (e.g. 5ms, 500us, 0.1), or off";
     return -1;
   }
   if (*ns == 0) {

@@ -5,9 +5,7 @@
 
 #include <config.h>
 
-#include <errno.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +15,7 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-budget.h"
+#include "throttle-duration.h"
 #include "throttle-parse.h"
 
 int
@@ -111,13 +110,11 @@ throttle_parse_seconds (const char *key, const char *value,
                         double min, double max,
                         const char *expect, double *out)
 {
-  char *end;
+  uint64_t ns;
   double d;
 
-  errno = 0;
-  d = strtod (value, &end);
-  if (errno || end == value || *end != '\0' || !isfinite (d) ||
-      d < min || d > max) {
+  if (throttle_parse_duration (value, &ns) == -1 ||
+      (d = ns / 1e9) < min || d > max) {
     nbdkit_error ("%s=%s: %s", key, value, expect);
     return -1;
   }

@@ -46,8 +46,10 @@ extern int throttle_parse_word (const char *key, const char *value,
  */
 extern int throttle_parse_path (const char *key, const char *value,
                                 const char *expect, const char **out);
-/* A decimal number of seconds from min to max (nbdkit 1.32 has no
- * parser for fractions: all its mistakes are reported here).
+/* A duration from min to max seconds, in the grammar of every
+ * duration the filter and the tools read (lib/throttle-duration.h:
+ * seconds, or with a unit s, ms, us, ns; nbdkit 1.32 has no
+ * nbdkit_parse_delay).
  */
 extern int throttle_parse_seconds (const char *key, const char *value,
                                    double min, double max,
