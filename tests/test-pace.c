@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of the reply gate for nbdkit before 1.33.10
- * (plugin/throttle/throttle-pace.c), with nbdkit stood in: which
+ * (plugin/throttle/compat/throttle-pace.c), with nbdkit stood in: which
  * replies ask nbdkit whether the connection is closing (a successful
  * one at most once per THROTTLE_PACE_PROBE_US, an error one every
  * time, none once the answer was "closing"), and that once it is
@@ -21,7 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "throttle-pace.h"
+#include "throttle-compat.h"
 #include "check-main.h"
 
 /* --- nbdkit and throttle-quit.c, as far as the gate uses them --------- */

@@ -65,7 +65,8 @@
  *                   writeback   throttle_writeback_get_ready: refuses a
  *                               thread model that forbids background
  *                               writes; in writeback mode installs the
- *                               SIGABRT drain (throttle_abort_install).
+ *                               SIGABRT drain (throttle_abort_install,
+ *                               nbdkit < 1.33.10: throttle-compat.h).
  *                   throttle.c  reads are charged if the request threads
  *                               will be real-time.
  *                   remote      throttle_remote_get_ready: with the storage
@@ -186,7 +187,7 @@
  *                   guards      throttle_guards_unload: stops the
  *                               watcher (throttle_realtime_stop).
  *                   abort       throttle_abort_uninstall: the handler's code
- *                               goes with the filter.
+ *                               goes with the filter (nbdkit < 1.33.10).
  *                   metrics-file throttle_metrics_file_unload: the last
  *                               write, with the final numbers, after the
  *                               control thread (which rewrites it) and

@@ -33,7 +33,7 @@ extern bool throttle_quit_known;
 
 /* True once nbdkit is known to be shutting down: one atomic load, no
  * system call (what throttle_quit_confirm starts with).  Inline: every
- * reply asks (throttle-pace.h).
+ * reply asks, built against nbdkit before 1.33.10 (throttle-compat.h).
  */
 static inline bool
 throttle_quitting (void)

@@ -19,7 +19,7 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-config.h"
-#include "throttle-abort.h"
+#include "throttle-compat.h"
 #include "throttle-control-proto.h"
 #include "throttle-metrics.h"
 #include "throttle-parse.h"

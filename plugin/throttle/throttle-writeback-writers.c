@@ -23,7 +23,7 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-config.h"
-#include "throttle-abort.h"
+#include "throttle-compat.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
 #include "throttle-guards-config.h"

@@ -18,7 +18,7 @@
 
 #include <nbdkit-filter.h>
 
-#include "throttle-abort.h"
+#include "throttle-compat.h"
 #include "throttle-export.h"
 #include "throttle-parse.h"
 #include "throttle-quit.h"

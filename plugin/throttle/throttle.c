@@ -23,17 +23,16 @@
 
 #include <nbdkit-filter.h>
 
-#include "throttle-abort.h"
 #include "throttle-adapt-glue.h"
 #include "throttle-admit.h"
 #include "throttle-capacity.h"
+#include "throttle-compat.h"
 #include "throttle-config.h"
 #include "throttle-control.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
 #include "throttle-guards-config.h"
 #include "throttle-metrics-file.h"
-#include "throttle-pace.h"
 #include "throttle-parse.h"
 #include "throttle-quit.h"
 #include "throttle-realtime.h"
@@ -337,7 +336,7 @@ struct throttle_handle {
   int rt_peer;                  /* for throttle_realtime_close */
   uint32_t max_request;         /* throttle_guards_max_request, fixed */
   struct throttle_serve_conn conn;
-  struct throttle_pace pace;
+  struct throttle_pace pace;    /* nbdkit < 1.33.10: throttle-compat.h */
 };
 
 static int
@@ -490,9 +489,9 @@ too_large (struct throttle_handle *h, const char *op, uint32_t count,
  * allocate, whether or not its request is charged.
  */
 
-/* Every data callback returns through here: a reply of a closing
- * connection must not reach nbdkit together with another (see
- * throttle-pace.c).
+/* Every data callback returns through here: built against nbdkit
+ * before 1.33.10, a reply of a closing connection must not reach
+ * nbdkit together with another (throttle-compat.h).
  */
 static int
 reply (struct throttle_handle *h, int r)

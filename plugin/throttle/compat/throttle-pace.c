@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the replies of a closing connection, one at
- * a time (see throttle-pace.h).
+ * a time, for nbdkit before 1.33.10 (see throttle-compat.h).
  */
 
 #include <config.h>
@@ -15,10 +15,9 @@
 
 #include "throttle-clock.h"
 #include "throttle-lock.h"
-#include "throttle-pace.h"
+#include "throttle-compat.h"
 #include "throttle-quit.h"
 
-#if THROTTLE_PACE_ERRORS
 /* nbdkit before 1.33.10 (fixed upstream by commit 9d82aa4f) aborts
  * when a thread of a connection that has decided to send a reply (it
  * checked that the connection is not dead) finds the socket closed by
@@ -190,4 +189,3 @@ throttle_pace_gate (struct throttle_pace *p, int r, uint64_t now)
   throttle_pace_out_gate = p;
   pthread_setspecific (pace_key, p);
 }
-#endif /* THROTTLE_PACE_ERRORS */

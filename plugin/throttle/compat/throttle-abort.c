@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: writes acknowledged by writeback survive an
- * abort of nbdkit.
+ * abort of nbdkit before 1.33.10 (see throttle-compat.h).
  *
  * In writeback mode a write is acknowledged once it is in the pool; if
  * the process dies before a writer has put it on the backend, it is
@@ -43,7 +43,7 @@
 
 #include <nbdkit-filter.h>
 
-#include "throttle-abort.h"
+#include "throttle-compat.h"
 #include "throttle-parse.h"
 
 static long pending;                    /* atomic */

@@ -1,12 +1,42 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: the replies of a closing connection, one at
- * a time, for nbdkit before 1.33.10.
+/* nbdkit-throttle filter: the shims for nbdkit before 1.33.10, behind
+ * one seam.
+ *
+ * nbdkit from 1.32.4 up to 1.33.9 (Debian 12's 1.32.5) aborts
+ * (raw_send_socket's assertion; fixed upstream by commit 9d82aa4f)
+ * when replies of one connection race after its client has gone, which
+ * a client can provoke at will.  Two shims answer it:
+ *
+ * - the reply gate (throttle-pace.c): the filter's own replies of a
+ *   closing connection leave it one at a time;
+ * - the abort drain (throttle-abort.c): in writeback mode a SIGABRT
+ *   waits for the writers to put every acknowledged write on the
+ *   plugin before the process dies.
+ *
+ * configure defines THROTTLE_NBDKIT_OLD when nbdkit's headers are
+ * older than 1.33.10 and only then builds those two files.  Against a
+ * later nbdkit every hook below is a static inline that does nothing,
+ * and no code of theirs is in the filter (tests/test-compat-seam.sh
+ * checks the .so): there an abort is a bug, and loses what a write-
+ * behind cache holds, as SIGSEGV and SIGKILL do.
+ *
+ * Not a shim: the shutdown prober (throttle-quit.c).  In every nbdkit
+ * up to at least 1.44.1 nbdkit_nanosleep fails alike when the server
+ * shuts down and when the client is done, and only the first may end
+ * a wait.
  *
  * When each hook is called, and why then: throttle-lifecycle.h.
+ * Include <config.h> first: it says which half of this header holds.
  */
 
-#ifndef THROTTLE_PACE_H
-#define THROTTLE_PACE_H
+#ifndef THROTTLE_COMPAT_H
+#define THROTTLE_COMPAT_H
+
+#ifndef PACKAGE_NAME
+#error "include <config.h> before throttle-compat.h"
+#endif
+
+#ifdef THROTTLE_NBDKIT_OLD
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,20 +48,7 @@
 #include "throttle-clock.h"
 #include "throttle-quit.h"
 
-/* Replies of a closing connection are gated only for nbdkit before
- * 1.33.10, which aborts when they race (raw_send_socket's assertion;
- * fixed upstream by commit 9d82aa4f): see throttle-pace.c.
- * -DTHROTTLE_PACE_ERRORS=1 forces it on, to measure what it costs.
- */
-#ifndef THROTTLE_PACE_ERRORS
-#if NBDKIT_VERSION_MAJOR == 1 && \
-  (NBDKIT_VERSION_MINOR < 33 || \
-   (NBDKIT_VERSION_MINOR == 33 && NBDKIT_VERSION_MICRO < 10))
-#define THROTTLE_PACE_ERRORS 1
-#else
-#define THROTTLE_PACE_ERRORS 0
-#endif
-#endif
+/* --- the reply gate (throttle-pace.c) -------------------------------- */
 
 /* How long the first reply of a closing connection waits for nbdkit's
  * threads blocked reading to see the close, and the longest a reply
@@ -45,7 +62,6 @@
  */
 #define THROTTLE_PACE_PROBE_US 1000
 
-#if THROTTLE_PACE_ERRORS
 /* Per connection: the gate its replies pass one at a time once it is
  * closing.  Lock rule: lock guards out and first_done; cond is
  * broadcast when out is cleared.  next_probe_ns is atomic, read by
@@ -112,7 +128,34 @@ throttle_pace_reply (struct throttle_pace *p, int r)
   }
   throttle_pace_gate (p, r, now);
 }
-#else
+
+/* --- the abort drain (throttle-abort.c) ------------------------------ */
+
+/* Call in .get_ready in writeback mode; returns -1 after nbdkit_error. */
+extern int throttle_abort_install (void);
+/* Call in .unload. */
+extern void throttle_abort_uninstall (void);
+/* Called from the write-behind modules (throttle-writeback*.c)
+ * whenever an acknowledged write is queued (+1) or is on the backend
+ * or has failed (-1).
+ */
+extern void throttle_abort_pending (long delta);
+/* Called before a write is acknowledged into the pool: once an abort
+ * is draining the pool, never returns (the process is about to die,
+ * and the write is not acknowledged).
+ */
+extern void throttle_abort_hold (void);
+/* Called at the start of each writer thread: the drain waits for the
+ * writers, so it must not run on one (a SIGABRT sent to the process is
+ * then handled by another thread).
+ */
+extern void throttle_abort_writer_thread (void);
+
+/* How long an abort waits for the writers at most. */
+#define THROTTLE_ABORT_DRAIN_SECS 10
+
+#else /* nbdkit 1.33.10 or later: the same hooks, doing nothing */
+
 struct throttle_pace {
   char unused;
 };
@@ -121,6 +164,13 @@ static inline void throttle_pace_init (struct throttle_pace *p) { }
 static inline void throttle_pace_destroy (struct throttle_pace *p) { }
 static inline void throttle_pace_enter (void) { }
 static inline void throttle_pace_reply (struct throttle_pace *p, int r) { }
-#endif
 
-#endif /* THROTTLE_PACE_H */
+static inline int throttle_abort_install (void) { return 0; }
+static inline void throttle_abort_uninstall (void) { }
+static inline void throttle_abort_pending (long delta) { }
+static inline void throttle_abort_hold (void) { }
+static inline void throttle_abort_writer_thread (void) { }
+
+#endif /* THROTTLE_NBDKIT_OLD */
+
+#endif /* THROTTLE_COMPAT_H */
