@@ -19,7 +19,6 @@
 #include "throttle-config.h"
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
-#include "throttle-size.h"
 #include "check-main.h"
 
 /* A name that needs every kind of escape in JSON: a quote, a control
@@ -42,35 +41,6 @@ void
 nbdkit_error (const char *fmt, ...)
 {
   errors_logged++;
-}
-
-/* nbdkit's grammar (lib/throttle-size.c, which tests/test-size.c
- * holds to nbdkit's own cases), so that `set` meets here the sizes it
- * meets under nbdkit.
- */
-int64_t
-nbdkit_parse_size (const char *str)
-{
-  const char *why, *where;
-  int64_t v;
-
-  if (throttle_size_parse (str, &v, &why, &where) == -1) {
-    nbdkit_error ("%s: %s", why, where);
-    return -1;
-  }
-  return v;
-}
-
-int
-nbdkit_parse_unsigned (const char *what, const char *str, unsigned *rp)
-{
-  abort ();                   /* no command takes one */
-}
-
-int
-nbdkit_parse_bool (const char *str)
-{
-  abort ();                   /* no command takes one */
 }
 
 /* --- two features --------------------------------------------------- */

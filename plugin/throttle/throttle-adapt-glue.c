@@ -197,9 +197,15 @@ throttle_adapt_config_complete (void)
     return -1;
   }
   else if (config_floor > ceiling) {
-    nbdkit_error ("throttle-min-capacity=%" PRIu64 " is above "
-                  "throttle-capacity=%" PRIu64 ": the floor cannot be "
-                  "above the ceiling", config_floor, ceiling);
+    if (throttle_config.capacity_text)
+      nbdkit_error ("throttle-min-capacity=%s: above throttle-capacity=%s: "
+                    "the floor cannot be above the ceiling",
+                    config_floor_text, throttle_config.capacity_text);
+    else
+      nbdkit_error ("throttle-min-capacity=%s: above %" PRIu64 ", the "
+                    "default throttle-capacity under throttle-metric=%s: "
+                    "the floor cannot be above the ceiling",
+                    config_floor_text, ceiling, throttle_config.metric.name);
     return -1;
   }
   if (config_target_ns)

@@ -421,7 +421,7 @@ throttle_control_config (const char *key, const char *value)
     struct sockaddr_un sun;
 
     if (value[0] == '\0') {
-      nbdkit_error ("throttle-control: empty value: expected the path "
+      nbdkit_error ("throttle-control=: empty value: expected the path "
                     "of a Unix socket");
       return -1;
     }

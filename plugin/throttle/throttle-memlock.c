@@ -176,10 +176,17 @@ size_reserve (int thread_model)
                                 KERNEL_REQUEST);
   ram = (uint64_t) sysconf (_SC_PHYS_PAGES) * sysconf (_SC_PAGESIZE);
   if (!throttle_reserve_fits (reserve_size, ram)) {
-    nbdkit_error ("throttle-reserve: %zu bytes is more than half of RAM "
-                  "(%" PRIu64 " bytes): set throttle-reserve (or "
-                  "throttle-threads) to what nbdkit's workers can need, "
-                  "or 0 for no reserve", reserve_size, ram);
+    if (gp->reserve_text)
+      nbdkit_error ("throttle-reserve=%s: more than half of RAM (%" PRIu64
+                    " bytes): set it to what nbdkit's workers can need, "
+                    "or 0 for no reserve", gp->reserve_text, ram);
+    else
+      nbdkit_error ("throttle-threads=%u: the default throttle-reserve, "
+                    "%zu bytes for as many workers, is more than half of "
+                    "RAM (%" PRIu64 " bytes): set throttle-threads (or "
+                    "throttle-reserve) to what nbdkit's workers can need, "
+                    "or throttle-reserve=0 for no reserve",
+                    gp->threads, reserve_size, ram);
     return -1;
   }
   return 0;
