@@ -165,6 +165,35 @@ done
 ! grep -q "never throttles" "$tmp/out" ||
   { cat "$tmp/out"; fail "a capacity of RAM's pages warned"; }
 
+# A latency target with reads charged starts, with the one warning the
+# filter's page promises: the target protects uncharged reads only
+# (nbdkit-throttle-design(1), "Reads must not be charged").  Charged by
+# throttle-reads everywhere; by throttle-rt=on where real-time is
+# permitted (elsewhere rt=on refuses to start, which test-guards.sh
+# checks).  Uncharged, no such warning.
+# target_warning ARGS...: the warning lines about the target.
+target_warning ()
+{
+  "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M \
+    throttle-latency-target=5ms "$@" --run true >"$tmp/out" 2>&1 ||
+    { cat "$tmp/out"; fail "refused: throttle-latency-target=5ms $*"; }
+  grep 'warning: throttle-latency-target=' "$tmp/out" || :
+}
+why="a read waits for credit behind writes, on top of the latency the target keeps, so the target cannot keep reads within it; it protects uncharged reads only"
+[ "$(target_warning throttle-reads=on throttle-rt=off)" = \
+  "nbdkit: throttle: warning: throttle-latency-target=5ms: reads are charged (throttle-reads=on): $why: set throttle-reads=false" ] ||
+  { cat "$tmp/out"; fail "throttle-reads=on: not the one warning that the target cannot protect charged reads"; }
+if probe_rt; then
+  [ "$(target_warning throttle-rt=on)" = \
+    "nbdkit: throttle: warning: throttle-latency-target=5ms: reads are charged (throttle-rt=on: real-time request threads charge them): $why: set throttle-rt=off" ] ||
+    { cat "$tmp/out"; fail "throttle-rt=on: not the one warning that the target cannot protect charged reads"; }
+else
+  echo "note: real-time not permitted here: the warning under throttle-rt=on not tested"
+fi
+[ -z "$(target_warning throttle-rt=off)" ] ||
+  { cat "$tmp/out"; fail "uncharged reads: warned about the target"; }
+echo "ok: a latency target over charged reads warns once, naming why and the fix"
+
 "$NBDKIT" --filter="$THROTTLE_FILTER" memory --help >"$tmp/help" 2>&1
 for p in throttle-capacity throttle-metric throttle-reads throttle-split; do
   grep -q "^$p=" "$tmp/help" || fail "--help does not list $p"

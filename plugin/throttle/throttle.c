@@ -45,6 +45,8 @@
 
 static const char *metric_spec = "bytes";
 static uint64_t server_capacity;        /* 0 = throttle-capacity */
+static const char *reads_text;          /* throttle-reads as given */
+static bool reads_asked;                /* ... and it said true */
 static struct throttle_budget server_budget;
 static bool started;                    /* .after_fork was called */
 
@@ -83,8 +85,13 @@ own_config (const char *key, const char *value)
     metric_spec = value;
     return 1;
   }
-  if (strcmp (key, "throttle-reads") == 0)
-    return throttle_parse_bool (key, value, &throttle_config.charge_reads);
+  if (strcmp (key, "throttle-reads") == 0) {
+    reads_text = value;
+    if (throttle_parse_bool (key, value, &throttle_config.charge_reads) == -1)
+      return -1;
+    reads_asked = throttle_config.charge_reads;
+    return 1;
+  }
   if (strcmp (key, "throttle-split") == 0)
     return throttle_parse_bool (key, value, &throttle_config.split);
   return 0;
@@ -270,6 +277,36 @@ throttle_config_complete (nbdkit_next_config_complete *next,
 /* nbdkit's final thread model, from .get_ready. */
 static int final_thread_model;
 
+/* Why reads are charged, for the latency target's warning, into buf:
+ * throttle-reads as written, or the real-time guard's setting, or both; the
+ * parameters that uncharge them into *fix.  The caller's duty: reads
+ * are charged (throttle_config.charge_reads, final in .get_ready).
+ */
+static void
+reads_charged_by (char *buf, size_t len, const char **fix)
+{
+  const char *key = throttle_guards_key (THROTTLE_GIVEN_RT, "throttle-rt");
+  bool rt = throttle_guards_rt_active ();
+  bool asked = reads_asked;
+  size_t n = 0;
+
+  buf[0] = '\0';
+  if (asked)
+    n = snprintf (buf, len, "throttle-reads=%s%s", reads_text,
+                  rt ? "; and " : "");
+  if (rt && n < len) {
+    if (throttle_guards_params.rt == THROTTLE_GUARD_ON)
+      snprintf (buf + n, len - n, "%s=on: real-time request threads "
+                "charge them", key);
+    else
+      snprintf (buf + n, len - n, "throttle-rt=auto: the request threads "
+                "may become real-time here, and real-time threads charge "
+                "them");
+  }
+  *fix = asked && rt ? "throttle-rt=off and throttle-reads=false" :
+    rt ? "throttle-rt=off" : "throttle-reads=false";
+}
+
 static int
 throttle_get_ready (int thread_model)
 {
@@ -284,6 +321,13 @@ throttle_get_ready (int thread_model)
     throttle_config.charge_reads = true;
     nbdkit_debug ("throttle: request threads are or may become real-time: "
                   "reads are charged");
+  }
+  if (throttle_config.charge_reads) {
+    char why[256];
+    const char *fix;
+
+    reads_charged_by (why, sizeof why, &fix);
+    throttle_adapt_get_ready (why, fix);
   }
   throttle_remote_get_ready ();
   throttle_verdict_get_ready ();
