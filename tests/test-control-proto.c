@@ -252,7 +252,8 @@ END_TEST
 /* set goes to the feature that added the command, with the named
  * export held for the call; a bad set lists every command added.
  */
-/* The metrics: the stats as a monitor scrapes them, each family once,
+/* The metrics: the stats as a monitor scrapes them, each family once
+ * under a name that is the same whatever the metric,
  * the name escaped as a label value (only the quote; the control
  * character is valid there; the byte that is not UTF-8 becomes
  * U+FFFD), and the end a client reads up to.
@@ -260,18 +261,19 @@ END_TEST
 START_TEST (test_metrics)
 {
   static const char *const lines[] = {
-    "nbdkit_throttle_info{metric=\"bytes\"} 1\n",
+    "nbdkit_throttle_info{metric=\"bytes\",unit=\"bytes\"} 1\n",
     "nbdkit_throttle_exports 2\n",
-    "nbdkit_throttle_default_capacity_bytes 262144\n",
-    "nbdkit_throttle_capacity_bytes{export=\"\"} 262144\n",
-    "nbdkit_throttle_capacity_bytes{export=\"a b\\\"c\x01\xef\xbf\xbd\"} 262144\n",
-    "nbdkit_throttle_server_capacity_bytes 2097152\n",
+    "nbdkit_throttle_default_capacity_units 262144\n",
+    "nbdkit_throttle_capacity_units{export=\"\"} 262144\n",
+    "nbdkit_throttle_capacity_units{export=\"a b\\\"c\x01\xef\xbf\xbd\"} 262144\n",
+    "nbdkit_throttle_server_capacity_units 2097152\n",
     "nbdkit_throttle_connections{export=\"\"} 0\n",
     "nbdkit_throttle_connections{export=\"a b\\\"c\x01\xef\xbf\xbd\"} 1\n",
-    "nbdkit_throttle_charged_bytes_total{export=\"\"} 0\n",
+    "nbdkit_throttle_charged_units_total{export=\"\"} 0\n",
     "nbdkit_throttle_wait_seconds_total{export=\"\"} 0.000000000\n",
-    "# TYPE nbdkit_throttle_charged_bytes_total counter\n",
-    "# TYPE nbdkit_throttle_in_flight_bytes gauge\n",
+    /* A counter is declared by its family's name (OpenMetrics). */
+    "# TYPE nbdkit_throttle_charged_units counter\n",
+    "# TYPE nbdkit_throttle_in_flight_units gauge\n",
   };
   char *r = ask ("metrics"), *p;
   size_t i, n = strlen (r);
