@@ -101,7 +101,9 @@ mkdir "$tmp/mdir"
 pid=$!
 _pids+=("$pid")
 wait_for_socket "$tmp/gone.sock" "$pid" || fail "no NBD socket"
-rm -rf "$tmp/mdir"
+# Renamed away at once (rm -rf races the server's next temporary file
+# and can fail "Directory not empty"); removed when the server is gone.
+mv "$tmp/mdir" "$tmp/mdir.gone"
 failed_write ()
 {
   grep -c "throttle-metrics-file=$tmp/mdir/m.prom: creating a temporary file beside it: No such file or directory: it keeps its last metrics" "$tmp/gone.log"
