@@ -98,8 +98,8 @@ own_config (const char *key, const char *value)
 }
 
 /* The filter's keys seen so far, with their values (nbdkit keeps both
- * for the server's life).  More than there are keys: an unknown one is
- * refused before it is kept.
+ * for the server's life).  More than there are keys: an unknown one
+ * stops nbdkit at once.
  */
 #define MAX_KEYS 64
 static struct { const char *key, *value; } seen[MAX_KEYS];
