@@ -121,12 +121,12 @@ turned_off (const struct guard *g)
  * asked for it.
  */
 static void
-required (const struct guard *g, const char *fmt, const char *what)
+required (const struct guard *g, const char *what)
 {
   const char *by = throttle_guards_key (g->given, g->key);
 
   throttle_verdict_refused (g->reason, by, "on", g->fix[by != g->key],
-                            fmt, what);
+                            "%s", what);
 }
 
 /* A guard the kernel refused: for "on" fatal, once every guard was
@@ -140,7 +140,7 @@ refused (const struct guard *g, enum throttle_guard_mode mode, int err)
 
   if (mode == THROTTLE_GUARD_ON) {
     snprintf (what, sizeof what, "%s: %s", g->what, throttle_errtext (err));
-    required (g, "%s", what);
+    required (g, what);
     return;
   }
   nbdkit_debug ("throttle: %s=auto: %s: %s",
@@ -242,17 +242,17 @@ probe_guards (void)
     /* With throttling off a runaway SCHED_FIFO thread owns its CPU. */
     if (rt_runtime_us () == -1) {
       if (gp->rt == THROTTLE_GUARD_ON)
-        required (&rt, "%s", "the kernel's real-time throttling is "
-                  "disabled (kernel.sched_rt_runtime_us = -1), and "
-                  "SCHED_FIFO threads could starve the machine: restore it "
-                  "(e.g. sysctl kernel.sched_rt_runtime_us=950000)");
+        required (&rt, "the kernel's real-time throttling is disabled "
+                  "(kernel.sched_rt_runtime_us = -1), and SCHED_FIFO "
+                  "threads could starve the machine: restore it (e.g. "
+                  "sysctl kernel.sched_rt_runtime_us=950000)");
       else {
-      nbdkit_debug ("throttle: throttle-rt=auto: kernel.sched_rt_runtime_us "
-                    "= -1 (real-time throttling disabled): not using "
-                    "SCHED_FIFO");
-      throttle_verdict_missing (THROTTLE_SWAP_RT,
-                                "kernel.sched_rt_runtime_us is -1: real-time "
-                                "throttling disabled");
+        nbdkit_debug ("throttle: throttle-rt=auto: "
+                      "kernel.sched_rt_runtime_us = -1 (real-time "
+                      "throttling disabled): not using SCHED_FIFO");
+        throttle_verdict_missing (THROTTLE_SWAP_RT,
+                                  "kernel.sched_rt_runtime_us is -1: "
+                                  "real-time throttling disabled");
       }
     }
     else {
