@@ -7,7 +7,8 @@
  * what is wrong or what the parameter expects.  So nbdkit's own
  * parsers, which log a line of their own that names no parameter, are
  * not called: sizes are read by lib/throttle-size.h (nbdkit_parse_size's
- * grammar), booleans and whole numbers here, in nbdkit's grammar.
+ * grammar), booleans here in nbdkit_parse_bool's, whole numbers here as
+ * decimal digits only.
  *
  * Each throttle_parse_* returns 1 when the value is good (what a
  * throttle_*_config function returns for a key of its own), -1 after
@@ -15,12 +16,6 @@
  * control socket, which replies instead of logging, uses
  * throttle_size_in.
  */
-
-/* What nbdkit_parse_bool takes (any case but the digits), for every
- * message that asks for a boolean.
- */
-#define THROTTLE_BOOL_WORDS \
-  "true or false (also on/off, yes/no, t/f, y/n, 1/0)"
 
 #ifndef THROTTLE_PARSE_H
 #define THROTTLE_PARSE_H
@@ -30,6 +25,12 @@
 #include <stdint.h>
 
 #include "throttle-metric.h"
+
+/* What nbdkit_parse_bool takes (any case but the digits), for every
+ * message that asks for a boolean.
+ */
+#define THROTTLE_BOOL_WORDS \
+  "true or false (also on/off, yes/no, t/f, y/n, 1/0)"
 
 extern int throttle_parse_size (const char *key, const char *value,
                                 int64_t min, int64_t max,
