@@ -108,30 +108,30 @@ throttle_metric_load (const char *spec, struct throttle_metric *m,
   /* Like nbdkit's plugin names: a name with a '/' is a path. */
   if (strchr (spec, '/') == NULL) {
     snprintf (err, errlen,
-              "unknown metric '%s': expected bytes, pages, requests "
-              "or the path of a shared object", spec);
+              "unknown metric: expected bytes, pages, requests "
+              "or the path of a shared object");
     return -1;
   }
 
   dl = dlopen (spec, RTLD_NOW | RTLD_LOCAL);
   if (dl == NULL) {
-    snprintf (err, errlen, "cannot load metric %s: %s", spec, dlerror ());
+    snprintf (err, errlen, "cannot load: %s", dlerror ());
     return -1;
   }
   dlerror ();
   m->fn = (throttle_metric_fn *) dlsym (dl, "throttle_metric");
   if (m->fn == NULL) {
     snprintf (err, errlen,
-              "metric %s does not define the symbol throttle_metric", spec);
+              "does not define the symbol throttle_metric");
     dlclose (dl);
     return -1;
   }
   version = dlsym (dl, "throttle_metric_api_version");
   if (version && *version != THROTTLE_METRIC_API_VERSION) {
     snprintf (err, errlen,
-              "metric %s was built for metric API version %d, "
+              "built for metric API version %d, "
               "this filter has version %d",
-              spec, *version, THROTTLE_METRIC_API_VERSION);
+              *version, THROTTLE_METRIC_API_VERSION);
     dlclose (dl);
     return -1;
   }

@@ -28,8 +28,9 @@ struct throttle_metric {
 };
 
 /* Look up a built-in metric by name, or load a user metric if 'spec'
- * contains a '/'.  On error returns -1 and writes a message naming what
- * was wrong into err[0..errlen-1].
+ * contains a '/'.  On error returns -1 and writes a message saying what
+ * was wrong into err[0..errlen-1], without spec: the caller names it
+ * ("throttle-metric=SPEC: " and the message).
  */
 extern int throttle_metric_load (const char *spec, struct throttle_metric *m,
                                  char *err, size_t errlen);

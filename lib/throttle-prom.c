@@ -5,8 +5,10 @@
 
 #include <config.h>
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "throttle-json.h"
 #include "throttle-prom.h"
@@ -15,7 +17,15 @@ void
 throttle_prom_family (FILE *fp, const char *name, const char *type,
                       const char *help)
 {
-  fprintf (fp, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+  int len = strlen (name);
+
+  /* A counter's family: its samples' name less "_total". */
+  if (strcmp (type, "counter") == 0) {
+    assert (len > 6 && strcmp (name + len - 6, "_total") == 0);
+    len -= 6;
+  }
+  fprintf (fp, "# HELP %.*s %s\n# TYPE %.*s %s\n",
+           len, name, help, len, name, type);
 }
 
 void

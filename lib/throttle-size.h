@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: sizes read as nbdkit reads them.
  *
- * The filter reads its size parameters with nbdkit_parse_size, so
- * that `throttle-capacity=64M` means what `size=64M` means to any
+ * `throttle-capacity=64M` must mean what `size=64M` means to any
  * nbdkit plugin.  The tools (throttle-ctl, throttle-load) cannot call
  * nbdkit_parse_size (it lives in the nbdkit server), and each once
  * had a parser of its own that took a different set of sizes: a size
- * an operator typed to one was refused by another.  This is the one
- * grammar the tools use, nbdkit_parse_size's as of nbdkit 1.32 to
+ * an operator typed to one was refused by another.  The filter does
+ * not call it either: it logs an error line of its own that names no
+ * parameter, before the filter's.  This is the one grammar the
+ * filter and the tools use, nbdkit_parse_size's as of nbdkit 1.32 to
  * 1.44 (human_size_parse in nbdkit's common/include/human-size.h),
  * written anew; tests/test-size.c checks it against nbdkit's own
  * table of cases.

@@ -1,14 +1,21 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: BSD-3-Clause
-"""The metrics of tests/test-metrics.sh, read with a real parser
-(prometheus_client, Debian's python3-prometheus-client).
+"""The metrics of tests/test-metrics.sh, read with both of
+prometheus_client's parsers (Debian's python3-prometheus-client): its
+OpenMetrics parser, strict, which must read the text whole (each family
+typed, once, the counters declared as OpenMetrics declares them, the
+text ending in "# EOF"), and its Prometheus text format parser, which
+must read the same samples (it reads the counters as untyped: the two
+formats declare a counter's family differently).
 
   metrics-check.py live NBD_SOCKET CTL_SOCKET METRICS_FILE
       under a known load (N writes of known size to the default export
       and to two exports whose names need escaping, their connections
       kept open), check that the control command "metrics", throttle-ctl
       metrics and the metrics file parse, that every family is typed
-      and named as the format wants, that each value is the one the
+      and named as the format wants (the same names whatever
+      throttle-metric says, its unit in nbdkit_throttle_info), that
+      each value is the one the
       JSON "stats" gives at the same moment (the load is over: nothing
       moves) and the one the load implies, and that the file is
       rewritten.  Prints "ok: ..." per check; exits 1 if one failed.
@@ -38,7 +45,10 @@ import subprocess
 import sys
 import time
 
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families)
+from prometheus_client.parser import (
+    text_string_to_metric_families as prometheus_families)
 
 from throttle_control import Control, bad, check, ok
 import throttle_control
@@ -52,9 +62,9 @@ WRITES = {"": 16, NAMES[1]: 8, NAMES[2]: 3}
 SIZE = {"": 65536, NAMES[1]: 4096, NAMES[2]: 12288}
 
 # The families of a budget's statistics: their JSON member, whether
-# they count the metric's units (then the unit is in the name), their
-# type, whether the JSON's nanoseconds are seconds here, and whether
-# the server-wide budget has them too.
+# they count the metric's units (then their name ends in _units,
+# whatever the metric), their type, whether the JSON's nanoseconds are
+# seconds here, and whether the server-wide budget has them too.
 BUDGET = [
     # name, json, units, counter, ns, server
     ("capacity", "capacity", True, False, False, True),
@@ -72,11 +82,11 @@ BUDGET = [
 ]
 
 
-def family_name(base, units, unit, server=False):
+def family_name(base, units, server=False):
     """The family's name as the parser gives it (a counter's without
     _total)."""
     return (PREFIX + ("server_" if server else "") + base +
-            ("_" + unit if units else ""))
+            ("_units" if units else ""))
 
 
 def read_metrics(ctl_sock):
@@ -95,11 +105,23 @@ def read_metrics(ctl_sock):
     return buf.decode()
 
 
+def samples(families):
+    """Every sample of families, comparable across the two parsers."""
+    return sorted((s.name, tuple(sorted(s.labels.items())), float(s.value))
+                  for f in families for s in f.samples)
+
+
 def parse(text, what):
-    """{family name: (type, [samples])}, after checking that the text
-    is the format the parser reads whole: each family typed, once."""
+    """{family name: (type, [samples])} as the OpenMetrics parser reads
+    the text, after checking that it reads it whole (each family typed,
+    once) and that the Prometheus text parser reads the same samples."""
     fams = {}
-    for f in text_string_to_metric_families(text):
+    try:
+        families = list(openmetrics_families(text))
+    except ValueError as e:
+        bad("%s: the OpenMetrics parser refuses it: %s" % (what, e))
+        return fams
+    for f in families:
         if f.name in fams:
             bad("%s: family %s appears twice (its samples are not "
                 "together)" % (what, f.name))
@@ -109,6 +131,13 @@ def parse(text, what):
         fams[f.name] = (f.type, f.samples)
     check(text.endswith("\n# EOF\n"), "%s: ends with # EOF" % what)
     check(len(fams) > 20, "%s: %d families parsed" % (what, len(fams)))
+    try:
+        same = samples(prometheus_families(text)) == samples(families)
+    except ValueError as e:
+        bad("%s: the Prometheus text parser refuses it: %s" % (what, e))
+        return fams
+    check(same, "%s: the Prometheus text parser reads the same %d samples"
+          % (what, len(samples(families))))
     return fams
 
 
@@ -133,7 +162,7 @@ def compare(fams, stats, what):
     exports = {e["name"]: e for e in stats["exports"]}
     wrong = 0
     for base, member, units, counter, ns, server in BUDGET:
-        name = family_name(base, units, unit)
+        name = family_name(base, units)
         typ = fams.get(name, (None,))[0]
         if typ != ("counter" if counter else "gauge"):
             bad("%s: %s is %s" % (what, name, typ))
@@ -145,7 +174,7 @@ def compare(fams, stats, what):
             wrong += 1
         pairs = [(name, e, exports[e][member]) for e in exports]
         if server:
-            pairs.append((family_name(base, units, unit, True), None,
+            pairs.append((family_name(base, units, True), None,
                           stats["server"][member]))
         for n, e, want in pairs:
             got = value(fams, n, e, what)
@@ -156,13 +185,14 @@ def compare(fams, stats, what):
                     % (what, n, e, got, want))
                 wrong += 1
     for n, want in ((PREFIX + "exports", stats["exports_total"]),
-                    (PREFIX + "default_capacity_" + unit,
+                    (PREFIX + "default_capacity_units",
                      stats["default_capacity"])):
         if value(fams, n, None, what) != want:
             bad("%s: %s is not %r" % (what, n, want))
             wrong += 1
     info = fams.get(PREFIX + "info", (None, []))[1]
-    if [s.labels for s in info] != [{"metric": stats["metric"]}]:
+    if [s.labels for s in info] != [{"metric": stats["metric"],
+                                     "unit": unit}]:
         bad("%s: info is %r" % (what, info))
         wrong += 1
     check(wrong == 0, "%s: every value is the JSON stats' (%d exports)"
@@ -214,10 +244,10 @@ def live(nbd_sock, ctl_sock, mfile):
     for name in NAMES:
         want = WRITES[name] * SIZE[name]
         total += want
-        check(value(fams, PREFIX + "charged_bytes", name) == want and
+        check(value(fams, PREFIX + "charged_units", name) == want and
               value(fams, PREFIX + "admitted_requests", name) ==
               WRITES[name] and
-              value(fams, PREFIX + "in_flight_bytes", name) == 0 and
+              value(fams, PREFIX + "in_flight_units", name) == 0 and
               value(fams, PREFIX + "connections", name) == 1,
               "export %r: %d bytes charged in %d admissions, as written"
               % (name, want, WRITES[name]))
@@ -225,7 +255,7 @@ def live(nbd_sock, ctl_sock, mfile):
     # and nothing was charged to it until the second name opened
     # (nbdkit-throttle-filter(1), "One budget per export").
     server = total - WRITES[""] * SIZE[""]
-    check(value(fams, PREFIX + "server_charged_bytes") == server,
+    check(value(fams, PREFIX + "server_charged_units") == server,
           "the server-wide budget charged the %d bytes written once a "
           "second export was open" % server)
     # The escapes as the format writes them, not only as parsed back.
@@ -251,7 +281,7 @@ def live(nbd_sock, ctl_sock, mfile):
             except FileNotFoundError:
                 continue
             ffams = parse(ftext, "the metrics file")
-            if value(ffams, PREFIX + "server_charged_bytes") == server:
+            if value(ffams, PREFIX + "server_charged_units") == server:
                 break
         time.sleep(0.1)
     else:
@@ -321,8 +351,8 @@ def writeback(nbd_sock, ctl_sock):
 def final(mfile, charged):
     with open(mfile) as f:
         fams = parse(f.read(), "the final metrics file")
-    check(value(fams, PREFIX + "charged_bytes", "") == int(charged) and
-          value(fams, PREFIX + "server_in_flight_bytes") == 0,
+    check(value(fams, PREFIX + "charged_units", "") == int(charged) and
+          value(fams, PREFIX + "server_in_flight_units") == 0,
           "the metrics file holds the final numbers (%s bytes charged, "
           "nothing in flight)" % charged)
 

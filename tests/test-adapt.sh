@@ -25,10 +25,10 @@ start_refused "throttle-latency-target=2h: expected a duration" throttle-latency
 start_refused "throttle-min-capacity=0: must be greater than 0" throttle-min-capacity=0
 start_refused "throttle-min-capacity=lots: not a size" throttle-min-capacity=lots
 start_refused "throttle-min-capacity=-1: not a size" throttle-min-capacity=-1
-start_refused "throttle-min-capacity=2097152 is above throttle-capacity=1048576" \
+start_refused "throttle-min-capacity=2M: above throttle-capacity=1M" \
     throttle-capacity=1M throttle-min-capacity=2M throttle-latency-target=5ms
 # The floor is checked with or without a target: one can be set live.
-start_refused "throttle-min-capacity=2097152 is above throttle-capacity=1048576" \
+start_refused "throttle-min-capacity=2M: above throttle-capacity=1M" \
     throttle-capacity=1M throttle-min-capacity=2M
 "$NBDKIT" --filter="$THROTTLE_FILTER" memory --help >"$tmp/help" 2>&1
 for p in throttle-latency-target throttle-min-capacity; do

@@ -38,7 +38,7 @@ expect_refusal "throttle-stats-interval=abc" "throttle-stats-interval=abc" \
   throttle-stats-interval=abc
 expect_refusal "throttle-stats-interval=0" "throttle-stats-interval=0" \
   throttle-stats-interval=0
-expect_refusal "throttle-control= (empty)" "throttle-control: empty" \
+expect_refusal "throttle-control= (empty)" "throttle-control=: empty value" \
   throttle-control=
 expect_refusal "a control path too long" "too long" \
   throttle-control="$tmp/$(printf 'x%.0s' $(seq 120))"

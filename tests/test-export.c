@@ -40,24 +40,6 @@ nbdkit_error (const char *fmt, ...)
   __atomic_add_fetch (&errors_logged, 1, __ATOMIC_RELAXED);
 }
 
-int64_t
-nbdkit_parse_size (const char *str)
-{
-  abort ();                     /* the registry parses nothing */
-}
-
-int
-nbdkit_parse_unsigned (const char *what, const char *str, unsigned *rp)
-{
-  abort ();
-}
-
-int
-nbdkit_parse_bool (const char *str)
-{
-  abort ();
-}
-
 /* --- a feature with state per export --------------------------------- */
 
 static long feature_live;       /* states attached and not detached */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# The metrics a monitor scrapes, read with a real parser (Debian's
-# python3-prometheus-client): the control command "metrics",
+# The metrics a monitor scrapes, read with both of Python's parsers
+# (Debian's python3-prometheus-client: OpenMetrics, and the Prometheus
+# text format): the control command "metrics",
 # throttle-ctl metrics and throttle-metrics-file agree with the JSON
 # stats under a known load, and with the load itself; export names
 # that need escaping are escaped; the file appears at start, is
@@ -12,7 +13,7 @@ source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 requires_file "$THROTTLE_FILTER"
 requires_file "$THROTTLE_CTL"
 requires $PY -c 'import nbd'
-requires $PY -c 'import prometheus_client.parser'
+requires $PY -c 'import prometheus_client.parser, prometheus_client.openmetrics.parser'
 
 check=$srcdir/metrics-check.py
 # Ordinary throttling: no guard's warning in the logs read below.
@@ -40,16 +41,33 @@ left=$(find "$tmp" -name '.*.??????')
   fail "a refused start printed the summary"
 echo "ok: a refused start prints no summary and leaves no file"
 
-# The unit in the names follows the metric.
-# shellcheck disable=SC2086
-"$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M throttle-metric=pages \
-  throttle-control="$tmp/pages.ctl" $quiet \
-  --run "'$THROTTLE_CTL' '$tmp/pages.ctl' metrics" >"$tmp/pages.out" 2>&1 ||
-  { cat "$tmp/pages.out"; fail "throttle-ctl metrics under pages"; }
-grep -Eq '^nbdkit_throttle_capacity_pages\{export=""\} [1-9][0-9]*$' \
-  "$tmp/pages.out" && ! grep -q '_bytes' "$tmp/pages.out" ||
-  { cat "$tmp/pages.out"; fail "the capacity not in pages under throttle-metric=pages"; }
-echo "ok: under throttle-metric=pages the names count pages"
+# The names do not follow the metric, so that a dashboard is written
+# once: the same families under every metric, the unit in the info
+# metric's label.
+families ()
+{
+  grep '^# TYPE ' "$1" | cut -d' ' -f3,4
+}
+for m in bytes pages requests "$TEST_METRIC"; do
+  out=$tmp/metric-$(basename "$m").out
+  # shellcheck disable=SC2086
+  "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M throttle-metric="$m" \
+    throttle-control="$tmp/m.ctl" $quiet \
+    --run "'$THROTTLE_CTL' '$tmp/m.ctl' metrics" >"$out" 2>&1 ||
+    { cat "$out"; fail "throttle-ctl metrics under throttle-metric=$m"; }
+  case $m in
+    bytes|pages|requests) unit=$m ;;
+    *) unit=units ;;
+  esac
+  grep -qxF "nbdkit_throttle_info{metric=\"$m\",unit=\"$unit\"} 1" "$out" ||
+    { cat "$out"; fail "throttle-metric=$m: the info metric does not say unit=\"$unit\""; }
+  grep -Eq '^nbdkit_throttle_capacity_units\{export=""\} [1-9][0-9]*$' "$out" ||
+    { cat "$out"; fail "throttle-metric=$m: no nbdkit_throttle_capacity_units"; }
+  [ "$(families "$out")" = "$(families "$tmp/metric-bytes.out")" ] ||
+    { diff <(families "$tmp/metric-bytes.out") <(families "$out");
+      fail "throttle-metric=$m: the families differ from those under bytes"; }
+done
+echo "ok: the same families under every metric, the unit in nbdkit_throttle_info"
 
 # A server that refuses the command (one without it): its error line,
 # whole, on stderr, and status 1.
@@ -83,7 +101,9 @@ mkdir "$tmp/mdir"
 pid=$!
 _pids+=("$pid")
 wait_for_socket "$tmp/gone.sock" "$pid" || fail "no NBD socket"
-rm -rf "$tmp/mdir"
+# Renamed away at once (rm -rf races the server's next temporary file
+# and can fail "Directory not empty"); removed when the server is gone.
+mv "$tmp/mdir" "$tmp/mdir.gone"
 failed_write ()
 {
   grep -c "throttle-metrics-file=$tmp/mdir/m.prom: creating a temporary file beside it: No such file or directory: it keeps its last metrics" "$tmp/gone.log"

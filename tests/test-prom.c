@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Unit tests of lib/throttle-prom.c (Check): what the Prometheus text
+/* Unit tests of lib/throttle-prom.c (Check): what the OpenMetrics text
  * format wants escaped in a label value, and its numbers.  A real
  * parser reads the filter's whole text in tests/test-metrics.sh.
  */
@@ -57,8 +57,15 @@ START_TEST (test_lines)
 {
   char *got;
 
+  /* A counter is declared by its family's name, without _total
+   * (OpenMetrics); a gauge by its samples'.
+   */
   got = WRITE (throttle_prom_family (fp, "x_total", "counter", "Some help"));
-  ck_assert_str_eq (got, "# HELP x_total Some help\n# TYPE x_total counter\n");
+  ck_assert_str_eq (got, "# HELP x Some help\n# TYPE x counter\n");
+  free (got);
+  got = WRITE (throttle_prom_family (fp, "y_total_units", "gauge", "Help"));
+  ck_assert_str_eq (got, "# HELP y_total_units Help\n"
+                    "# TYPE y_total_units gauge\n");
   free (got);
   got = WRITE (throttle_prom_sample (fp, "x", NULL, NULL, UINT64_MAX));
   ck_assert_str_eq (got, "x 18446744073709551615\n");

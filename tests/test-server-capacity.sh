@@ -16,7 +16,7 @@ start_refused "throttle-server-capacity=0: must be greater than 0" \
     throttle-server-capacity=0
 start_refused "throttle-server-capacity=lots: not a size" throttle-server-capacity=lots
 start_refused "throttle-server-capacity=1000: below 4096" throttle-server-capacity=1000
-start_refused "throttle-server-capacity=512K: below throttle-capacity=1048576" \
+start_refused "throttle-server-capacity=512K: below throttle-capacity=1M" \
     throttle-capacity=1M throttle-server-capacity=512K
 "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M throttle-capacity=1M \
   throttle-server-capacity=1M --run true >"$tmp/out" 2>&1 ||

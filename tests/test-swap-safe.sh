@@ -174,4 +174,53 @@ echo "ok: remote storage: vm.min_free_kbytes below 16384 and a boost factor abov
 stop_nbdkit $pid
 
 start_refused "throttle-swap=sometimes: expected auto, on" throttle-swap=sometimes
+
+# --- throttle-swap=on: every guard it cannot take, in one error line ----------
+# Without CAP_SYS_RESOURCE both io-flusher and oom are refused (as root,
+# capsh drops it from the bounding set for nbdkit); the rest as at the
+# defaults.  One restart must be enough to learn them all.
+wrap=() has_resource=no
+(( (0x$capeff >> 24) & 1 )) && has_resource=yes
+if [ $has_resource = yes ]; then
+  if [ "$(yes_no probe_capsh_drop)" = yes ]; then
+    wrap=(capsh --drop=cap_sys_resource -- -c 'exec "$0" "$@"')
+  else
+    echo "note: CAP_SYS_RESOURCE and no capsh to drop it: throttle-swap=on's refusal not tested"
+  fi
+fi
+if [ $has_resource = no ] || [ ${#wrap[@]} -gt 0 ]; then
+  on=io-flusher,oom
+  for r in rt mlock reserve; do
+    case ",$expect," in *",$r,"*) on+=,$r ;; esac
+  done
+  # In the order of the verdict's reasons, as the line gives them.
+  on=$(for r in io-flusher rt oom mlock reserve; do
+         case ",$on," in *",$r,"*) printf '%s ' "$r" ;; esac
+       done)
+  on=(${on})
+  rc=0
+  "${wrap[@]}" "$NBDKIT" -U - --filter="$THROTTLE_FILTER" memory 1M \
+    throttle-swap=on --run true >"$tmp/on.log" 2>&1 || rc=$?
+  [ $rc != 0 ] && [ $rc -lt 128 ] ||
+    { cat "$tmp/on.log"; fail "throttle-swap=on without CAP_SYS_RESOURCE: exit $rc"; }
+  [ "$(grep -c 'error:' "$tmp/on.log")" = 1 ] ||
+    { cat "$tmp/on.log"; fail "throttle-swap=on: not one error line"; }
+  line=$(grep 'error:' "$tmp/on.log")
+  line=${line#*error: }
+  case $line in
+    "throttle-swap=on: ${#on[@]} required guards cannot be taken: ${on[0]}: "*) ;;
+    *) cat "$tmp/on.log"; fail "throttle-swap=on: the line does not begin with the ${#on[@]} guards refused" ;;
+  esac
+  for r in "${on[@]:1}"; do
+    case $line in
+      *"; $r: "*) ;;
+      *) cat "$tmp/on.log"; fail "throttle-swap=on: the one error does not name $r" ;;
+    esac
+  done
+  case $line in
+    *"; use throttle-swap=auto, or "*" to start without them") ;;
+    *) cat "$tmp/on.log"; fail "throttle-swap=on: the line does not say how to start without them" ;;
+  esac
+  echo "ok: throttle-swap=on: one error line naming ${on[*]}"
+fi
 echo "test-swap-safe: PASS"

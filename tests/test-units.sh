@@ -139,6 +139,14 @@ conf "DEVICE=/dev/nbd0" "DISK=/dev/vdb" "MODE=fast"
 expect 1 "MODE=fast: expected writethrough or writeback" print t
 conf "DEVICE=/dev/nbd0" "DISK=/dev/vdb" "CAPACITY=1M;reboot"
 expect 1 "CAPACITY=1M;reboot: expected a size" print t
+# The filter refuses a parameter given twice: NBDKIT_ARGS repeating one
+# the helper gives is refused first, naming the configuration's key.
+conf "DEVICE=/dev/nbd0" "DISK=/dev/vdb" "NBDKIT_ARGS=pool=32 throttle-swap=auto"
+expect 1 "NBDKIT_ARGS: throttle-swap=auto: set by nbdkit-throttle-swap itself" print t
+conf "DEVICE=/dev/nbd0" "DISK=/dev/vdb" "CAPACITY=8M" "NBDKIT_ARGS=throttle-capacity=4M"
+expect 1 "NBDKIT_ARGS: throttle-capacity=4M: CAPACITY=8M gives it already" print t
+conf "DEVICE=/dev/nbd0" "DISK=/dev/vdb" "MODE=writeback" "NBDKIT_ARGS=throttle-mode=writethrough"
+expect 1 "NBDKIT_ARGS: throttle-mode=writethrough: MODE=writeback gives it already" print t
 # NBDKIT_ARGS is split into words, never globbed: a '*' reaches nbdkit
 # as it is, not as the files of the current directory.
 conf "DEVICE=/dev/nbd0" "DISK=/dev/vdb" "NBDKIT_ARGS=-D throttle.verbose=1 *"

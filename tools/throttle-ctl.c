@@ -285,7 +285,7 @@ cmd_set_rt (const char *path, const char *mode, bool json, double timeout)
   return fflush (stdout) == 0 ? 0 : 1;
 }
 
-/* The stats in the Prometheus text format, as the server wrote them. */
+/* The stats as OpenMetrics text, as the server wrote them. */
 static int
 cmd_metrics (const char *path, double timeout)
 {

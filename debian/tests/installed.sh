@@ -51,7 +51,7 @@ grep -q '^verify: .* 0 bad blocks' "$tmp/run.out" || fail "throttle-load: no cle
 grep -q '^""  *1M ' "$tmp/run.out" || fail "throttle-ctl stats: no row for the default export at 1M"
 grep -q 'capacity 2097152 (2M), was 1048576 (1M)' "$tmp/run.out" || fail "throttle-ctl set capacity"
 grep -q '"name":"","capacity":2097152' "$tmp/run.out" || fail "throttle-ctl --json stats after the change"
-grep -q '^nbdkit_throttle_capacity_bytes{export=""} 2097152$' "$tmp/run.out" || fail "throttle-ctl metrics after the change"
+grep -q '^nbdkit_throttle_capacity_units{export=""} 2097152$' "$tmp/run.out" || fail "throttle-ctl metrics after the change"
 grep -q '^nbdkit: throttle: summary export="" capacity=2097152 ' "$tmp/run.out" || fail "no summary at exit"
 echo "ok: nbdkit --filter=throttle memory 1G, throttle-load and throttle-ctl from the package"
 

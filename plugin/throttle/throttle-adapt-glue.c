@@ -57,7 +57,7 @@ NBDKIT_DLL_PUBLIC int throttle_debug_adapt = 0;
 static uint64_t config_target_ns;       /* 0 = off */
 static uint64_t config_floor;           /* 0 = the default */
 static const char *config_floor_text;   /* as given, for its errors */
-static bool said_reads_charged;
+static const char *config_target_text;  /* as given, for its warning */
 
 /* The clock thread.  Lock rule: clock_lock guards the four fields
  * below; a leaf, never held while the clock walks the exports.
@@ -121,6 +121,7 @@ throttle_adapt_config (const char *key, const char *value)
       nbdkit_error ("%s=%s: %s", key, value, why);
       return -1;
     }
+    config_target_text = value;
     return 1;
   }
   if (strcmp (key, "throttle-min-capacity") == 0) {
@@ -190,9 +191,15 @@ throttle_adapt_config_complete (void)
     return -1;
   }
   else if (config_floor > ceiling) {
-    nbdkit_error ("throttle-min-capacity=%" PRIu64 " is above "
-                  "throttle-capacity=%" PRIu64 ": the floor cannot be "
-                  "above the ceiling", config_floor, ceiling);
+    if (throttle_config.capacity_text)
+      nbdkit_error ("throttle-min-capacity=%s: above throttle-capacity=%s: "
+                    "the floor cannot be above the ceiling",
+                    config_floor_text, throttle_config.capacity_text);
+    else
+      nbdkit_error ("throttle-min-capacity=%s: above %" PRIu64 ", the "
+                    "default throttle-capacity under throttle-metric=%s: "
+                    "the floor cannot be above the ceiling",
+                    config_floor_text, ceiling, throttle_config.metric.name);
     return -1;
   }
   if (config_target_ns)
@@ -204,6 +211,18 @@ throttle_adapt_config_complete (void)
   adapt_slot = throttle_export_add_feature (&adapt_feature);
   throttle_control_add_extra_stats (throttle_adapt_stats_json);
   return 0;
+}
+
+void
+throttle_adapt_get_ready (const char *charged_by, const char *fix)
+{
+  if (config_target_ns == 0 || charged_by == NULL)
+    return;
+  throttle_warning ("throttle-latency-target=%s: reads are charged (%s): a "
+                    "read waits for credit behind writes, on top of the "
+                    "latency the target keeps, so the target cannot keep "
+                    "reads within it; it protects uncharged reads only: "
+                    "set %s", config_target_text, charged_by, fix);
 }
 
 /* --- per export ---------------------------------------------------------- */
@@ -316,7 +335,6 @@ throttle_adapt_record (struct throttle_export *exp, uint64_t start,
   enum throttle_adapt_step step = THROTTLE_ADAPT_NONE;
   struct throttle_adapt_window w = { .judged = false };
   uint64_t now, before = 0, after = 0, target = 0;
-  bool judged = false;
 
   throttle_lock (&ae->lock);
   /* Read under the lock, so that the controller sees time go forward. */
@@ -337,7 +355,6 @@ throttle_adapt_record (struct throttle_export *exp, uint64_t start,
     waiting = s.waited != ae->waited_mark || s.waiters > 0;
     ae->waited_mark = s.waited;
     before = ae->ctl.capacity;
-    judged = true;
     step = throttle_adapt_judge (&ae->ctl, now, waiting);
     if (step != THROTTLE_ADAPT_NONE) {
       after = apply_step (ae, step);
@@ -346,16 +363,6 @@ throttle_adapt_record (struct throttle_export *exp, uint64_t start,
     }
   }
   throttle_unlock (&ae->lock);
-
-  /* Said at the first window, not at the start: real-time request
-   * threads, set up in .get_ready, are what charge reads by default.
-   */
-  if (judged && throttle_config.charge_reads &&
-      !__atomic_exchange_n (&said_reads_charged, true, __ATOMIC_RELAXED))
-    nbdkit_debug ("throttle: latency target: reads are charged "
-                  "(throttle-reads=true, or real-time request threads): "
-                  "they wait for credit behind writes, which the target "
-                  "does not see; throttle-rt=off avoids it");
 
   if (step != THROTTLE_ADAPT_NONE && throttle_debug_adapt)
     nbdkit_debug ("throttle: adapt: export \"%s\": capacity %" PRIu64

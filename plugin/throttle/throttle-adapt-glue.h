@@ -25,6 +25,14 @@ extern int throttle_debug_adapt;
  */
 extern int throttle_adapt_config (const char *key, const char *value);
 extern int throttle_adapt_config_complete (void);
+/* .get_ready, once whether reads are charged is known: with a target
+ * configured and reads charged, the warning that the target cannot
+ * protect them (nbdkit-throttle-design(1), "Reads must not be
+ * charged").  charged_by says why they are ("throttle-reads=true",
+ * ...), NULL if they are not; fix, the parameter that uncharges them.
+ */
+extern void throttle_adapt_get_ready (const char *charged_by,
+                                      const char *fix);
 /* Starts the clock that ends the controllers' windows on time, when a
  * target is configured (a target first set live starts it then).
  */

@@ -24,7 +24,9 @@
 static int
 parse_capacity (FILE *out, const char *value, int64_t *r)
 {
-  switch (throttle_size_in (value, 1, INT64_MAX, r)) {
+  const char *why, *where;
+
+  switch (throttle_size_in (value, 1, INT64_MAX, r, &why, &where)) {
   case -1:
     throttle_control_reply_error (out, "bad number \"%s\": expected a "
                                   "positive size (e.g. 4096, 64M)", value);

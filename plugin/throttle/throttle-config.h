@@ -22,6 +22,11 @@ extern int throttle_debug_verbose;
 /* Configuration, fixed after config_complete. */
 struct throttle_config {
   uint64_t capacity;          /* 0 = the metric's default */
+  /* throttle-capacity and throttle-server-capacity as the user wrote
+   * them (NULL: not given), for the messages that name them: an error
+   * echoes a value as written, not as parsed.
+   */
+  const char *capacity_text, *server_capacity_text;
   /* The server-wide budget (throttle-server-capacity): every charge to
    * an export's budget is also made to it, so that what is in flight
    * in the whole process is bounded whatever names clients use.  Made

@@ -27,7 +27,7 @@
  * checked it holds no NUL) and write its reply, one line of JSON with
  * its newline, to out; a blank line has no reply.  line is cut up in
  * place.  The one reply of several lines is that of "metrics": the
- * Prometheus text, whose last line is "# EOF" (THROTTLE_PROM_EOF);
+ * OpenMetrics text, whose last line is "# EOF" (THROTTLE_PROM_EOF);
  * its error is one line of JSON as any other.
  */
 extern void throttle_control_execute (FILE *out, char *line);

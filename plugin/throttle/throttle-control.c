@@ -54,6 +54,7 @@
 NBDKIT_DLL_PUBLIC int throttle_debug_control_timeout = 0;
 
 static char *socket_path;
+static const char *socket_text;         /* as given, for its errors */
 static double stats_interval;      /* 0 = off */
 
 static int listen_fd = -1;
@@ -421,11 +422,12 @@ throttle_control_config (const char *key, const char *value)
     struct sockaddr_un sun;
 
     if (value[0] == '\0') {
-      nbdkit_error ("throttle-control: empty value: expected the path "
+      nbdkit_error ("throttle-control=: empty value: expected the path "
                     "of a Unix socket");
       return -1;
     }
     free (socket_path);
+    socket_text = value;
     /* nbdkit changes to / when it forks into the background. */
     socket_path = nbdkit_absolute_path (value);
     if (socket_path == NULL)
@@ -460,37 +462,39 @@ bind_socket (void)
   if (lstat (socket_path, &st) == 0) {
     if (!S_ISSOCK (st.st_mode)) {
       nbdkit_error ("throttle-control=%s: exists and is not a socket: "
-                    "refusing to replace it", socket_path);
+                    "refusing to replace it", socket_text);
       return -1;
     }
     /* A socket somebody serves is not stale. */
     fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd == -1) {
-      nbdkit_error ("socket: %s", throttle_errtext (errno));
+      nbdkit_error ("throttle-control=%s: socket: %s", socket_text,
+                    throttle_errtext (errno));
       return -1;
     }
     r = connect (fd, (struct sockaddr *) &sun, sizeof sun);
     close (fd);
     if (r == 0) {
       nbdkit_error ("throttle-control=%s: another process is serving "
-                    "this socket", socket_path);
+                    "this socket", socket_text);
       return -1;
     }
     if (unlink (socket_path) == -1 && errno != ENOENT) {
       nbdkit_error ("throttle-control=%s: cannot remove the stale socket: %s",
-                    socket_path, throttle_errtext (errno));
+                    socket_text, throttle_errtext (errno));
       return -1;
     }
   }
   else if (errno != ENOENT) {
-    nbdkit_error ("throttle-control=%s: %s", socket_path,
+    nbdkit_error ("throttle-control=%s: %s", socket_text,
                   throttle_errtext (errno));
     return -1;
   }
 
   fd = socket (AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd == -1) {
-    nbdkit_error ("socket: %s", throttle_errtext (errno));
+    nbdkit_error ("throttle-control=%s: socket: %s", socket_text,
+                  throttle_errtext (errno));
     return -1;
   }
   /* Whoever can connect can change the capacity: owner only, from the
@@ -503,7 +507,7 @@ bind_socket (void)
   r = bind (fd, (struct sockaddr *) &sun, sizeof sun);
   umask (old_umask);
   if (r == -1) {
-    nbdkit_error ("throttle-control=%s: bind: %s", socket_path,
+    nbdkit_error ("throttle-control=%s: bind: %s", socket_text,
                   throttle_errtext (errno));
     close (fd);
     return -1;
@@ -520,7 +524,7 @@ bind_socket (void)
    */
   if (chmod (socket_path, 0600) == -1 || lstat (socket_path, &st) == -1 ||
       listen (fd, SOMAXCONN) == -1) {
-    nbdkit_error ("throttle-control=%s: %s", socket_path,
+    nbdkit_error ("throttle-control=%s: %s", socket_text,
                   throttle_errtext (errno));
     unlink (socket_path);
     close (fd);

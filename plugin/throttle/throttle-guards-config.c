@@ -110,10 +110,11 @@ throttle_guards_config (const char *key, const char *value)
     return 1;
   }
   if (strcmp (key, "throttle-reserve") == 0) {
-    /* (nbdkit refuses what is not a size; every size is good.) */
+    /* Every size is good. */
     if (throttle_parse_size (key, value, 0, INT64_MAX, "", &size) == -1)
       return -1;
     gp->reserve = size;
+    gp->reserve_text = value;
     gp->given |= THROTTLE_GIVEN_RESERVE;
     return 1;
   }

@@ -63,6 +63,7 @@ struct throttle_guards_params {
   enum throttle_guard_mode io_flusher, rt, oom;
   enum throttle_lock_mode mlock;
   int64_t reserve;              /* -1 = computed */
+  const char *reserve_text;     /* throttle-reserve as written, or NULL */
   unsigned threads;             /* nbdkit's --threads, as the user says */
   uint32_t max_request;
   bool max_request_plugin;      /* throttle-max-request=plugin */

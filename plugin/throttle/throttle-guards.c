@@ -76,6 +76,7 @@ throttle_guards_rt_active (void)
 struct guard {
   unsigned given;               /* THROTTLE_GIVEN_* */
   const char *key;              /* its own parameter */
+  const char *fix[2];           /* starts without it: by key, by throttle-swap */
   enum throttle_swap_reason reason;
   const char *what;             /* what was refused, and what it needs */
   const char *why;              /* the verdict's reason */
@@ -83,20 +84,24 @@ struct guard {
 };
 
 static const struct guard io_flusher = {
-  THROTTLE_GIVEN_IO_FLUSHER, "throttle-io-flusher", THROTTLE_SWAP_IO_FLUSHER,
+  THROTTLE_GIVEN_IO_FLUSHER, "throttle-io-flusher",
+  { "throttle-io-flusher=auto", "throttle-io-flusher=off" },
+  THROTTLE_SWAP_IO_FLUSHER,
   "cannot set PR_SET_IO_FLUSHER (needs CAP_SYS_RESOURCE, Linux >= 5.6)",
   "PR_SET_IO_FLUSHER refused: needs CAP_SYS_RESOURCE and Linux >= 5.6",
   { "throttle-io-flusher=off", "throttle-swap=off" },
 };
 static const struct guard rt = {
-  THROTTLE_GIVEN_RT, "throttle-rt", THROTTLE_SWAP_RT,
+  THROTTLE_GIVEN_RT, "throttle-rt", { "throttle-rt=auto", "throttle-rt=off" },
+  THROTTLE_SWAP_RT,
   "cannot set SCHED_FIFO (needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1, "
   "and real-time runtime in the cgroup)",
   "SCHED_FIFO refused: needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1",
   { "throttle-rt=off", "throttle-swap=off" },
 };
 static const struct guard oom = {
-  THROTTLE_GIVEN_OOM, "throttle-oom", THROTTLE_SWAP_OOM,
+  THROTTLE_GIVEN_OOM, "throttle-oom", { "throttle-oom=auto", "throttle-oom=off" },
+  THROTTLE_SWAP_OOM,
   "cannot set oom_score_adj to -1000 (needs CAP_SYS_RESOURCE)",
   "oom_score_adj -1000 refused: needs CAP_SYS_RESOURCE",
   { "throttle-oom=off", "throttle-swap=off" },
@@ -111,29 +116,37 @@ turned_off (const struct guard *g)
                                        != g->key]);
 }
 
-/* A guard the kernel refused: fatal for "on", naming the parameter
- * that asked for it; for "auto" a reason of the verdict, which says
- * it once for all of them, and a debug line with the errno.
+/* The guard's "on" refused: kept for the one error line naming every
+ * guard refused (throttle_verdict_refusals), with the parameter that
+ * asked for it.
  */
-static int
-refused (const struct guard *g, enum throttle_guard_mode mode, int err)
+static void
+required (const struct guard *g, const char *what)
 {
   const char *by = throttle_guards_key (g->given, g->key);
 
+  throttle_verdict_refused (g->reason, by, "on", g->fix[by != g->key],
+                            "%s", what);
+}
+
+/* A guard the kernel refused: for "on" fatal, once every guard was
+ * tried (required); for "auto" a reason of the verdict, which says it
+ * once for all of them, and a debug line with the errno.
+ */
+static void
+refused (const struct guard *g, enum throttle_guard_mode mode, int err)
+{
+  char what[256];
+
   if (mode == THROTTLE_GUARD_ON) {
-    if (by == g->key)
-      nbdkit_error ("%s=on: %s: %s; use %s=auto or off to start without it",
-                    g->key, g->what, throttle_errtext (err), g->key);
-    else
-      nbdkit_error ("throttle-swap=on: %s: %s; use throttle-swap=auto, or "
-                    "%s=off, to start without it",
-                    g->what, throttle_errtext (err), g->key);
-    return -1;
+    snprintf (what, sizeof what, "%s: %s", g->what, throttle_errtext (err));
+    required (g, what);
+    return;
   }
-  nbdkit_debug ("throttle: %s=auto: %s: %s", by, g->what,
+  nbdkit_debug ("throttle: %s=auto: %s: %s",
+                throttle_guards_key (g->given, g->key), g->what,
                 throttle_errtext (err));
   throttle_verdict_missing (g->reason, g->why);
-  return 0;
 }
 
 /* Each returns 0 or an errno. */
@@ -203,9 +216,10 @@ rt_runtime_us (void)
  * --run command from this thread, which must not inherit them.  The
  * guards are set for real in after_fork; trying them here is what lets
  * "on" refuse to start, and the verdict warn, while stderr is still
- * the user's terminal.
+ * the user's terminal.  An "on" refused is kept for the verdict's one
+ * error line (throttle_verdict_refusals): every guard is tried.
  */
-static int
+static void
 probe_guards (void)
 {
   int err;
@@ -218,8 +232,8 @@ probe_guards (void)
       set_io_flusher (0);
       io_flusher_active = true;
     }
-    else if (refused (&io_flusher, gp->io_flusher, err) == -1)
-      return -1;
+    else
+      refused (&io_flusher, gp->io_flusher, err);
   }
 
   if (gp->rt == THROTTLE_GUARD_OFF)
@@ -227,28 +241,26 @@ probe_guards (void)
   else {
     /* With throttling off a runaway SCHED_FIFO thread owns its CPU. */
     if (rt_runtime_us () == -1) {
-      if (gp->rt == THROTTLE_GUARD_ON) {
-        nbdkit_error ("%s=on: the kernel's real-time throttling is "
-                      "disabled (kernel.sched_rt_runtime_us = -1): refusing "
-                      "to run SCHED_FIFO threads that could starve the "
-                      "machine; restore it (e.g. sysctl "
-                      "kernel.sched_rt_runtime_us=950000)",
-                      throttle_guards_key (rt.given, rt.key));
-        return -1;
+      if (gp->rt == THROTTLE_GUARD_ON)
+        required (&rt, "the kernel's real-time throttling is disabled "
+                  "(kernel.sched_rt_runtime_us = -1), and SCHED_FIFO "
+                  "threads could starve the machine: restore it (e.g. "
+                  "sysctl kernel.sched_rt_runtime_us=950000)");
+      else {
+        nbdkit_debug ("throttle: throttle-rt=auto: "
+                      "kernel.sched_rt_runtime_us = -1 (real-time "
+                      "throttling disabled): not using SCHED_FIFO");
+        throttle_verdict_missing (THROTTLE_SWAP_RT,
+                                  "kernel.sched_rt_runtime_us is -1: "
+                                  "real-time throttling disabled");
       }
-      nbdkit_debug ("throttle: throttle-rt=auto: kernel.sched_rt_runtime_us "
-                    "= -1 (real-time throttling disabled): not using "
-                    "SCHED_FIFO");
-      throttle_verdict_missing (THROTTLE_SWAP_RT,
-                                "kernel.sched_rt_runtime_us is -1: real-time "
-                                "throttling disabled");
     }
     else {
       err = rt_probe ();
       if (err == 0)
         rt_active = true;
-      else if (refused (&rt, gp->rt, err) == -1)
-        return -1;
+      else
+        refused (&rt, gp->rt, err);
     }
   }
 
@@ -269,43 +281,38 @@ probe_guards (void)
       snprintf (oom_saved, sizeof oom_saved, "%s", old);
       oom_active = true;
     }
-    else if (refused (&oom, gp->oom, err) == -1)
-      return -1;
+    else
+      refused (&oom, gp->oom, err);
   }
-  return 0;
 }
 
 /* Sets on this thread (nbdkit's main thread, in after_fork) what the
  * probe found permitted.  fork and clone copy the task flags, the
  * policy and oom_score_adj, so every thread created later inherits
  * them; processes get rid of them (throttle_guards_thread_enter,
- * fork_child).  Fails only if an "on" guard is refused now, e.g. after
- * -u dropped the capabilities.
+ * fork_child).  An "on" guard refused now (e.g. after -u dropped the
+ * capabilities) is kept for the verdict's one error line.
  */
-static int
+static void
 apply_guards (void)
 {
   int err;
 
   if (io_flusher_active && (err = set_io_flusher (1)) != 0) {
     io_flusher_active = false;
-    if (refused (&io_flusher, gp->io_flusher, err) == -1)
-      return -1;
+    refused (&io_flusher, gp->io_flusher, err);
   }
   /* Still permitted (-u may have dropped CAP_SYS_NICE)?  rt_start
    * sets the policy, for "on" at once.
    */
   if (rt_active && (err = rt_probe ()) != 0) {
     rt_active = false;
-    if (refused (&rt, gp->rt, err) == -1)
-      return -1;
+    refused (&rt, gp->rt, err);
   }
   if (oom_active && (err = set_oom_score_adj ("-1000")) != 0) {
     oom_active = false;
-    if (refused (&oom, gp->oom, err) == -1)
-      return -1;
+    refused (&oom, gp->oom, err);
   }
-  return 0;
 }
 
 /* Runs in the child of every fork () in nbdkit once the guards are set
@@ -340,8 +347,12 @@ int
 throttle_guards_get_ready (int thread_model)
 {
   char mem[256];
+  int r;
 
-  if (probe_guards () == -1 || throttle_memlock_get_ready (thread_model) == -1)
+  /* Every guard tried, then every one refused said in one line. */
+  probe_guards ();
+  r = throttle_memlock_get_ready (thread_model);
+  if (throttle_verdict_refusals () == -1 || r == -1)
     return -1;
   if (throttle_debug_verbose) {
     throttle_memlock_plan (mem, sizeof mem);
@@ -359,10 +370,9 @@ int
 throttle_guards_after_fork (void)
 {
   char mem[512];
-  int err;
+  int err, r;
 
-  if (apply_guards () == -1)
-    return -1;
+  apply_guards ();
   if (rt_active || io_flusher_active || oom_active) {
     err = pthread_atfork (NULL, NULL, fork_child);
     if (err) {
@@ -372,7 +382,11 @@ throttle_guards_after_fork (void)
       return -1;
     }
   }
-  if (throttle_memlock_after_fork () == -1)
+  /* An "on" refused now (apply_guards, or the memory locks): every
+   * one in one line.
+   */
+  r = throttle_memlock_after_fork ();
+  if (throttle_verdict_refusals () == -1 || r == -1)
     return -1;
   /* After the locks and the reserve: the watcher's stack is locked
    * and takes nothing from the reserve.

@@ -108,12 +108,18 @@ can_lock_all (unsigned long long *limit_kib)
   return false;
 }
 
-/* throttle-mlock=onfault, or throttle-swap=on, asked for it. */
-static const char *
-onfault_key (void)
+/* mlock's "on" refused: kept for the verdict's one error line, naming
+ * throttle-mlock=onfault or throttle-swap=on, whichever asked for it.
+ */
+static void
+onfault_refused (const char *what)
 {
-  return gp->given & THROTTLE_GIVEN_MLOCK ?
-    "throttle-mlock=onfault" : "throttle-swap=on";
+  if (gp->given & THROTTLE_GIVEN_MLOCK)
+    throttle_verdict_refused (THROTTLE_SWAP_MLOCK, "throttle-mlock",
+                              "onfault", "throttle-mlock=pool", "%s", what);
+  else
+    throttle_verdict_refused (THROTTLE_SWAP_MLOCK, "throttle-swap", "on",
+                              "throttle-mlock=pool", "%s", what);
 }
 
 #define RESERVE_UNLOCKED_WHY \
@@ -123,8 +129,10 @@ onfault_key (void)
   "cannot lock all of nbdkit's memory: needs CAP_IPC_LOCK or an " \
   "unlimited RLIMIT_MEMLOCK"
 
-/* Decides lock_all; fails for onfault without the permission. */
-static int
+/* Decides lock_all; onfault without the permission is refused
+ * (onfault_refused).
+ */
+static void
 decide_mlock (void)
 {
   unsigned long long limit;
@@ -138,24 +146,35 @@ decide_mlock (void)
     throttle_verdict_missing (THROTTLE_SWAP_MLOCK, "throttle-mlock=pool "
                               "locks only the pools and the heap reserve");
   if (gp->mlock != THROTTLE_LOCK_ONFAULT && gp->mlock != THROTTLE_LOCK_AUTO)
-    return 0;
+    return;
   if (can_lock_all (&limit)) {
     lock_all = true;
-    return 0;
+    return;
   }
   if (gp->mlock == THROTTLE_LOCK_ONFAULT) {
-    nbdkit_error ("%s: needs CAP_IPC_LOCK or an unlimited RLIMIT_MEMLOCK "
-                  "(ulimit -l is %llu KiB): with a limit the server's later "
-                  "allocations would fail; use throttle-mlock=pool",
-                  onfault_key (), limit);
-    return -1;
+    char what[256];
+
+    snprintf (what, sizeof what, "cannot lock all of nbdkit's memory: "
+              "needs CAP_IPC_LOCK or an unlimited RLIMIT_MEMLOCK (ulimit -l "
+              "is %llu KiB), else the server's later allocations would "
+              "fail", limit);
+    onfault_refused (what);
+    return;
   }
   nbdkit_debug ("throttle: throttle-mlock=auto: cannot lock all of nbdkit's "
                 "memory (needs CAP_IPC_LOCK or an unlimited RLIMIT_MEMLOCK; "
                 "ulimit -l is %llu KiB): locking only the pools and the heap "
                 "reserve", limit);
   throttle_verdict_missing (THROTTLE_SWAP_MLOCK, LOCK_ALL_WHY);
-  return 0;
+}
+
+/* throttle-swap=on requires the reserve it sizes (one the user sized,
+ * or none, is the user's choice).
+ */
+static bool
+swap_requires_reserve (void)
+{
+  return gp->swap == THROTTLE_GUARD_ON && !(gp->given & THROTTLE_GIVEN_RESERVE);
 }
 
 static int
@@ -176,10 +195,17 @@ size_reserve (int thread_model)
                                 KERNEL_REQUEST);
   ram = (uint64_t) sysconf (_SC_PHYS_PAGES) * sysconf (_SC_PAGESIZE);
   if (!throttle_reserve_fits (reserve_size, ram)) {
-    nbdkit_error ("throttle-reserve: %zu bytes is more than half of RAM "
-                  "(%" PRIu64 " bytes): set throttle-reserve (or "
-                  "throttle-threads) to what nbdkit's workers can need, "
-                  "or 0 for no reserve", reserve_size, ram);
+    if (gp->reserve_text)
+      nbdkit_error ("throttle-reserve=%s: more than half of RAM (%" PRIu64
+                    " bytes): set it to what nbdkit's workers can need, "
+                    "or 0 for no reserve", gp->reserve_text, ram);
+    else
+      nbdkit_error ("throttle-threads=%u: the default throttle-reserve, "
+                    "%zu bytes for as many workers, is more than half of "
+                    "RAM (%" PRIu64 " bytes): set throttle-threads (or "
+                    "throttle-reserve) to what nbdkit's workers can need, "
+                    "or throttle-reserve=0 for no reserve",
+                    gp->threads, reserve_size, ram);
     return -1;
   }
   return 0;
@@ -284,14 +310,24 @@ throttle_memlock_get_ready (int thread_model)
 {
   unsigned long long limit;
 
-  if (decide_mlock () == -1 || size_reserve (thread_model) == -1)
+  decide_mlock ();
+  if (size_reserve (thread_model) == -1)
     return -1;
   /* Known now, while the verdict still reaches the user's terminal:
-   * a reserve above RLIMIT_MEMLOCK will not be locked in after_fork.
+   * a reserve above RLIMIT_MEMLOCK will not be locked in after_fork,
+   * which throttle-swap=on refuses (there): said now with the other
+   * guards refused.
    */
   if (gp->mlock != THROTTLE_LOCK_OFF && !lock_all && reserve_size > 0 &&
-      !can_lock_all (&limit) && reserve_size / 1024 > limit)
+      !can_lock_all (&limit) && reserve_size / 1024 > limit) {
     throttle_verdict_missing (THROTTLE_SWAP_RESERVE, RESERVE_UNLOCKED_WHY);
+    if (swap_requires_reserve ())
+      throttle_verdict_refused (THROTTLE_SWAP_RESERVE, "throttle-swap", "on",
+                                "throttle-reserve=0", "the heap reserve of "
+                                "%zu bytes cannot be locked: above "
+                                "RLIMIT_MEMLOCK (ulimit -l is %llu KiB), "
+                                "without CAP_IPC_LOCK", reserve_size, limit);
+  }
   return 0;
 }
 
@@ -312,9 +348,11 @@ throttle_memlock_after_fork (void)
     if (err) {
       lock_all = false;
       if (gp->mlock == THROTTLE_LOCK_ONFAULT) {
-        nbdkit_error ("%s: mlockall: %s", onfault_key (),
-                      throttle_errtext (err));
-        return -1;
+        char what[128];
+
+        snprintf (what, sizeof what, "mlockall: %s", throttle_errtext (err));
+        onfault_refused (what);
+        return 0;
       }
       nbdkit_debug ("throttle: throttle-mlock=auto: mlockall: %s: locking "
                     "only the pools and the heap reserve",
@@ -324,13 +362,11 @@ throttle_memlock_after_fork (void)
   }
   /* throttle-swap=on requires the reserve it sizes. */
   if (reserve_size > 0 && grow_reserve (reserve_size) == -1 &&
-      gp->swap == THROTTLE_GUARD_ON &&
-      !(gp->given & THROTTLE_GIVEN_RESERVE)) {
-    nbdkit_error ("throttle-swap=on: the heap reserve of %zu bytes could "
-                  "not be had (-v says why); use throttle-swap=auto, or "
-                  "throttle-reserve=0, to start without it", reserve_size);
-    return -1;
-  }
+      swap_requires_reserve ())
+    throttle_verdict_refused (THROTTLE_SWAP_RESERVE, "throttle-swap", "on",
+                              "throttle-reserve=0", "the heap reserve of "
+                              "%zu bytes could not be had (-v says why)",
+                              reserve_size);
   return 0;
 }
 

@@ -21,6 +21,7 @@
 #define DEFAULT_INTERVAL 10.
 
 static char *path;              /* absolute: nbdkit changes to / */
+static const char *path_text;   /* as given, for its errors at start */
 static char *tmp_template;      /* DIR/.NAME.XXXXXX */
 static char *tmp;               /* mkostemp's copy of it */
 static double interval = DEFAULT_INTERVAL;
@@ -41,6 +42,7 @@ throttle_metrics_file_config (const char *key, const char *value)
       return -1;
     }
     free (path);
+    path_text = value;
     path = nbdkit_absolute_path (value);
     return path ? 1 : -1;
   }
@@ -125,7 +127,7 @@ throttle_metrics_file_config_complete (void)
 
   err = write_file (false, &step);
   if (err) {
-    nbdkit_error ("throttle-metrics-file=%s: %s: %s", path, step,
+    nbdkit_error ("throttle-metrics-file=%s: %s: %s", path_text, step,
                   throttle_errtext (err));
     free (tmp);
     tmp = NULL;                 /* nothing to write at unload */

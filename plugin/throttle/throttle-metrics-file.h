@@ -42,7 +42,7 @@ extern void throttle_metrics_file_update (void);
 extern void throttle_metrics_file_unload (void);
 
 #define throttle_metrics_file_config_help \
-  "throttle-metrics-file=PATH  Write the metrics (Prometheus text format)\n" \
+  "throttle-metrics-file=PATH  Write the metrics (OpenMetrics text)\n" \
   "                            to PATH, replaced whole at each write.\n" \
   "throttle-metrics-interval=SECS\n" \
   "                            Rewrite it every SECS seconds (default 10)."

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: the statistics in the Prometheus text
- * exposition format (see throttle-metrics.h).
+/* nbdkit-throttle filter: the statistics as OpenMetrics text (see
+ * throttle-metrics.h).
  */
 
 #include <config.h>
@@ -22,11 +22,13 @@
 
 /* A budget's statistic, as a family of its own per export and, unless
  * export_only, one for the server-wide budget.  The names and types
- * are the format's contract with every dashboard: never rename one.
+ * are the format's contract with every dashboard: never rename one,
+ * and never make one depend on the configuration (the unit of the
+ * metric's units is nbdkit_throttle_info's label: throttle-metrics.h).
  */
 struct family {
   const char *name;             /* after PREFIX (and "server_") */
-  bool units;                   /* counts the metric's units */
+  bool units;                   /* counts the metric's units: _units */
   bool counter;                 /* else a gauge */
   bool ns;                      /* nanoseconds, written as seconds */
   bool export_only;
@@ -81,8 +83,8 @@ static const struct family families[] = {
     "Open connections to the export" },
 };
 
-/* The unit in a name, from the metric's: a user metric counts units
- * of its own.
+/* What the metric's units are, for the info metric: a user metric
+ * counts units of its own.
  */
 static const char *
 unit (void)
@@ -98,9 +100,8 @@ unit (void)
 static void
 family_name (const struct family *f, bool server, char *buf, size_t len)
 {
-  snprintf (buf, len, PREFIX "%s%s%s%s%s", server ? "server_" : "",
-            f->name, f->units ? "_" : "", f->units ? unit () : "",
-            f->counter ? "_total" : "");
+  snprintf (buf, len, PREFIX "%s%s%s%s", server ? "server_" : "",
+            f->name, f->units ? "_units" : "", f->counter ? "_total" : "");
 }
 
 static void
@@ -152,19 +153,22 @@ write_export (struct throttle_export *exp, void *opaque)
 static void
 write_config (FILE *fp)
 {
-  char name[128];
-
   throttle_prom_family (fp, PREFIX "info", "gauge",
                         "Always 1: the metric that charges requests "
-                        "(bytes, pages, requests or a user metric's path)");
-  throttle_prom_sample (fp, PREFIX "info", "metric",
-                        throttle_config.metric.name ?
-                        throttle_config.metric.name : "", 1);
-  snprintf (name, sizeof name, PREFIX "default_capacity_%s", unit ());
-  throttle_prom_family (fp, name, "gauge",
+                        "(bytes, pages, requests or a user metric's path) "
+                        "and what the _units families count (bytes, "
+                        "pages, requests, or units for a user metric)");
+  fputs (PREFIX "info{metric=", fp);
+  throttle_prom_label_value (fp, throttle_config.metric.name ?
+                             throttle_config.metric.name : "");
+  fputs (",unit=", fp);
+  throttle_prom_label_value (fp, unit ());
+  fputs ("} 1\n", fp);
+  throttle_prom_family (fp, PREFIX "default_capacity_units", "gauge",
                         "The capacity a new export's budget starts at "
                         "(throttle-capacity)");
-  throttle_prom_sample (fp, name, NULL, NULL, throttle_config.capacity);
+  throttle_prom_sample (fp, PREFIX "default_capacity_units", NULL, NULL,
+                        throttle_config.capacity);
   throttle_prom_family (fp, PREFIX "exports", "gauge",
                         "Exports with a budget, the default one included");
   throttle_prom_sample (fp, PREFIX "exports", NULL, NULL,

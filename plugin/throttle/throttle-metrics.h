@@ -1,15 +1,20 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: the statistics in the Prometheus text
- * exposition format (lib/throttle-prom.h), for the control command
- * "metrics" and the metrics file (throttle-metrics-file.h).
+/* nbdkit-throttle filter: the statistics as OpenMetrics text
+ * (lib/throttle-prom.h), for the control command "metrics" and the
+ * metrics file (throttle-metrics-file.h).
  *
  * The same numbers as the control socket's "stats", as a monitor
  * scrapes them: each export's budget with a label export="NAME", the
  * server-wide budget under names of its own (nbdkit_throttle_server_*,
  * so that a sum over exports counts nothing twice), and what the
- * server is configured with.  A name carries its unit: the metric's
- * (bytes, pages or requests; units for a user metric) where the stats
- * count the metric's units, seconds where they count time.
+ * server is configured with.  A name carries its unit: seconds where
+ * the stats count time, and "units" where they count the metric's
+ * units, whatever throttle-metric says, so that a dashboard is written
+ * once for every metric.  What a unit is (bytes, pages, requests, or
+ * units of a user metric's own) is the label unit="..." of the info
+ * metric, nbdkit_throttle_info, beside the metric's name, rather than
+ * a label of every sample: a query that needs it joins on the info
+ * metric, as Prometheus's info metrics are used.
  *
  * To add a family: a line in the table of throttle-metrics.c if it is
  * a budget's; a function beside write_config if it is the server's

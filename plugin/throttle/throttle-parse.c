@@ -6,10 +6,12 @@
 #include <config.h>
 
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <nbdkit-filter.h>
@@ -17,13 +19,15 @@
 #include "throttle-budget.h"
 #include "throttle-duration.h"
 #include "throttle-parse.h"
+#include "throttle-size.h"
 
 int
-throttle_size_in (const char *value, int64_t min, int64_t max, int64_t *out)
+throttle_size_in (const char *value, int64_t min, int64_t max, int64_t *out,
+                  const char **why, const char **where)
 {
-  int64_t size = nbdkit_parse_size (value);
+  int64_t size;
 
-  if (size == -1)
+  if (throttle_size_parse (value, &size, why, where) == -1)
     return -1;
   if (size < min || size > max)
     return -2;
@@ -36,14 +40,19 @@ throttle_parse_size (const char *key, const char *value,
                      int64_t min, int64_t max,
                      const char *expect, int64_t *out)
 {
-  switch (throttle_size_in (value, min, max, out)) {
+  const char *why, *where;
+
+  switch (throttle_size_in (value, min, max, out, &why, &where)) {
   case 0:
     return 1;
   case -2:
     nbdkit_error ("%s=%s: %s", key, value, expect);
     return -1;
   default:
-    nbdkit_error ("%s=%s: not a size", key, value);
+    if (where != value)
+      nbdkit_error ("%s=%s: not a size (%s '%s')", key, value, why, where);
+    else
+      nbdkit_error ("%s=%s: not a size (%s)", key, value, why);
     return -1;
   }
 }
@@ -53,29 +62,63 @@ throttle_parse_unsigned (const char *key, const char *value,
                          unsigned min, unsigned max,
                          const char *what, unsigned *out)
 {
-  unsigned n;
+  unsigned long long n = 0;
+  const char *p = value;
 
-  if (nbdkit_parse_unsigned (key, value, &n) == -1)
-    return -1;
-  if (n < min || n > max) {
-    nbdkit_error ("%s=%s: expected %u to %u%s", key, value, min, max, what);
-    return -1;
+  /* Digits only: no sign, no white space, no base prefix, which
+   * strtoul would take (and "-1" as ULONG_MAX).  Saturates.
+   */
+  if (*p == '\0')
+    goto bad;
+  for (; *p; p++) {
+    if (*p < '0' || *p > '9')
+      goto bad;
+    n = n * 10 + (*p - '0');
+    if (n > UINT_MAX)
+      n = (unsigned long long) UINT_MAX + 1;
   }
+  if (n < min || n > max)
+    goto bad;
   *out = n;
   return 1;
+
+ bad:
+  nbdkit_error ("%s=%s: expected a whole number from %u to %u%s",
+                key, value, min, max, what);
+  return -1;
 }
 
+/* nbdkit_parse_bool's words (nbdkit 1.32 to 1.44), which would log an
+ * error line of its own, not naming the parameter.
+ */
 int
 throttle_parse_bool (const char *key, const char *value, bool *out)
 {
-  int r = nbdkit_parse_bool (value);
+  static const char *const yes[] = { "true", "t", "yes", "y", "on", NULL };
+  static const char *const no[] = { "false", "f", "no", "n", "off", NULL };
+  size_t i;
 
-  if (r == -1) {
-    nbdkit_error ("%s=%s: expected a boolean (on or off)", key, value);
-    return -1;
+  if (strcmp (value, "1") == 0) {
+    *out = true;
+    return 1;
   }
-  *out = r;
-  return 1;
+  if (strcmp (value, "0") == 0) {
+    *out = false;
+    return 1;
+  }
+  for (i = 0; yes[i]; i++) {
+    if (strcasecmp (value, yes[i]) == 0) {
+      *out = true;
+      return 1;
+    }
+    if (strcasecmp (value, no[i]) == 0) {
+      *out = false;
+      return 1;
+    }
+  }
+  nbdkit_error ("%s=%s: expected a boolean: " THROTTLE_BOOL_WORDS,
+                key, value);
+  return -1;
 }
 
 int

@@ -2,13 +2,13 @@
 /* nbdkit-throttle filter: one way to parse a parameter's value, and
  * to report a bad one.
  *
- * The rule: every bad value gets one error line of ours, which names
- * the parameter: "KEY=VALUE: " followed by what the parameter expects.
- * A value nbdkit's own parser rejects (not a size, not a boolean) has
- * that parser's line first, which says why but not which parameter
- * (its wording differs between nbdkit releases); ours follows it.
- * nbdkit_parse_unsigned names the key itself, so its line is the only
- * one.
+ * The rule: every bad value gets one error line, ours, which names
+ * the parameter and its value as written: "KEY=VALUE: " followed by
+ * what is wrong or what the parameter expects.  So nbdkit's own
+ * parsers, which log a line of their own that names no parameter, are
+ * not called: sizes are read by lib/throttle-size.h (nbdkit_parse_size's
+ * grammar), booleans here in nbdkit_parse_bool's, whole numbers here as
+ * decimal digits only.
  *
  * Each throttle_parse_* returns 1 when the value is good (what a
  * throttle_*_config function returns for a key of its own), -1 after
@@ -26,11 +26,18 @@
 
 #include "throttle-metric.h"
 
+/* What nbdkit_parse_bool takes (any case but the digits), for every
+ * message that asks for a boolean.
+ */
+#define THROTTLE_BOOL_WORDS \
+  "true or false (also on/off, yes/no, t/f, y/n, 1/0)"
+
 extern int throttle_parse_size (const char *key, const char *value,
                                 int64_t min, int64_t max,
                                 const char *expect, int64_t *out);
-/* Out of range, the message is "KEY=VALUE: expected MIN to MAX" and
- * what (e.g. " (nbdkit's --threads value)", or "").
+/* Decimal digits only, from min to max; else the message is
+ * "KEY=VALUE: expected a whole number from MIN to MAX" and what (e.g.
+ * " (nbdkit's --threads value)", or "").
  */
 extern int throttle_parse_unsigned (const char *key, const char *value,
                                     unsigned min, unsigned max,
@@ -55,12 +62,14 @@ extern int throttle_parse_seconds (const char *key, const char *value,
                                    double min, double max,
                                    const char *expect, double *out);
 
-/* The value as a size: 0 if it is one from min to max, -1 if nbdkit's
- * parser refused it (and logged why, without naming a parameter), -2
- * if it is out of range (the caller says so).
+/* The value as a size: 0 if it is one from min to max; -1 if it is
+ * not a size, with *why and *where as throttle_size_parse sets them
+ * (lib/throttle-size.h), nothing logged; -2 if it is out of range.
+ * The caller says which.
  */
 extern int throttle_size_in (const char *value, int64_t min, int64_t max,
-                             int64_t *out);
+                             int64_t *out, const char **why,
+                             const char **where);
 
 /* The smallest capacity (and floor) under metric m: one that admits,
  * in one grant, the least a client's request can be charged that is
@@ -85,7 +94,7 @@ extern int throttle_capacity_check (const struct throttle_metric *m,
  * requests, yet nbdkit's size suffixes (k, M, G, ... and b, s) read as
  * bytes: throttle-capacity=1M would silently be 1048576 pages (4 GiB).
  * text is the capacity as written (already parsed to value by
- * nbdkit_parse_size), what names it for the message.  0 if text has no
+ * throttle_size_in), what names it for the message.  0 if text has no
  * suffix or the metric counts bytes (bytes, or a user metric, whose
  * unit the filter cannot know); else -1 with the reason in err, for
  * the caller to say.

@@ -5,6 +5,7 @@
 
 #include <config.h>
 
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -50,6 +51,117 @@ void
 throttle_verdict_taken (enum throttle_swap_reason reason)
 {
   atomic_fetch_and (&missing, ~(1u << reason));
+}
+
+/* The required guards refused since the last throttle_verdict_refusals,
+ * in the order of the reasons (main thread only).
+ */
+static struct {
+  char kv[64];                  /* "throttle-swap=on" */
+  const char *fix;
+  char what[512];
+} refusals[THROTTLE_SWAP_REASONS];
+static unsigned refused_mask;
+
+void
+throttle_verdict_refused (enum throttle_swap_reason reason, const char *key,
+                          const char *value, const char *fix,
+                          const char *fmt, ...)
+{
+  va_list ap;
+
+  snprintf (refusals[reason].kv, sizeof refusals[reason].kv, "%s=%s",
+            key, value);
+  refusals[reason].fix = fix;
+  va_start (ap, fmt);
+  vsnprintf (refusals[reason].what, sizeof refusals[reason].what, fmt, ap);
+  va_end (ap);
+  refused_mask |= 1u << reason;
+}
+
+/* Whether a refusal before reason i has its key=value. */
+static bool
+said_before (size_t i)
+{
+  size_t j;
+
+  for (j = 0; j < i; j++)
+    if (refused_mask & (1u << j) &&
+        strcmp (refusals[j].kv, refusals[i].kv) == 0)
+      return true;
+  return false;
+}
+
+int
+throttle_verdict_refusals (void)
+{
+  char line[4096], fixes[512];
+  size_t i, n = 0, f = 0, count = 0;
+  bool all_swap = true, one_key = true;
+  const char *first = NULL;
+
+  if (refused_mask == 0)
+    return 0;
+  for (i = 0; i < THROTTLE_SWAP_REASONS; i++) {
+    if (!(refused_mask & (1u << i)))
+      continue;
+    count++;
+    if (strncmp (refusals[i].kv, "throttle-swap=", 14) != 0)
+      all_swap = false;
+    if (first == NULL)
+      first = refusals[i].kv;
+    else if (strcmp (first, refusals[i].kv) != 0)
+      one_key = false;
+  }
+  /* One guard: as it always was said. */
+  if (count == 1) {
+    i = __builtin_ctz (refused_mask);
+    refused_mask = 0;
+    if (all_swap)
+      nbdkit_error ("%s: %s; use throttle-swap=auto, or %s, to start "
+                    "without it", refusals[i].kv, refusals[i].what,
+                    refusals[i].fix);
+    else
+      nbdkit_error ("%s: %s; use %s to start without it", refusals[i].kv,
+                    refusals[i].what, refusals[i].fix);
+    return -1;
+  }
+  /* Several: every key=value that required one first, then each guard
+   * with what refused it (and its key=value where they differ), then
+   * the parameters that start without them.
+   */
+  line[0] = fixes[0] = '\0';
+  for (i = 0; i < THROTTLE_SWAP_REASONS && n < sizeof line; i++) {
+    if (!(refused_mask & (1u << i)) || said_before (i))
+      continue;
+    n += snprintf (line + n, sizeof line - n, "%s%s", n ? " " : "",
+                   refusals[i].kv);
+  }
+  if (n < sizeof line)
+    n += snprintf (line + n, sizeof line - n, ": %zu required guards "
+                   "cannot be taken: ", count);
+  count = 0;
+  for (i = 0; i < THROTTLE_SWAP_REASONS && n < sizeof line; i++) {
+    if (!(refused_mask & (1u << i)))
+      continue;
+    if (one_key)
+      n += snprintf (line + n, sizeof line - n, "%s%s: %s",
+                     count++ ? "; " : "", names[i], refusals[i].what);
+    else
+      n += snprintf (line + n, sizeof line - n, "%s%s (%s): %s",
+                     count++ ? "; " : "", names[i], refusals[i].kv,
+                     refusals[i].what);
+    if (f < sizeof fixes)
+      f += snprintf (fixes + f, sizeof fixes - f, "%s%s", f ? " " : "",
+                     refusals[i].fix);
+  }
+  refused_mask = 0;
+  if (all_swap)
+    nbdkit_error ("%s; use throttle-swap=auto, or %s, to start without "
+                  "them", line, fixes);
+  else
+    nbdkit_error ("%s; use %s to start without them", line, fixes);
+  return -1;
 }
 
 /* The verdict now: the guards' reasons and, read now, the storage's. */

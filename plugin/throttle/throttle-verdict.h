@@ -46,6 +46,24 @@ extern void throttle_verdict_missing (enum throttle_swap_reason reason,
                                       const char *why);
 extern void throttle_verdict_taken (enum throttle_swap_reason reason);
 
+/* A guard required by key=value ("throttle-swap=on",
+ * "throttle-rt=on", "throttle-mlock=onfault") that could not be taken:
+ * fix is the parameter that starts without it (a string with static
+ * storage: "throttle-oom=off"), fmt and what follows say what was
+ * refused and why.  Kept, not said: throttle_verdict_refusals says
+ * every guard refused in one error line, so that fixing them takes
+ * one restart, not one per guard.  nbdkit's main thread only, before
+ * the server starts.
+ */
+extern void throttle_verdict_refused (enum throttle_swap_reason reason,
+                                      const char *key, const char *value,
+                                      const char *fix, const char *fmt, ...)
+  __attribute__ ((format (printf, 5, 6)));
+/* After every guard was tried: 0 if none required was refused, else
+ * -1 after the one error line naming each (and forgets them).
+ */
+extern int throttle_verdict_refusals (void);
+
 /* .get_ready, after every guard was tried and the storage judged: the
  * verdict at start, while stderr is still the user's terminal; adds
  * the stats member and the metrics families.

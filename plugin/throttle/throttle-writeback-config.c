@@ -41,6 +41,7 @@
 
 static bool writeback;
 static uint64_t pool_param;      /* throttle-writeback-pool, 0 = default */
+static const char *pool_text;    /* ... as written */
 static unsigned nr_threads = WB_DEFAULT_THREADS;
 static unsigned nr_writers;      /* decided in get_ready */
 static uint64_t pool_bytes;      /* decided in config_complete */
@@ -65,6 +66,7 @@ throttle_writeback_config (const char *key, const char *value)
                              &size) == -1)
       return -1;
     pool_param = size;
+    pool_text = value;
     return 1;
   }
   if (strcmp (key, "throttle-writeback-threads") == 0)
@@ -107,7 +109,7 @@ wb_memory (uint64_t pool)
 int
 throttle_writeback_config_complete (void)
 {
-  char why_metric[128], fix_key[96];
+  char why_metric[256], fix_key[96], pool_kv[160], bound_kv[160];
   const char *why, *fix;
   uint64_t ram, need;
 
@@ -126,7 +128,9 @@ throttle_writeback_config_complete (void)
    */
   if (pool_param) {
     pool_bytes = pool_param;
-    why = "throttle-writeback-pool";
+    snprintf (pool_kv, sizeof pool_kv, "throttle-writeback-pool=%s",
+              pool_text);
+    why = pool_kv;
     fix = "lower throttle-writeback-pool";
   }
   else if (throttle_config.metric.page_units != 0) {
@@ -136,24 +140,33 @@ throttle_writeback_config_complete (void)
      * be raised live up to the server-wide bound, never above.
      */
     uint64_t bound = throttle_budget_get_capacity (throttle_config.server);
-    const char *key = bound == throttle_config.capacity ?
+    bool export_bound = bound == throttle_config.capacity;
+    const char *key = export_bound ?
       "throttle-capacity" : "throttle-server-capacity";
+    const char *text = export_bound ? throttle_config.capacity_text :
+      throttle_config.server_capacity_text;
 
+    /* Named as written, as every error names a value. */
+    if (text)
+      snprintf (bound_kv, sizeof bound_kv, "%s=%s", key, text);
+    else
+      snprintf (bound_kv, sizeof bound_kv, "the default %s (%" PRIu64 ")",
+                key, bound);
     if (__builtin_mul_overflow (bound, unit, &pool_bytes)) {
       nbdkit_error ("%s: %" PRIu64 " %s of %" PRIu64 " bytes "
                     "overflow a 64-bit writeback pool size: lower "
                     "%s, or set throttle-writeback-pool",
-                    key, bound, throttle_config.metric.name, unit, key);
+                    bound_kv, bound, throttle_config.metric.name, unit, key);
       return -1;
     }
     if (unit == 1)
       snprintf (why_metric, sizeof why_metric, "%s (the "
                 "pool's default under throttle-metric=%s)",
-                key, throttle_config.metric.name);
+                bound_kv, throttle_config.metric.name);
     else
       snprintf (why_metric, sizeof why_metric, "%s (the "
                 "pool's default under throttle-metric=%s is capacity x %"
-                PRIu64 ")", key, throttle_config.metric.name, unit);
+                PRIu64 ")", bound_kv, throttle_config.metric.name, unit);
     why = why_metric;
     snprintf (fix_key, sizeof fix_key, "lower %s, or set "
               "throttle-writeback-pool", key);

@@ -42,9 +42,9 @@
 #include "throttle-writeback.h"
 
 static const char *metric_spec = "bytes";
-static const char *capacity_text;       /* as given, for its errors */
 static uint64_t server_capacity;        /* 0 = throttle-capacity */
-static const char *server_capacity_text;
+static const char *reads_text;          /* throttle-reads as given */
+static bool reads_asked;                /* ... and it said true */
 static struct throttle_budget server_budget;
 static bool started;                    /* .after_fork was called */
 
@@ -62,7 +62,7 @@ own_config (const char *key, const char *value)
                              "would admit nothing", &size) == -1)
       return -1;
     throttle_config.capacity = size;
-    capacity_text = value;
+    throttle_config.capacity_text = value;
     return 1;
   }
   if (strcmp (key, "throttle-server-capacity") == 0) {
@@ -71,22 +71,57 @@ own_config (const char *key, const char *value)
                              "would admit nothing", &size) == -1)
       return -1;
     server_capacity = size;
-    server_capacity_text = value;
+    throttle_config.server_capacity_text = value;
     return 1;
   }
   if (strcmp (key, "throttle-metric") == 0) {
     if (value[0] == '\0') {
-      nbdkit_error ("throttle-metric: empty value: expected bytes, pages, "
+      nbdkit_error ("throttle-metric=: empty value: expected bytes, pages, "
                     "requests or the path of a shared object");
       return -1;
     }
     metric_spec = value;
     return 1;
   }
-  if (strcmp (key, "throttle-reads") == 0)
-    return throttle_parse_bool (key, value, &throttle_config.charge_reads);
+  if (strcmp (key, "throttle-reads") == 0) {
+    reads_text = value;
+    if (throttle_parse_bool (key, value, &throttle_config.charge_reads) == -1)
+      return -1;
+    reads_asked = throttle_config.charge_reads;
+    return 1;
+  }
   if (strcmp (key, "throttle-split") == 0)
     return throttle_parse_bool (key, value, &throttle_config.split);
+  return 0;
+}
+
+/* The filter's keys seen so far, with their values (nbdkit keeps both
+ * for the server's life).  More than there are keys: an unknown one
+ * stops nbdkit at once.
+ */
+#define MAX_KEYS 64
+static struct { const char *key, *value; } seen[MAX_KEYS];
+static size_t nr_seen;
+
+/* A key given twice is refused rather than the last taken silently:
+ * on a long command line (or one a helper adds to) the first value may
+ * be the one the user meant.  0, or -1 after the error line.
+ */
+static int
+once (const char *key, const char *value)
+{
+  size_t i;
+
+  for (i = 0; i < nr_seen; i++)
+    if (strcmp (seen[i].key, key) == 0) {
+      nbdkit_error ("%s=%s: repeats %s=%s: give each parameter once",
+                    key, value, key, seen[i].value);
+      return -1;
+    }
+  if (nr_seen < MAX_KEYS) {
+    seen[nr_seen].key = key;
+    seen[nr_seen++].value = value;
+  }
   return 0;
 }
 
@@ -96,6 +131,8 @@ throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
 {
   int r;
 
+  if (strncmp (key, "throttle-", 9) == 0 && once (key, value) == -1)
+    return -1;
   if ((r = own_config (key, value)) != 0 ||
       (r = throttle_guards_config (key, value)) != 0 ||
       (r = throttle_control_config (key, value)) != 0 ||
@@ -108,7 +145,8 @@ throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
     /* A typo must not reach the plugin as an unknown parameter with
      * a confusing message from it.
      */
-    nbdkit_error ("unknown parameter %s: see nbdkit-throttle-filter(1)", key);
+    nbdkit_error ("%s=%s: unknown parameter: see nbdkit-throttle-filter(1)",
+                  key, value);
     return -1;
   }
 
@@ -149,12 +187,12 @@ throttle_config_complete (nbdkit_next_config_complete *next,
 
   if (throttle_metric_load (metric_spec, &throttle_config.metric,
                             err, sizeof err) == -1) {
-    nbdkit_error ("throttle-metric: %s", err);
+    nbdkit_error ("throttle-metric=%s: %s", metric_spec, err);
     return -1;
   }
   if (throttle_config.capacity == 0)
     throttle_config.capacity = throttle_config.metric.default_capacity;
-  else if (check_capacity ("throttle-capacity", capacity_text,
+  else if (check_capacity ("throttle-capacity", throttle_config.capacity_text,
                            throttle_config.capacity) == -1)
     return -1;
   /* The server's bound: as one export's by default, following any
@@ -165,14 +203,23 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   if (server_capacity == 0)
     server_capacity = throttle_config.capacity;
   else {
-    if (check_capacity ("throttle-server-capacity", server_capacity_text,
+    if (check_capacity ("throttle-server-capacity",
+                        throttle_config.server_capacity_text,
                         server_capacity) == -1)
       return -1;
     if (server_capacity < throttle_config.capacity) {
-      nbdkit_error ("throttle-server-capacity=%s: below throttle-capacity=%"
-                    PRIu64 ": the server-wide bound cannot be below one "
-                    "export's", server_capacity_text,
-                    throttle_config.capacity);
+      if (throttle_config.capacity_text)
+        nbdkit_error ("throttle-server-capacity=%s: below "
+                      "throttle-capacity=%s: the server-wide bound cannot "
+                      "be below one export's",
+                      throttle_config.server_capacity_text,
+                      throttle_config.capacity_text);
+      else
+        nbdkit_error ("throttle-server-capacity=%s: below %" PRIu64 ", the "
+                      "default throttle-capacity under throttle-metric=%s: "
+                      "the server-wide bound cannot be below one export's",
+                      throttle_config.server_capacity_text,
+                      throttle_config.capacity, throttle_config.metric.name);
       return -1;
     }
     throttle_config.server_capacity_set = true;
@@ -225,6 +272,36 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   throttle_adapt_config_help "\n" \
   throttle_remote_config_help
 
+/* Why reads are charged, for the latency target's warning, into buf:
+ * throttle-reads as written, or the real-time guard's setting, or both; the
+ * parameters that uncharge them into *fix.  The caller's duty: reads
+ * are charged (throttle_config.charge_reads, final in .get_ready).
+ */
+static void
+reads_charged_by (char *buf, size_t len, const char **fix)
+{
+  const char *key = throttle_guards_key (THROTTLE_GIVEN_RT, "throttle-rt");
+  bool rt = throttle_guards_rt_active ();
+  bool asked = reads_asked;
+  size_t n = 0;
+
+  buf[0] = '\0';
+  if (asked)
+    n = snprintf (buf, len, "throttle-reads=%s%s", reads_text,
+                  rt ? "; and " : "");
+  if (rt && n < len) {
+    if (throttle_guards_params.rt == THROTTLE_GUARD_ON)
+      snprintf (buf + n, len - n, "%s=on: real-time request threads "
+                "charge them", key);
+    else
+      snprintf (buf + n, len - n, "throttle-rt=auto: the request threads "
+                "may become real-time here, and real-time threads charge "
+                "them");
+  }
+  *fix = asked && rt ? "throttle-rt=off and throttle-reads=false" :
+    rt ? "throttle-rt=off" : "throttle-reads=false";
+}
+
 static int
 throttle_get_ready (int thread_model)
 {
@@ -238,6 +315,13 @@ throttle_get_ready (int thread_model)
     throttle_config.charge_reads = true;
     nbdkit_debug ("throttle: request threads are or may become real-time: "
                   "reads are charged");
+  }
+  if (throttle_config.charge_reads) {
+    char why[256];
+    const char *fix;
+
+    reads_charged_by (why, sizeof why, &fix);
+    throttle_adapt_get_ready (why, fix);
   }
   throttle_remote_get_ready ();
   throttle_verdict_get_ready ();
