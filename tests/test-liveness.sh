@@ -130,8 +130,9 @@ expect_ctl '"ok":true.*"capacity":8192' 'set capacity "" 8K'
 expect_ctl '"capacity":8192' 'stats ""'
 stop_nbdkit $pid
 
-# A user metric that charges more than the capacity for one request:
-# clamped (it runs alone) and counted.
+# A user metric that charges more than the capacity for one request
+# (2 units a 64K write, under a capacity of 1): charged in full, run
+# alone, and counted as clamped.
 rm -f "$ctl"
 start_nbdkit clamp --filter="$THROTTLE_FILTER" memory 16M \
   throttle-metric="$TEST_METRIC" throttle-capacity=1 throttle-rt=off \
@@ -145,7 +146,7 @@ for i in range(4):
     h.pwrite(b"z" * 65536, i * 65536)
 h.shutdown()
 EOF
-expect_ctl '"capacity":1,.*"charged":4,.*"clamped":4' 'stats ""'
+expect_ctl '"capacity":1,.*"peak":2,.*"charged":8,.*"clamped":4' 'stats ""'
 stop_nbdkit $pid
 
 # The swap helper refuses a capacity below a page under the bytes
