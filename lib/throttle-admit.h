@@ -32,7 +32,7 @@
  * is being changed.
  *
  * Pure: no nbdkit, no clock of its own.  Used by the filter
- * (plugin/throttle/throttle-serve.c), by the simulation test
+ * (plugin/throttle/core/throttle-serve.c), by the simulation test
  * (tests/test-sim.c), which steps it with throttle_admit_poll instead
  * of sleeping in throttle_admit_wait, and by tests/test-admit.c.
  */

@@ -3,8 +3,8 @@
 """The include graph of the project's C modules, checked.
 
 A module is NAME.c with NAME.h in one folder.  Fails (exit 1, naming
-what is wrong) when the modules of a folder include each other in a
-circle (every set of modules that do, each with its shortest circle,
+what is wrong) when the modules of a folder (with the folders below
+it: the filter's are one program) include each other in a circle (every set of modules that do, each with its shortest circle,
 so that one run shows all there is to untangle), when lib/ includes
 anything of nbdkit (nbdkit-*.h, except its own nbdkit-throttle-metric.h,
 which must itself include nothing of nbdkit) or anything of plugin/.
@@ -25,16 +25,28 @@ def includes(path):
         return INCLUDE.findall(f.read())
 
 
+def sources(folder):
+    """{file name: path} of the .c and .h files in folder and the
+    folders below it: one program's headers, found by their bare names
+    (the filter's folders are each on its include path)."""
+    found = {}
+    for d, _, names in os.walk(folder):
+        for f in names:
+            if f.endswith((".c", ".h")):
+                found[f] = os.path.join(d, f)
+    return found
+
+
 def module_graph(folder):
-    """{module: {module it includes}} within one folder."""
-    files = [f for f in os.listdir(folder) if f.endswith((".c", ".h"))]
-    local = set(files)
+    """{module: {module it includes}} within one folder and those below
+    it."""
+    files = sources(folder)
     graph = {}
-    for f in files:
+    for f, path in files.items():
         mod = f[:-2]
         graph.setdefault(mod, set())
-        for kind, name in includes(os.path.join(folder, f)):
-            if kind == '"' and name in local and name[:-2] != mod:
+        for kind, name in includes(path):
+            if kind == '"' and name in files and name[:-2] != mod:
                 graph[mod].add(name[:-2])
     return graph
 
@@ -95,7 +107,7 @@ def main(top):
     errors = []
     plugin_files = set()
     for folder in FOLDERS[1:]:
-        plugin_files |= set(os.listdir(os.path.join(top, folder)))
+        plugin_files |= set(sources(os.path.join(top, folder)))
     for folder in FOLDERS:
         path = os.path.join(top, folder)
         graph = module_graph(path)

@@ -3,7 +3,7 @@
  * request is served in parts: which requests are split, what a part's
  * bytes are, and the split_max the layers below allow.  Each request
  * is served here as the filter's serving loop does
- * (plugin/throttle/throttle-serve.c): admit, serve the part granted,
+ * (plugin/throttle/core/throttle-serve.c): admit, serve the part granted,
  * credit it, admit the rest as a new request.
  */
 

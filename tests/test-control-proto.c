@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of the control socket's protocol
- * (plugin/throttle/throttle-control-proto.c) without a socket or nbdkit: the
+ * (plugin/throttle/control/throttle-control-proto.c) without a socket or nbdkit: the
  * tokenizer, the stats and their JSON, and the dispatch of set to what
  * features add, over the real registry of budgets with two exports.
  * Only nbdkit is stood in for; the features here are the test's own,

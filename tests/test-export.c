@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Unit tests of the registry of budgets (plugin/throttle/throttle-export.c)
+/* Unit tests of the registry of budgets (plugin/throttle/core/throttle-export.c)
  * without nbdkit: the budget a connection gets depends on its name
  * only, whatever was opened and closed before; a named budget lives
  * while a connection or a control command holds it; nothing is left

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# The swap verdict (plugin/throttle/throttle-verdict.h): one answer,
+# The swap verdict (plugin/throttle/guards/throttle-verdict.h): one answer,
 # safe or not with every reason, the same in the start's one warning
 # line, in the JSON stats and in the metrics (read with real parsers:
 # metrics-check.py swap).  At the defaults the reasons are what this

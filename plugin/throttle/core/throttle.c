@@ -9,7 +9,7 @@
  * device.  See nbdkit-throttle-filter(1).
  *
  * The lifecycle callbacks below call each module's hooks in the order
- * that plugin/throttle/throttle-lifecycle.h gives, with the reasons.
+ * that plugin/throttle/core/throttle-lifecycle.h gives, with the reasons.
  */
 
 #include <config.h>
