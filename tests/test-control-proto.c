@@ -19,6 +19,7 @@
 #include "throttle-config.h"
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
+#include "throttle-report.h"
 #include "check-main.h"
 
 /* A name that needs every kind of escape in JSON: a quote, a control
@@ -51,7 +52,7 @@ set_limit (FILE *out, struct throttle_export *exp, const char *value)
 {
   ck_assert_uint_gt (exp->refs, 0);     /* held for the call */
   if (strcmp (value, "bad") == 0) {
-    throttle_control_reply_error (out, "limit \"%s\": bad", value);
+    throttle_report_error (out, "limit \"%s\": bad", value);
     return;
   }
   throttle_budget_set_capacity (&exp->budget, strtoull (value, NULL, 10));
@@ -69,7 +70,7 @@ set_mode (FILE *out, struct throttle_export *exp, const char *value)
   fprintf (out, "{\"ok\":true,\"mode\":\"%s\"}\n", mode);
 }
 
-static const struct throttle_control_setter setters[] = {
+static const struct throttle_report_setter setters[] = {
   { "limit", "set limit EXPORT N", true, set_limit },
   { "mode", "set mode on|off", false, set_mode },
 };
@@ -234,10 +235,10 @@ START_TEST (test_extra_stats)
 {
   char *r;
 
-  throttle_control_add_extra_stats (extra);
-  throttle_control_add_extra_stats (too_long);
-  throttle_control_add_extra_stats (second);
-  throttle_control_add_extra_stats (extra);
+  throttle_report_add_json (extra);
+  throttle_report_add_json (too_long);
+  throttle_report_add_json (second);
+  throttle_report_add_json (extra);
   r = ask ("stats \"\"");
   ck_assert_ptr_null (strstr (r, "\"next\""));     /* one export: no page */
   ck_assert_ptr_nonnull (strstr (r, "\"exports_total\":2,\"extra\":0,"
@@ -322,8 +323,8 @@ throttle_test_suite (void)
   Suite *s = suite_create ("control-proto");
   TCase *tc = tcase_create ("core");
 
-  throttle_control_add_setter (&setters[0]);
-  throttle_control_add_setter (&setters[1]);
+  throttle_report_add_setter (&setters[0]);
+  throttle_report_add_setter (&setters[1]);
   tcase_add_checked_fixture (tc, setup, teardown);
   tcase_add_test (tc, test_tokens);
   tcase_add_test (tc, test_stats);

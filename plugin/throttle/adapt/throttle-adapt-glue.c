@@ -37,7 +37,7 @@
 #include "throttle-adapt.h"
 #include "throttle-adapt-glue.h"
 #include "throttle-clock.h"
-#include "throttle-control-proto.h"
+#include "throttle-report.h"
 #include "throttle-duration.h"
 #include "throttle-export.h"
 #include "throttle-guards.h"
@@ -209,7 +209,7 @@ throttle_adapt_config_complete (void)
                   throttle_writeback_enabled () ?
                   " (writeback: writes are not sampled)" : "");
   adapt_slot = throttle_export_add_feature (&adapt_feature);
-  throttle_control_add_extra_stats (throttle_adapt_stats_json);
+  throttle_report_add_json (throttle_adapt_stats_json);
   return 0;
 }
 

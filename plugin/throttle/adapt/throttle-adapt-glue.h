@@ -91,7 +91,7 @@ extern int throttle_adapt_export_set_ceiling (struct throttle_export *exp,
  */
 extern uint64_t throttle_adapt_export_ceiling (struct throttle_export *exp);
 
-/* JSON members for the control socket (throttle_control_extra_stats_fn). */
+/* JSON members for the control socket (throttle_report_json_fn). */
 extern void throttle_adapt_stats_json (struct throttle_export *exp,
                                        char *buf, size_t len);
 

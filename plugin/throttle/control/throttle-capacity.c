@@ -15,7 +15,7 @@
 #include "throttle-adapt-glue.h"
 #include "throttle-capacity.h"
 #include "throttle-config.h"
-#include "throttle-control-proto.h"
+#include "throttle-report.h"
 #include "throttle-export.h"
 #include "throttle-json.h"
 #include "throttle-parse.h"
@@ -28,11 +28,11 @@ parse_capacity (FILE *out, const char *value, int64_t *r)
 
   switch (throttle_size_in (value, 1, INT64_MAX, r, &why, &where)) {
   case -1:
-    throttle_control_reply_error (out, "bad number \"%s\": expected a "
+    throttle_report_error (out, "bad number \"%s\": expected a "
                                   "positive size (e.g. 4096, 64M)", value);
     return -1;
   case -2:
-    throttle_control_reply_error (out, "bad number \"%s\": the capacity "
+    throttle_report_error (out, "bad number \"%s\": the capacity "
                                   "must be greater than 0", value);
     return -1;
   }
@@ -73,7 +73,7 @@ set_capacity (FILE *out, struct throttle_export *exp, const char *value)
                                  err, sizeof err) == -1 ||
         throttle_capacity_unit_check (&throttle_config.metric, value, r,
                                       what, err, sizeof err) == -1) {
-      throttle_control_reply_error (out, "%s", err);
+      throttle_report_error (out, "%s", err);
       return;
     }
     huge = throttle_capacity_ram_check (&throttle_config.metric, r,
@@ -88,7 +88,7 @@ set_capacity (FILE *out, struct throttle_export *exp, const char *value)
   if (throttle_config.server &&
       (uint64_t) r > throttle_budget_get_capacity (throttle_config.server)) {
     if (throttle_config.server_capacity_set) {
-      throttle_control_reply_error (out, "capacity \"%s\": above the "
+      throttle_report_error (out, "capacity \"%s\": above the "
                                     "server-wide capacity %" PRIu64 ": "
                                     "raise it first with set "
                                     "server-capacity N", value,
@@ -107,7 +107,7 @@ set_capacity (FILE *out, struct throttle_export *exp, const char *value)
    */
   if (throttle_adapt_export_set_ceiling (exp, r, &previous,
                                          err, sizeof err) == -1) {
-    throttle_control_reply_error (out, "%s", err);
+    throttle_report_error (out, "%s", err);
     return;
   }
   nbdkit_debug ("throttle: control: export \"%s\" capacity %" PRIu64
@@ -150,7 +150,7 @@ set_server_capacity (FILE *out, struct throttle_export *unused,
   int64_t r;
 
   if (throttle_config.server == NULL) {
-    throttle_control_reply_error (out, "no server-wide budget");
+    throttle_report_error (out, "no server-wide budget");
     return;
   }
   if (parse_capacity (out, value, &r) == -1)
@@ -160,7 +160,7 @@ set_server_capacity (FILE *out, struct throttle_export *unused,
                                err, sizeof err) == -1 ||
       throttle_capacity_unit_check (&throttle_config.metric, value, r,
                                     what, err, sizeof err) == -1) {
-    throttle_control_reply_error (out, "%s", err);
+    throttle_report_error (out, "%s", err);
     return;
   }
   huge = throttle_capacity_ram_check (&throttle_config.metric, r,
@@ -172,12 +172,12 @@ set_server_capacity (FILE *out, struct throttle_export *unused,
   throttle_export_foreach (max_ceiling, &ctx);
   if ((uint64_t) r < ctx.max) {
     if (ctx.found)
-      throttle_control_reply_error (out, "server-capacity \"%s\": below "
+      throttle_report_error (out, "server-capacity \"%s\": below "
                                     "the capacity %" PRIu64 " of export "
                                     "\"%s\": lower it first with set "
                                     "capacity", value, ctx.max, ctx.name);
     else
-      throttle_control_reply_error (out, "server-capacity \"%s\": below "
+      throttle_report_error (out, "server-capacity \"%s\": below "
                                     "throttle-capacity=%" PRIu64 ", at "
                                     "which every export starts",
                                     value, ctx.max);
@@ -204,7 +204,7 @@ set_latency_target (FILE *out, struct throttle_export *exp,
 
   if (throttle_adapt_export_set_target (exp, value, &previous,
                                         err, sizeof err) == -1) {
-    throttle_control_reply_error (out, "%s", err);
+    throttle_report_error (out, "%s", err);
     return;
   }
   nbdkit_debug ("throttle: control: export \"%s\" latency target %s",
@@ -219,7 +219,7 @@ set_latency_target (FILE *out, struct throttle_export *exp,
     fputs (",\"previous_ns\":null}\n", out);
 }
 
-static const struct throttle_control_setter setters[] = {
+static const struct throttle_report_setter setters[] = {
   { "capacity", "set capacity EXPORT N", true, set_capacity },
   { "latency-target", "set latency-target EXPORT DURATION|off", true,
     set_latency_target },
@@ -232,5 +232,5 @@ throttle_capacity_config_complete (void)
   size_t i;
 
   for (i = 0; i < sizeof setters / sizeof setters[0]; i++)
-    throttle_control_add_setter (&setters[i]);
+    throttle_report_add_setter (&setters[i]);
 }

@@ -21,38 +21,7 @@
 #include "throttle-export.h"
 #include "throttle-json.h"
 #include "throttle-metrics.h"
-
-/* Added before the control thread starts, read only by it: no lock
- * (throttle-control-proto.h).
- */
-static throttle_control_extra_stats_fn extra_stats[THROTTLE_CONTROL_MAX_EXTRA];
-
-void
-throttle_control_add_extra_stats (throttle_control_extra_stats_fn fn)
-{
-  size_t i;
-
-  for (i = 0; i < THROTTLE_CONTROL_MAX_EXTRA; i++)
-    if (extra_stats[i] == NULL || extra_stats[i] == fn) {
-      extra_stats[i] = fn;
-      return;
-    }
-  abort ();                   /* a new caller: raise the maximum */
-}
-
-/* Added before the control thread starts, read only by it: no lock
- * (throttle-control-proto.h).
- */
-static const struct throttle_control_setter *setters[THROTTLE_CONTROL_MAX_SETTERS];
-static size_t nr_setters;
-
-void
-throttle_control_add_setter (const struct throttle_control_setter *setter)
-{
-  if (nr_setters == THROTTLE_CONTROL_MAX_SETTERS)
-    abort ();                   /* a new command: raise the maximum */
-  setters[nr_setters++] = setter;
-}
+#include "throttle-report.h"
 
 /* --- stats ------------------------------------------------------------- */
 
@@ -60,11 +29,12 @@ static void
 append_extra (FILE *fp, struct throttle_export *exp)
 {
   char tmp[4096];
+  throttle_report_json_fn fn;
   size_t i;
 
-  for (i = 0; i < THROTTLE_CONTROL_MAX_EXTRA && extra_stats[i]; i++) {
+  for (i = 0; (fn = throttle_report_json (i)) != NULL; i++) {
     tmp[0] = '\0';
-    extra_stats[i] (exp, tmp, sizeof tmp);
+    fn (exp, tmp, sizeof tmp);
     /* Half a member would make the whole reply unparseable. */
     if (tmp[0] != '\0' && memchr (tmp, '\0', sizeof tmp - 1) != NULL) {
       putc (',', fp);
@@ -185,24 +155,10 @@ throttle_control_stats (struct throttle_export *exp, size_t from)
 
 /* --- replies ----------------------------------------------------------- */
 
-void
-throttle_control_reply_error (FILE *out, const char *fmt, ...)
-{
-  char msg[2048];
-  va_list ap;
-
-  va_start (ap, fmt);
-  vsnprintf (msg, sizeof msg, fmt, ap);
-  va_end (ap);
-  fputs ("{\"error\":", out);
-  throttle_json_string (out, msg);
-  fputs ("}\n", out);
-}
-
 static void
 reply_unknown_export (FILE *out, const char *name)
 {
-  throttle_control_reply_error (out, "unknown export \"%s\": it has no "
+  throttle_report_error (out, "unknown export \"%s\": it has no "
                                 "budget (only \"\" and the names of open "
                                 "connections have one)", name);
 }
@@ -216,7 +172,7 @@ reply_stats (FILE *out, struct throttle_export *exp, size_t from)
   char *line = throttle_control_stats (exp, from);
 
   if (line == NULL)
-    throttle_control_reply_error (out, "stats: the reply does not fit in "
+    throttle_report_error (out, "stats: the reply does not fit in "
                                   "%d bytes or memory ran out: ask for one "
                                   "export, or a page with stats from N",
                                   THROTTLE_CONTROL_MAX_OUTPUT);
@@ -243,7 +199,7 @@ reply_metrics (FILE *out)
       len = SIZE_MAX;
   }
   if (fp == NULL || len > THROTTLE_CONTROL_MAX_OUTPUT)
-    throttle_control_reply_error (out, "metrics: the reply does not fit in "
+    throttle_report_error (out, "metrics: the reply does not fit in "
                                   "%d bytes or memory ran out: use "
                                   "throttle-metrics-file, or stats from N",
                                   THROTTLE_CONTROL_MAX_OUTPUT);
@@ -315,15 +271,17 @@ next_token (char **p, char **tok, const char **err)
 static void
 reply_set_usage (FILE *out)
 {
+  const struct throttle_report_setter *setter;
   char usage[1024];
   size_t i, len = 0;
 
   usage[0] = '\0';
   /* A usage that does not fit is cut, never overrun. */
-  for (i = 0; i < nr_setters && len < sizeof usage; i++)
+  for (i = 0; (setter = throttle_report_setter (i)) != NULL &&
+         len < sizeof usage; i++)
     len += snprintf (usage + len, sizeof usage - len, "%s%s",
-                     i ? ", or " : "", setters[i]->usage);
-  throttle_control_reply_error (out, "usage: %s (the default export is "
+                     i ? ", or " : "", setter->usage);
+  throttle_report_error (out, "usage: %s (the default export is "
                                 "\"\")", usage);
 }
 
@@ -333,13 +291,13 @@ reply_set_usage (FILE *out)
 static void
 cmd_set (FILE *out, int argc, char **argv)
 {
-  const struct throttle_control_setter *setter = NULL;
+  const struct throttle_report_setter *setter = NULL, *s;
   struct throttle_export *exp;
   size_t i;
 
-  for (i = 0; i < nr_setters && argc >= 2; i++)
-    if (strcmp (argv[1], setters[i]->name) == 0)
-      setter = setters[i];
+  for (i = 0; argc >= 2 && (s = throttle_report_setter (i)) != NULL; i++)
+    if (strcmp (argv[1], s->name) == 0)
+      setter = s;
   if (setter == NULL || argc != (setter->per_export ? 4 : 3)) {
     reply_set_usage (out);
     return;
@@ -360,13 +318,14 @@ cmd_set (FILE *out, int argc, char **argv)
 static void
 reply_help (FILE *out)
 {
+  const struct throttle_report_setter *setter;
   size_t i;
 
   fputs ("{\"commands\":[\"stats [EXPORT]\",\"stats from N\",\"metrics\"",
          out);
-  for (i = 0; i < nr_setters; i++) {
+  for (i = 0; (setter = throttle_report_setter (i)) != NULL; i++) {
     putc (',', out);
-    throttle_json_string (out, setters[i]->usage);
+    throttle_json_string (out, setter->usage);
   }
   fputs (",\"help\"]}\n", out);
 }
@@ -383,7 +342,7 @@ cmd_stats (FILE *out, int argc, char **argv)
     from = strtoull (argv[2], &end, 10);
     if (argv[2][0] < '0' || argv[2][0] > '9' || *end != '\0' ||
         errno || from > SIZE_MAX) {
-      throttle_control_reply_error (out, "bad number \"%s\": expected the "
+      throttle_report_error (out, "bad number \"%s\": expected the "
                                     "index of the first export of the page "
                                     "(0, or the \"next\" of the page "
                                     "before)", argv[2]);
@@ -391,7 +350,7 @@ cmd_stats (FILE *out, int argc, char **argv)
     }
   }
   else if (argc > 2) {
-    throttle_control_reply_error (out, "usage: stats [EXPORT] or "
+    throttle_report_error (out, "usage: stats [EXPORT] or "
                                   "stats from N");
     return;
   }
@@ -415,19 +374,19 @@ throttle_control_execute (FILE *out, char *line)
   while (argc <= MAX_ARGS && next_token (&p, &argv[argc], &err) == 1)
     argc++;
   if (err) {
-    throttle_control_reply_error (out, "%s", err);
+    throttle_report_error (out, "%s", err);
     return;
   }
   if (argc == 0)              /* a blank line: nothing to answer */
     return;
   if (argc > MAX_ARGS) {
-    throttle_control_reply_error (out, "too many arguments: try help");
+    throttle_report_error (out, "too many arguments: try help");
     return;
   }
 
   if (strcmp (argv[0], "help") == 0) {
     if (argc != 1)
-      throttle_control_reply_error (out, "usage: help");
+      throttle_report_error (out, "usage: help");
     else
       reply_help (out);
   }
@@ -435,13 +394,13 @@ throttle_control_execute (FILE *out, char *line)
     cmd_stats (out, argc, argv);
   else if (strcmp (argv[0], "metrics") == 0) {
     if (argc != 1)
-      throttle_control_reply_error (out, "usage: metrics");
+      throttle_report_error (out, "usage: metrics");
     else
       reply_metrics (out);
   }
   else if (strcmp (argv[0], "set") == 0)
     cmd_set (out, argc, argv);
   else
-    throttle_control_reply_error (out, "unknown command \"%s\": try help",
+    throttle_report_error (out, "unknown command \"%s\": try help",
                                   argv[0]);
 }

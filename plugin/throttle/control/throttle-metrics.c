@@ -16,6 +16,7 @@
 #include "throttle-export.h"
 #include "throttle-metrics.h"
 #include "throttle-prom.h"
+#include "throttle-report.h"
 
 #define PREFIX "nbdkit_throttle_"
 #define CONNECTIONS ((size_t) -1)   /* the export's, not a budget's */
@@ -35,24 +36,6 @@ struct family {
   size_t field;                 /* in struct throttle_stats */
   const char *help;
 };
-
-/* Added before the control thread starts, read only by it: no lock
- * (throttle-metrics.h).
- */
-static throttle_metrics_fn features[THROTTLE_METRICS_MAX_FEATURES];
-
-void
-throttle_metrics_add (throttle_metrics_fn fn)
-{
-  size_t i;
-
-  for (i = 0; i < THROTTLE_METRICS_MAX_FEATURES; i++)
-    if (features[i] == NULL || features[i] == fn) {
-      features[i] = fn;
-      return;
-    }
-  abort ();                   /* a new caller: raise the maximum */
-}
 
 #define F(field) offsetof (struct throttle_stats, field)
 
@@ -178,6 +161,7 @@ write_config (FILE *fp)
 void
 throttle_metrics_write (FILE *fp, bool with_features)
 {
+  throttle_report_metrics_fn fn;
   char name[128];
   size_t i;
 
@@ -197,8 +181,8 @@ throttle_metrics_write (FILE *fp, bool with_features)
     throttle_budget_get_stats (throttle_config.server, &s);
     write_value (fp, f, name, NULL, &s, 0);
   }
-  for (i = 0; with_features && i < THROTTLE_METRICS_MAX_FEATURES &&
-         features[i]; i++)
-    features[i] (fp);
+  for (i = 0; with_features && (fn = throttle_report_metrics (i)) != NULL;
+       i++)
+    fn (fp);
   fputs (THROTTLE_PROM_EOF, fp);
 }

@@ -19,7 +19,7 @@
  * To add a family: a line in the table of throttle-metrics.c if it is
  * a budget's; a function beside write_config if it is the server's
  * configuration or state; a feature's own function added with
- * throttle_metrics_add if it is a feature's.  Each writes its HELP and
+ * throttle_report_add_metrics (throttle-report.h) if it is a feature's.  Each writes its HELP and
  * TYPE lines and its samples with throttle_prom_*, one label at most
  * per sample (a verdict with its reasons: a 0/1 gauge, and a gauge of
  * one sample per reason labelled reason="...").
@@ -44,17 +44,9 @@
  */
 extern void throttle_metrics_write (FILE *fp, bool with_features);
 
-/* A feature's families (writeback's pool and queue): fn writes whole
- * families, as above.  Added in nbdkit's main thread before
- * throttle_control_after_fork starts the control thread, as
- * throttle_control_add_extra_stats (throttle-control-proto.h): only
- * that thread calls them, in the order added, without the registry's
- * lock (fn may walk the registry or get an export), and it is stopped
- * before a feature frees its state.  fn must not block.  At most
- * THROTTLE_METRICS_MAX_FEATURES; adding one twice adds it once.
+/* A feature's families (writeback's pool and queue, the swap verdict)
+ * are in the core's table (throttle-report.h), written after the
+ * budgets' when with_features.
  */
-typedef void (*throttle_metrics_fn) (FILE *fp);
-#define THROTTLE_METRICS_MAX_FEATURES 4
-extern void throttle_metrics_add (throttle_metrics_fn fn);
 
 #endif /* THROTTLE_METRICS_H */

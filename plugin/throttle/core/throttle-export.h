@@ -81,7 +81,7 @@ struct throttle_export {
  * freed: no connection and no control command holds it then, and at
  * unload the registry's lock may be held.  Neither may call anything
  * here, nor take a lock that is held while calling in here.  Its
- * statistics go through throttle_control_add_extra_stats.
+ * statistics go through throttle_report_add_json (throttle-report.h).
  */
 struct throttle_export_feature {
   void *(*attach) (struct throttle_export *exp);

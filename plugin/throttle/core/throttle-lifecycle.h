@@ -54,7 +54,7 @@
  *                   (adapt-glue registers its state per export with
  *                   throttle_export_add_feature before the first
  *                   export is made; adapt-glue and writeback their
- *                   JSON with throttle_control_add_extra_stats, and
+ *                   JSON with throttle_report_add_json, and
  *                   capacity its set commands, before the control
  *                   thread exists.)
  *

@@ -23,7 +23,7 @@
 
 #include "throttle-clock.h"
 #include "throttle-config.h"
-#include "throttle-control-proto.h"
+#include "throttle-report.h"
 #include "throttle-guards-config.h"
 #include "throttle-json.h"
 #include "throttle-lock.h"
@@ -317,7 +317,7 @@ set_rt (FILE *out, struct throttle_export *unused, const char *value)
   char err[256], rt[1024];
 
   if (rt_set_mode (value, err, sizeof err) == -1) {
-    throttle_control_reply_error (out, "%s", err);
+    throttle_report_error (out, "%s", err);
     return;
   }
   rt_json (rt, sizeof rt);
@@ -556,7 +556,7 @@ rt_stop (void)
 }
 
 /* The control socket's set rt, and the rt member of its stats. */
-static const struct throttle_control_setter rt_setter = {
+static const struct throttle_report_setter rt_setter = {
   "rt", "set rt on|off|auto", false, set_rt
 };
 
@@ -564,9 +564,9 @@ void
 throttle_realtime_start (bool real_time_permitted)
 {
   permitted = real_time_permitted;
-  /* Before the control thread exists (throttle-control-proto.h). */
-  throttle_control_add_extra_stats (rt_stats_json);
-  throttle_control_add_setter (&rt_setter);
+  /* Before the control thread exists (throttle-report.h). */
+  throttle_report_add_json (rt_stats_json);
+  throttle_report_add_setter (&rt_setter);
   if (permitted)
     rt_start ();
 }

@@ -13,13 +13,12 @@
 
 #include <nbdkit-filter.h>
 
-#include "throttle-control-proto.h"
 #include "throttle-guards-config.h"
 #include "throttle-json.h"
-#include "throttle-metrics.h"
 #include "throttle-parse.h"
 #include "throttle-prom.h"
 #include "throttle-remote.h"
+#include "throttle-report.h"
 #include "throttle-verdict.h"
 
 /* In the order of enum throttle_swap_reason. */
@@ -290,8 +289,8 @@ throttle_verdict_get_ready (void)
   judge (&v);
   report (&v);
   reported = v.missing;
-  throttle_control_add_extra_stats (stats_json);
-  throttle_metrics_add (metrics);
+  throttle_report_add_json (stats_json);
+  throttle_report_add_metrics (metrics);
 }
 
 void

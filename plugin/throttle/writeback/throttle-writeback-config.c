@@ -20,8 +20,7 @@
 
 #include "throttle-config.h"
 #include "throttle-compat.h"
-#include "throttle-control-proto.h"
-#include "throttle-metrics.h"
+#include "throttle-report.h"
 #include "throttle-parse.h"
 #include "throttle-wbq.h"
 #include "throttle-wbsize.h"
@@ -207,8 +206,8 @@ throttle_writeback_config_complete (void)
                 "%d bytes go through directly",
                 pool_bytes, WB_ELEM, need,
                 (int) (pool_bytes < WB_MAX_WRITE ? pool_bytes : WB_MAX_WRITE));
-  throttle_control_add_extra_stats (throttle_writeback_stats_json);
-  throttle_metrics_add (throttle_writeback_metrics);
+  throttle_report_add_json (throttle_writeback_stats_json);
+  throttle_report_add_metrics (throttle_writeback_metrics);
   return 0;
 }
 

@@ -11,7 +11,7 @@
 
 #include "throttle-export.h"
 
-/* JSON members for the control socket (throttle_control_extra_stats_fn):
+/* JSON members for the control socket (throttle_report_json_fn):
  *   "writeback":{"pending_writes":N,"pending_bytes":N,
  *   "peak_pending_bytes":N,"pool_used":N,"pool_size":N,"written":N,
  *   "direct":N,"failed":N,"error":"EIO"|null}
@@ -22,7 +22,7 @@
 extern void throttle_writeback_stats_json (struct throttle_export *exp,
                                            char *buf, size_t len);
 
-/* The same numbers as metrics (a throttle_metrics_fn): the families
+/* The same numbers as metrics (a throttle_report_metrics_fn): the families
  * nbdkit_throttle_writeback_*, each with one sample per export in
  * writeback (the default export alone, once a writable connection made
  * its queue; none before).  The control thread's.
