@@ -416,7 +416,7 @@ echo "on: all threads SCHED_FIFO from the start"
 # A hold far longer than the test: once on, nothing turns it off while
 # the threads are read (the end of a hold is checked above, and on a
 # simulated clock in test-rtpolicy.c).
-start pressure throttle-rt-hold=3600
+HOLD=3600 start pressure
 what="pressure: nobody's client only"
 connect nobody "$pub/nbd-client" hold
 expect 0 $pols
