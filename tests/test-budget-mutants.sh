@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# The fast path's schedules (test-budget-sched.c) can fail: each mutant
+# The budget's schedules (test-budget-sched.c) can fail: each mutant
 # of lib/throttle-budget.c that tests/Makefile.am builds breaks one of
-# the fast path's promises, and the schedules must find it, with the
+# the promises of the fast path or of mirroring, and the schedules must find it, with the
 # check that names that promise and a seed that replays it.
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 
@@ -11,6 +11,8 @@ mutants=(
   "budget-mutant-wait|by the fast path past"   # FIFO: admitted past waiters
   "budget-mutant-seq|over the capacity"        # the bound, after a capacity change
   "budget-mutant-grant|the head is stranded"   # a lost wake-up
+  "budget-mutant-mirror|held or owed"          # the server keeps units
+  "budget-mutant-putback|held or owed"         # the server keeps units
 )
 for m in "${mutants[@]}"; do
   prog=${m%%|*} want=${m#*|}
