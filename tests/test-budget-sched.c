@@ -792,6 +792,11 @@ step_mirror (struct sched *s, int b, struct grants *g)
          bname[s->mb], s->mcr.units);
     s->locks &= ~(1u << s->mb);
     s->mirror_done[s->mb] = true;
+    /* Credits only lower what the budget holds meanwhile. */
+    if (s->mcr.units > s->mx)
+      sched_fail (s, "mirror %s: %" PRIu64 " units to credit back to the "
+                  "server, which it charged %" PRIu64 ": less than what is "
+                  "held or owed", bname[s->mb], s->mcr.units, s->mx);
     cover.mirror_raced += s->mcr.units > 0;
     s->mcr.b = SRV;
     s->mcr.granting = s->mcr.in_holds = false;
