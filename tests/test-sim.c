@@ -38,9 +38,12 @@
  *   most at its capacity, or with a single holder (the lone request
  *   above the capacity);
  * - the bound at the plugin, at every step, by what the requests
- *   running there hold (all of a whole request, all of a part: the
- *   metric of what is served, not the units charged), for each export
- *   and for all of them against the server's capacity: at most the
+ *   granted hold (running, or granted and about to run: all of a whole
+ *   request, all of a part, the metric of what is served, not the
+ *   units charged), for each export and for all of them against the
+ *   server's capacity (often below the exports' sum, and in a quarter
+ *   of the schedules set below an export's, so that requests wait
+ *   there): at most the
  *   capacity in force, or a single request, or, while nothing has been
  *   granted since, over a capacity lowered under what was held.  So a
  *   request above the capacity running alone while the capacity rises
