@@ -125,7 +125,7 @@ asked_server (struct sim *s, struct req *r)
 
 /* --- checks ----------------------------------------------------------- */
 
-static void
+static struct throttle_stats
 check_budget (struct sim *s, struct throttle_budget *b, const char *name,
               bool granted_now)
 {
@@ -154,6 +154,7 @@ check_budget (struct sim *s, struct throttle_budget *b, const char *name,
     sim_fail (s, "%s: a grant left %" PRIu64 " in flight over the capacity %"
           PRIu64 " with %" PRIu64 " holders", name, st.in_flight,
           st.capacity, holders);
+  return st;
 }
 
 /* The units r holds on export exp's budget (exp >= 0) or on the
@@ -323,11 +324,9 @@ sample_peaks (struct sim *s)
 }
 
 static void
-check_stats (struct sim *s, struct throttle_budget *b, struct seen *sn,
+check_stats (struct sim *s, struct throttle_stats st, struct seen *sn,
              const char *name)
 {
-  struct throttle_stats st = sim_stats (b);
-
   if (st.in_flight > sn->peak)
     sn->peak = st.in_flight;
   if (!s->no_stats &&
@@ -375,22 +374,23 @@ void
 sim_check_all (struct sim *s)
 {
   bool eg[MAX_EXPORTS] = { false }, sg = false;
+  struct throttle_stats st;
   char name[32];
   int i;
 
   see_grants (s, eg, &sg);
   for (i = 0; i < s->nexp; i++) {
     snprintf (name, sizeof name, "export %d", i);
-    check_budget (s, &s->e[i].b, name, eg[i]);
+    st = check_budget (s, &s->e[i].b, name, eg[i]);
     check_plugin (s, i, &s->e[i].b, &s->seen_exp[i], name);
-    check_stats (s, &s->e[i].b, &s->seen_exp[i], name);
+    check_stats (s, st, &s->seen_exp[i], name);
     if (throttle_budget_get_capacity (&s->server) <
         throttle_budget_get_capacity (&s->e[i].b))
       sim_cover.srv_below_exp++;
   }
-  check_budget (s, &s->server, "server", sg);
+  st = check_budget (s, &s->server, "server", sg);
   check_plugin (s, -1, &s->server, &s->seen_srv, "server");
-  check_stats (s, &s->server, &s->seen_srv, "server");
+  check_stats (s, st, &s->seen_srv, "server");
   for (i = 0; i < MAX_REQS; i++) {
     s->r[i].in_exp_view = view_units (s, &s->r[i], s->r[i].exp) > 0;
     s->r[i].in_srv_view = view_units (s, &s->r[i], -1) > 0;

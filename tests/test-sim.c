@@ -79,7 +79,7 @@
  * them, and time moves by about a window at each of its steps, so that
  * the capacity halves window after window while a part waits.
  *
- * THROTTLE_SIM_SCHEDULES=N runs N schedules (default 3000) of seeds
+ * THROTTLE_SIM_SCHEDULES=N runs N schedules (default 1500) of seeds
  * from THROTTLE_SIM_FIRST (default 1: shards of a long run start apart),
  * THROTTLE_SIM_SEED=S runs the schedule of seed S alone and prints its
  * steps.  A failure prints the seed and the steps so that it replays.
@@ -135,7 +135,7 @@
 #include "check-main.h"
 
 #define STEPS 160             /* a schedule's, by default */
-#define SCHEDULES 3000        /* by default: about 5 s here, 50 under TSan */
+#define SCHEDULES 1500        /* by default: 3 s here, a minute or two under TSan */
 
 /* Steps a schedule may take, THROTTLE_SIM_OPS as a mask. */
 enum {
@@ -675,7 +675,7 @@ throttle_test_suite (void)
   Suite *s = suite_create ("sim");
   TCase *tc = tcase_create ("core");
 
-  /* The default run takes about 5 s (50 under the sanitizers); a long
+  /* The default run takes about 3 s (minutes under TSan); a long
    * run goes without the timeout, CK_FORK=no.
    */
   tcase_set_timeout (tc, 300);
