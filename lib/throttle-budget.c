@@ -355,9 +355,18 @@ fast_swap (struct throttle_budget *b, struct throttle_budget_fast *f)
 }
 
 static inline __attribute__ ((always_inline)) int
+fast_recheck (struct throttle_budget *b, struct throttle_budget_fast *f)
+{
+  if (__atomic_load_n (&b->cap_seq, __ATOMIC_SEQ_CST) != f->seq)
+    return -1;
+  count_grant (b, f->need, (f->word & THROTTLE_BUDGET_MAX_UNITS) + f->need);
+  return 0;
+}
+
+static inline __attribute__ ((always_inline)) int
 fast_confirm (struct throttle_budget *b, struct throttle_budget_fast *f)
 {
-  if (__atomic_load_n (&b->cap_seq, __ATOMIC_SEQ_CST) != f->seq) {
+  if (fast_recheck (b, f) == -1) {
     /* Charged under a capacity that has changed since: give the units
      * back (granting whoever queued behind them meanwhile).  Taken
      * before b was mirrored and given back after, they were in what
@@ -368,7 +377,6 @@ fast_confirm (struct throttle_budget *b, struct throttle_budget_fast *f)
       throttle_budget_credit (b->mirror, f->need);
     return -1;
   }
-  count_grant (b, f->need, (f->word & THROTTLE_BUDGET_MAX_UNITS) + f->need);
   return 0;
 }
 
@@ -417,6 +425,13 @@ throttle_budget_fast_confirm (struct throttle_budget *b,
                               struct throttle_budget_fast *f)
 {
   return fast_confirm (b, f);
+}
+
+int
+throttle_budget_fast_recheck (struct throttle_budget *b,
+                              struct throttle_budget_fast *f)
+{
+  return fast_recheck (b, f);
 }
 
 int
@@ -641,32 +656,50 @@ throttle_budget_credit (struct throttle_budget *b, uint64_t units)
  * return is credited back at once.  The mirror's lock is taken for the
  * charge so that its locked grants never decide on a stale count.
  */
-void
-throttle_budget_mirror (struct throttle_budget *b,
-                        struct throttle_budget *mirror)
+bool
+throttle_budget_mirror_read (struct throttle_budget *b,
+                             struct throttle_budget *mirror, uint64_t *x)
 {
-  uint64_t x, old;
-
   throttle_lock (&b->lock);
   if (__atomic_load_n (&b->word, __ATOMIC_RELAXED) &
       THROTTLE_BUDGET_MIRRORED) {
     throttle_unlock (&b->lock);
-    return;
+    return false;
   }
   close_fast (b);
   b->mirror = mirror;
-  x = units_in_flight (b);
+  *x = units_in_flight (b);
   throttle_lock (&mirror->lock);
   /* Units already at work, not a grant: only the peak sees them. */
-  count_peak (mirror, __atomic_add_fetch (&mirror->word, x, __ATOMIC_SEQ_CST)
+  count_peak (mirror, __atomic_add_fetch (&mirror->word, *x,
+                                          __ATOMIC_SEQ_CST)
               & THROTTLE_BUDGET_MAX_UNITS);
   throttle_unlock (&mirror->lock);
+  return true;
+}
+
+uint64_t
+throttle_budget_mirror_mark (struct throttle_budget *b, uint64_t x)
+{
+  uint64_t old;
+
+  throttle_lock_assert_held (&b->lock);
   old = __atomic_fetch_or (&b->word, THROTTLE_BUDGET_MIRRORED,
                            __ATOMIC_SEQ_CST);
   settle (b);
   check_closed (b);
   throttle_unlock (&b->lock);
-  throttle_budget_credit (mirror, x - (old & THROTTLE_BUDGET_MAX_UNITS));
+  return x - (old & THROTTLE_BUDGET_MAX_UNITS);
+}
+
+void
+throttle_budget_mirror (struct throttle_budget *b,
+                        struct throttle_budget *mirror)
+{
+  uint64_t x;
+
+  if (throttle_budget_mirror_read (b, mirror, &x))
+    throttle_budget_credit (mirror, throttle_budget_mirror_mark (b, x));
 }
 
 bool
@@ -677,7 +710,8 @@ throttle_budget_mirrored (struct throttle_budget *b)
 }
 
 int
-throttle_budget_set_capacity (struct throttle_budget *b, uint64_t capacity)
+throttle_budget_set_capacity_begin (struct throttle_budget *b,
+                                    uint64_t capacity)
 {
   if (capacity == 0 || capacity > THROTTLE_BUDGET_MAX_UNITS) {
     errno = EINVAL;
@@ -689,11 +723,26 @@ throttle_budget_set_capacity (struct throttle_budget *b, uint64_t capacity)
    */
   __atomic_add_fetch (&b->cap_seq, 1, __ATOMIC_SEQ_CST);
   __atomic_store_n (&b->capacity, capacity, __ATOMIC_SEQ_CST);
+  return 0;
+}
+
+void
+throttle_budget_set_capacity_end (struct throttle_budget *b)
+{
+  throttle_lock_assert_held (&b->lock);
   __atomic_add_fetch (&b->cap_seq, 1, __ATOMIC_SEQ_CST);
   throttle_wait_grant (&b->queue, acquire, b);
   settle (b);
   check_closed (b);
   throttle_unlock (&b->lock);
+}
+
+int
+throttle_budget_set_capacity (struct throttle_budget *b, uint64_t capacity)
+{
+  if (throttle_budget_set_capacity_begin (b, capacity) == -1)
+    return -1;
+  throttle_budget_set_capacity_end (b);
   return 0;
 }
 

@@ -189,6 +189,14 @@ extern int throttle_budget_enqueue (struct throttle_budget *b,
  * -1: the capacity changed meanwhile and they were given back: go on
  * with throttle_budget_enqueue_locked.
  *
+ * throttle_budget_fast_recheck: throttle_budget_fast_confirm without
+ * the giving back, so that its two steps can be apart too.  0 as
+ * throttle_budget_fast_confirm; -1: the capacity changed meanwhile and
+ * the caller gives f->need back as throttle_budget_fast_confirm does:
+ * throttle_budget_credit_release, throttle_budget_credit_grant if that
+ * returned THROTTLE_BUDGET_SLOW, and as many units credited to the
+ * mirror if it returned THROTTLE_BUDGET_MIRRORED and f->word had not.
+ *
  * throttle_budget_enqueue_locked: throttle_budget_enqueue without the
  * fast charge.
  *
@@ -206,6 +214,8 @@ extern bool throttle_budget_fast_read (struct throttle_budget *b,
 extern int throttle_budget_fast_swap (struct throttle_budget *b,
                                       struct throttle_budget_fast *f);
 extern int throttle_budget_fast_confirm (struct throttle_budget *b,
+                                         struct throttle_budget_fast *f);
+extern int throttle_budget_fast_recheck (struct throttle_budget *b,
                                          struct throttle_budget_fast *f);
 extern int throttle_budget_enqueue_locked (struct throttle_budget *b,
                                            struct throttle_budget_waiter *bw,
@@ -286,6 +296,26 @@ extern bool throttle_budget_credit (struct throttle_budget *b, uint64_t units);
  */
 extern void throttle_budget_mirror (struct throttle_budget *b,
                                     struct throttle_budget *mirror);
+
+/* The steps of throttle_budget_mirror, for the simulation
+ * (tests/test-budget-sched.c), which puts lock-free steps of other
+ * threads (credits, fast charges) between them.  Not for the filter.
+ *
+ * throttle_budget_mirror_read: false if b is mirrored already.  Else
+ * takes b's lock and KEEPS it, closes the fast charge, and charges
+ * 'mirror' what b has in flight, in *x.  The caller must then call
+ * throttle_budget_mirror_mark, and take nothing that needs b's lock
+ * meanwhile.
+ *
+ * throttle_budget_mirror_mark: set THROTTLE_BUDGET_MIRRORED and drop
+ * b's lock.  Returns what 'mirror' was charged beyond what b held
+ * then (credits made meanwhile), for the caller to credit 'mirror'.
+ */
+extern bool throttle_budget_mirror_read (struct throttle_budget *b,
+                                         struct throttle_budget *mirror,
+                                         uint64_t *x);
+extern uint64_t throttle_budget_mirror_mark (struct throttle_budget *b,
+                                             uint64_t x);
 extern bool throttle_budget_mirrored (struct throttle_budget *b);
 
 /* Change the capacity, to any value from 1 to
@@ -295,6 +325,19 @@ extern bool throttle_budget_mirrored (struct throttle_budget *b);
  */
 extern int throttle_budget_set_capacity (struct throttle_budget *b,
                                          uint64_t capacity);
+
+/* The steps of throttle_budget_set_capacity, for the simulation, which
+ * puts lock-free steps between them while the sequence count is odd.
+ * Not for the filter.  throttle_budget_set_capacity_begin: -1 (EINVAL)
+ * as throttle_budget_set_capacity; else takes b's lock and KEEPS it,
+ * makes the count odd and stores the capacity.  The caller must then
+ * call throttle_budget_set_capacity_end (count even again, waiters
+ * granted, lock dropped), and take nothing that needs b's lock
+ * meanwhile.
+ */
+extern int throttle_budget_set_capacity_begin (struct throttle_budget *b,
+                                               uint64_t capacity);
+extern void throttle_budget_set_capacity_end (struct throttle_budget *b);
 
 /* Fail every current and future wait (server unload). */
 extern void throttle_budget_shutdown (struct throttle_budget *b);

@@ -32,7 +32,6 @@ struct req {
   uint64_t id;
   enum throttle_op op;
   uint32_t count;             /* bytes still to serve */
-  bool rest;                  /* the rest of a request, handed to a helper */
   bool cont;                  /* what a request's parts so far left */
   uint64_t offset;
   struct throttle_admit a;
@@ -40,6 +39,28 @@ struct req {
   /* What the model knows of its grants, to see new ones. */
   bool exp_seen, srv_seen;
   uint64_t exp_seq, srv_seq;  /* order it asked each budget */
+  /* Counted by the model as the budgets count their statistics: a
+   * grant above the capacity in force (clamped), to take back if the
+   * grant is given back unpolled.
+   */
+  bool exp_clamped, srv_clamped;
+  /* Seen holding units at its export's budget, at the server's, as
+   * the plugin serves them: a new holder is a new grant.
+   */
+  bool in_exp_view, in_srv_view;
+};
+
+/* What the model saw happen on one budget: its statistics must say
+ * the same (throttle_stats), and the bound at the plugin.
+ */
+struct seen {
+  uint64_t admitted, charged, clamped, waited, cancelled, peak;
+  uint64_t last_cap;          /* the capacity at the last check */
+  /* The plugin holds more than the capacity, with several requests,
+   * only since the capacity was lowered under what it held: nothing
+   * may be granted until that fits.
+   */
+  bool over;
 };
 
 struct export {
@@ -55,6 +76,7 @@ struct sim {
   uint64_t seed, rng;
   unsigned ops;
   bool no_server;             /* admit without it, still check its bound */
+  bool no_stats;              /* check all but the statistics */
   struct throttle_admit_policy policy;
   throttle_metric_fn *metric;
   int nexp;
@@ -76,12 +98,18 @@ struct sim {
    * schedules that reach a part stranded by the controller alone.
    */
   bool pressure;
-  /* As the filter's part helpers (plugin/throttle/throttle-parts.h):
-   * once a part of a request is granted, its rest is admitted at once
-   * as a request of its own, while fewer than 'helpers' rests are
-   * live; 0: a request's rest is admitted when its part completes.
+  /* A completed part (or whole request) fails at the plugin in one
+   * of 'fail_in' (0: never): its request then admits nothing more
+   * (the filter's serve loop, plugin/throttle/throttle-serve.c).
    */
-  unsigned helpers;
+  unsigned fail_in;
+  /* Every budget shut down (the server's unload) at this step; 0:
+   * never.  From then on every admission fails holding nothing.
+   */
+  unsigned shutdown_step;
+  bool shut;
+  bool just_bound;            /* the exports were bound at this step */
+  struct seen seen_exp[MAX_EXPORTS], seen_srv;
   /* The exports are bound by the server's budget (throttle_admit_bind)
    * from the start, or, in a third of the schedules (with export
    * capacities within the server's, as the filter requires), at step
@@ -106,7 +134,14 @@ struct sim_cover {
   uint64_t cancelled, cancelled_granted, below_page, lone;
   uint64_t ctl_down, ctl_up, tick_up;
   uint64_t bound_late;          /* exports bound with requests in flight */
-  uint64_t rests;               /* rests handed off beside their part */
+  uint64_t failed, failed_rest; /* parts that failed; with a rest left */
+  /* A capacity raised by "set" or by a controller's step up while a
+   * request above it ran alone: the bound must still hold.
+   */
+  uint64_t set_over_lone, ctl_over_lone;
+  uint64_t over_lowered;        /* the plugin over a lowered capacity */
+  uint64_t srv_below_exp;       /* server capacity below an export's */
+  uint64_t shutdowns, shut_failed;
 };
 extern struct sim_cover sim_cover;
 
@@ -157,23 +192,39 @@ void sim_apply (struct sim *s, int i, enum throttle_adapt_step step,
                 const char *why);
 
 /* Admit what is left of r, which the caller has filled in (exp, op,
- * count, offset): r is RUNNING or WAITING after it.  A part granted at
- * once may hand its rest off (sim_model.h, helpers).
+ * count, offset): r is RUNNING or WAITING after it, or FREE if the
+ * budgets are shut down.
  */
 void sim_admit (struct sim *s, struct req *r);
 
 /* A WAITING request's thread wakes up: it may go on to the server's
- * budget or run, and hand its rest off.
+ * budget or run, or end holding nothing after a shutdown (FREE).
  */
 void sim_poll (struct sim *s, struct req *r);
 
 /* A RUNNING request completes: credit, sample the controller, and
- * admit the rest of a request served in parts (r is FREE after it
- * unless a rest was left).
+ * admit the rest of a request served in parts, in its own thread, one
+ * part after another, unless the part failed (r is FREE after it
+ * unless a rest was admitted).
  */
 void sim_complete (struct sim *s, struct req *r);
 
 /* Bind every export by the server's budget (the filter's bind_locked). */
 void sim_bind (struct sim *s);
+
+/* Set budget b's capacity (an export's or the server's), noting a
+ * raise over a request running alone above it, by "set" or by a
+ * controller's step (by_controller).
+ */
+void sim_set_capacity (struct sim *s, struct throttle_budget *b,
+                       uint64_t cap, bool by_controller);
+
+/* Shut every budget down (the filter's unload). */
+void sim_shutdown (struct sim *s);
+
+/* A WAITING request's thread gives up (its wait cancelled): it holds
+ * nothing after it, and is FREE.
+ */
+void sim_cancel (struct sim *s, struct req *r);
 
 #endif /* THROTTLE_SIM_MODEL_H */

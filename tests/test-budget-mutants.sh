@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# The fast path's schedules (test-budget-sched.c) can fail: each mutant
+# The budget's schedules (test-budget-sched.c) can fail: each mutant
 # of lib/throttle-budget.c that tests/Makefile.am builds breaks one of
-# the fast path's promises, and the schedules must find it, with the
+# the promises of the fast path or of mirroring, and the schedules must find it, with the
 # check that names that promise and a seed that replays it.
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 
@@ -11,6 +11,10 @@ mutants=(
   "budget-mutant-wait|by the fast path past"   # FIFO: admitted past waiters
   "budget-mutant-seq|over the capacity"        # the bound, after a capacity change
   "budget-mutant-grant|the head is stranded"   # a lost wake-up
+  "budget-mutant-mirror|held or owed"          # the server keeps units
+  "budget-mutant-putback|held or owed"         # the server keeps units
+  "budget-mutant-fits|over the capacity"       # the bound
+  "budget-mutant-charge|held or owed"          # the server short
 )
 for m in "${mutants[@]}"; do
   prog=${m%%|*} want=${m#*|}
@@ -32,5 +36,26 @@ for m in "${mutants[@]}"; do
     fail "$prog: seed $seed does not replay the failure"
   fi
   echo "$prog: caught at seed $seed: $(grep -m1 -- "$want" "$tmp/$prog.out")"
+done
+
+# The real-thread stress (test-budget-threads.c, test_stress) must fail
+# against mutants of the fast path and of mirroring too, each for the
+# reason named; its watchdog waits 5 s here, not the default 60.
+thread_mutants=(
+  "budget-threads-mutant-grant|stalled"           # a lost wake-up
+  "budget-threads-mutant-fits|over the capacity"  # the bound
+  "budget-threads-mutant-charge|aborted in the budget"  # server short
+)
+for m in "${thread_mutants[@]}"; do
+  prog=${m%%|*} want=${m#*|}
+  [ -x "./$prog" ] || fail "$prog: not built"
+  if CK_RUN_CASE=stress THROTTLE_STALL_S=5 "./$prog" >"$tmp/$prog.out" 2>&1
+  then
+    cat "$tmp/$prog.out" >&2
+    fail "$prog: the stress passed: it misses this mutation"
+  fi
+  grep -q -- "$want" "$tmp/$prog.out" ||
+    { cat "$tmp/$prog.out" >&2; fail "$prog: failed, but not with '$want'"; }
+  echo "$prog: caught: $(grep -m1 -- "$want" "$tmp/$prog.out")"
 done
 pass
