@@ -100,7 +100,7 @@ struct sim {
   bool pressure;
   /* A completed part (or whole request) fails at the plugin in one
    * of 'fail_in' (0: never): its request then admits nothing more
-   * (the filter's serve loop, plugin/throttle/throttle-serve.c).
+   * (the filter's serve loop, plugin/throttle/core/throttle-serve.c).
    */
   unsigned fail_in;
   /* Every budget shut down (the server's unload) at this step; 0:

@@ -8,9 +8,9 @@
  * (lib/throttle-admit.c: parts, the export's budget then the server's)
  * and the latency controller (lib/throttle-adapt.c) on a simulated
  * clock.  Only the glue is the simulation's own: it applies a
- * controller's capacity to its budget as plugin/throttle/throttle-adapt-glue.c
+ * controller's capacity to its budget as plugin/throttle/adapt/throttle-adapt-glue.c
  * does, and serves a request part after part in its own thread as
- * plugin/throttle/throttle-serve.c does: a part is admitted, served and
+ * plugin/throttle/core/throttle-serve.c does: a part is admitted, served and
  * credited, then the rest is admitted (throttle_admit_start with
  * 'rest'); in some schedules a part fails at the plugin, and its
  * request then admits nothing more.  The glue and the checks are in
