@@ -20,11 +20,17 @@
 #include "throttle-json.h"
 #include "throttle-parse.h"
 
-/* A capacity's value for "set": -1 after replying the error. */
+/* A capacity's value for "set NAME" (NAME: capacity or
+ * server-capacity): parsed, then checked against the metric as at
+ * start.  -1 after replying the error.  *huge, with why in warning
+ * (len bytes), when it can never be reached.
+ */
 static int
-parse_capacity (FILE *out, const char *value, int64_t *r)
+parse_capacity (FILE *out, const char *name, const char *value, int64_t *r,
+                bool *huge, char *warning, size_t len)
 {
   const char *why, *where;
+  char what[256], err[512];
 
   switch (throttle_size_in (value, 1, INT64_MAX, r, &why, &where)) {
   case -1:
@@ -36,6 +42,17 @@ parse_capacity (FILE *out, const char *value, int64_t *r)
                                   "must be greater than 0", value);
     return -1;
   }
+  snprintf (what, sizeof what, "%s \"%s\"", name, value);
+  if (throttle_capacity_check (&throttle_config.metric, *r, what,
+                               err, sizeof err) == -1 ||
+      throttle_capacity_unit_check (&throttle_config.metric, value, *r,
+                                    what, err, sizeof err) == -1) {
+    throttle_report_error (out, "%s", err);
+    return -1;
+  }
+  *huge = throttle_capacity_ram_check (&throttle_config.metric, *r,
+                                       throttle_ram (), what,
+                                       warning, len) == 1;
   return 0;
 }
 
@@ -63,23 +80,9 @@ set_capacity (FILE *out, struct throttle_export *exp, const char *value)
   bool huge;
   int64_t r;
 
-  if (parse_capacity (out, value, &r) == -1)
+  if (parse_capacity (out, "capacity", value, &r, &huge, warning,
+                      sizeof warning) == -1)
     return;
-  {
-    char what[256];
-
-    snprintf (what, sizeof what, "capacity \"%s\"", value);
-    if (throttle_capacity_check (&throttle_config.metric, r, what,
-                                 err, sizeof err) == -1 ||
-        throttle_capacity_unit_check (&throttle_config.metric, value, r,
-                                      what, err, sizeof err) == -1) {
-      throttle_report_error (out, "%s", err);
-      return;
-    }
-    huge = throttle_capacity_ram_check (&throttle_config.metric, r,
-                                        throttle_ram (), what,
-                                        warning, sizeof warning) == 1;
-  }
   /* Every export's capacity stays within the server's, so that the
    * server-wide budget bounds the sum and never clamps an export's
    * grant: above it, refused if throttle-server-capacity was given,
@@ -145,7 +148,7 @@ set_server_capacity (FILE *out, struct throttle_export *unused,
 {
   struct ceiling_ctx ctx = { .max = throttle_config.capacity };
   uint64_t previous;
-  char err[512], what[256], warning[512];
+  char warning[512];
   bool huge;
   int64_t r;
 
@@ -153,19 +156,9 @@ set_server_capacity (FILE *out, struct throttle_export *unused,
     throttle_report_error (out, "no server-wide budget");
     return;
   }
-  if (parse_capacity (out, value, &r) == -1)
+  if (parse_capacity (out, "server-capacity", value, &r, &huge, warning,
+                      sizeof warning) == -1)
     return;
-  snprintf (what, sizeof what, "server-capacity \"%s\"", value);
-  if (throttle_capacity_check (&throttle_config.metric, r, what,
-                               err, sizeof err) == -1 ||
-      throttle_capacity_unit_check (&throttle_config.metric, value, r,
-                                    what, err, sizeof err) == -1) {
-    throttle_report_error (out, "%s", err);
-    return;
-  }
-  huge = throttle_capacity_ram_check (&throttle_config.metric, r,
-                                      throttle_ram (), what,
-                                      warning, sizeof warning) == 1;
   /* Not below an export's capacity, nor below throttle-capacity, at
    * which every budget made from now on starts.
    */
