@@ -40,7 +40,9 @@
 #include "throttle-report.h"
 #include "throttle-duration.h"
 #include "throttle-export.h"
+#include "throttle-feature.h"
 #include "throttle-guards.h"
+#include "throttle-guards-config.h"
 #include "throttle-lock.h"
 #include "throttle-parse.h"
 #include "throttle-writeback.h"
@@ -75,6 +77,7 @@ struct throttle_adapt_export {
    * budget's lock and clock_lock nest inside it.
    */
   pthread_mutex_t lock;
+  struct throttle_export *exp;  /* whose state this is */
   struct throttle_budget *budget;
   /* The target, 0 when off.  Written under the lock; read without it
    * (atomically) by the data path to decide whether to read the clock.
@@ -213,16 +216,51 @@ throttle_adapt_config_complete (void)
   return 0;
 }
 
-void
-throttle_adapt_get_ready (const char *charged_by, const char *fix)
+/* Why reads are charged, into buf: throttle-reads as written, or the
+ * real-time guard's setting, or both; the parameters that uncharge
+ * them into *fix.  The caller's duty: reads are charged
+ * (throttle_config.charge_reads, final once the guards are ready).
+ */
+static void
+reads_charged_by (char *buf, size_t len, const char **fix)
 {
-  if (config_target_ns == 0 || charged_by == NULL)
-    return;
+  const char *key = throttle_guards_key (THROTTLE_GIVEN_RT, "throttle-rt");
+  bool rt = throttle_guards_rt_active ();
+  bool asked = throttle_config.reads_asked;
+  size_t n = 0;
+
+  buf[0] = '\0';
+  if (asked)
+    n = snprintf (buf, len, "throttle-reads=%s%s", throttle_config.reads_text,
+                  rt ? "; and " : "");
+  if (rt && n < len) {
+    if (throttle_guards_params.rt == THROTTLE_GUARD_ON)
+      snprintf (buf + n, len - n, "%s=on: real-time request threads "
+                "charge them", key);
+    else
+      snprintf (buf + n, len - n, "throttle-rt=auto: the request threads "
+                "may become real-time here, and real-time threads charge "
+                "them");
+  }
+  *fix = asked && rt ? "throttle-rt=off and throttle-reads=false" :
+    rt ? "throttle-rt=off" : "throttle-reads=false";
+}
+
+int
+throttle_adapt_get_ready (int thread_model)
+{
+  char why[256];
+  const char *fix;
+
+  if (config_target_ns == 0 || !throttle_config.charge_reads)
+    return 0;
+  reads_charged_by (why, sizeof why, &fix);
   throttle_warning ("throttle-latency-target=%s: reads are charged (%s): a "
                     "read waits for credit behind writes, on top of the "
                     "latency the target keeps, so the target cannot keep "
                     "reads within it; it protects uncharged reads only: "
-                    "set %s", config_target_text, charged_by, fix);
+                    "set %s", config_target_text, why, fix);
+  return 0;
 }
 
 /* --- per export ---------------------------------------------------------- */
@@ -239,6 +277,8 @@ count_target (int d)
   throttle_unlock (&clock_lock);
 }
 
+static throttle_sample_fn sample;
+
 /* Called with ae->lock held: start a controller at the ceiling. */
 static void
 start_locked (struct throttle_adapt_export *ae, uint64_t target_ns)
@@ -252,6 +292,7 @@ start_locked (struct throttle_adapt_export *ae, uint64_t target_ns)
   ae->waited_mark = s.waited;
   throttle_budget_set_capacity (ae->budget, ae->ctl.capacity);
   __atomic_store_n (&ae->target_ns, target_ns, __ATOMIC_RELAXED);
+  __atomic_store_n (&ae->exp->sample, sample, __ATOMIC_RELAXED);
   count_target (1);
 }
 
@@ -268,6 +309,7 @@ adapt_attach (struct throttle_export *exp)
   if (ae == NULL)
     return NULL;
   throttle_lock_init (&ae->lock);
+  ae->exp = exp;
   ae->budget = budget;
   ae->floor = config_floor ? config_floor : 1;
   ae->ceiling = capacity;
@@ -294,15 +336,6 @@ adapt_detach (void *state)
 }
 
 /* --- the data path ------------------------------------------------------- */
-
-uint64_t
-throttle_adapt_start (struct throttle_export *exp)
-{
-  if (__atomic_load_n (&adapt_of (exp)->target_ns, __ATOMIC_RELAXED) == 0)
-    return 0;
-  return throttle_now_ns ();
-}
-
 /* The controller took 'step' (not THROTTLE_ADAPT_NONE): give its budget
  * the new capacity and count the step.  Called with ae->lock held: the
  * capacity the budget gets is then the controller's latest, never one
@@ -326,10 +359,13 @@ step_name (enum throttle_adapt_step step)
   return step == THROTTLE_ADAPT_DOWN ? "down" : "up";
 }
 
-/* A sample of a request admitted at 'start' under a latency target. */
-void
-throttle_adapt_record (struct throttle_export *exp, uint64_t start,
-                       enum throttle_op op)
+
+
+/* The export's sampler (throttle_export.sample) while it has a target:
+ * a request admitted at 'start' has been served and succeeded.
+ */
+static void
+sample (struct throttle_export *exp, uint64_t start, enum throttle_op op)
 {
   struct throttle_adapt_export *ae = adapt_of (exp);
   enum throttle_adapt_step step = THROTTLE_ADAPT_NONE;
@@ -421,7 +457,7 @@ clock_main (void *arg)
 {
   uint64_t next = 0;
 
-  throttle_guards_thread_enter ();
+  throttle_thread_enter ();
   throttle_lock (&clock_lock);
   while (!clock_stop) {
     uint64_t now;
@@ -527,6 +563,7 @@ throttle_adapt_export_set_target (struct throttle_export *exp,
     if (ae->target_ns)
       count_target (-1);
     __atomic_store_n (&ae->target_ns, 0, __ATOMIC_RELAXED);
+    __atomic_store_n (&exp->sample, NULL, __ATOMIC_RELAXED);
     throttle_budget_set_capacity (ae->budget, ae->ceiling);
   }
   else if (ae->target_ns == 0) {

@@ -3,7 +3,7 @@
  * throttle-min-capacity), the glue between the data path and the
  * controller of lib/throttle-adapt.c.
  *
- * When each hook is called, and why then: throttle-lifecycle.h.
+ * When each hook is called, and why then: throttle-features.c.
  */
 
 #ifndef THROTTLE_ADAPT_GLUE_H
@@ -25,14 +25,13 @@ extern int throttle_debug_adapt;
  */
 extern int throttle_adapt_config (const char *key, const char *value);
 extern int throttle_adapt_config_complete (void);
-/* .get_ready, once whether reads are charged is known: with a target
- * configured and reads charged, the warning that the target cannot
- * protect them (nbdkit-throttle-design(1), "Reads must not be
- * charged").  charged_by says why they are ("throttle-reads=true",
- * ...), NULL if they are not; fix, the parameter that uncharges them.
+/* .get_ready, after the guards' (which decide whether reads are
+ * charged): with a target configured and reads charged, the warning
+ * that the target cannot protect them (nbdkit-throttle-design(1),
+ * "Reads must not be charged"), naming why they are and the parameter
+ * that uncharges them.
  */
-extern void throttle_adapt_get_ready (const char *charged_by,
-                                      const char *fix);
+extern int throttle_adapt_get_ready (int thread_model);
 /* Starts the clock that ends the controllers' windows on time, when a
  * target is configured (a target first set live starts it then).
  */
@@ -47,29 +46,10 @@ extern void throttle_adapt_cleanup (void);
   "                            reads within DURATION (default off).\n" \
   "throttle-min-capacity=SIZE  The floor (default throttle-capacity/16)."
 
-/* When the request is admitted (or arrives, if it is not charged):
- * a timestamp for throttle_adapt_done, or 0 when the export has no
- * latency target (then throttle_adapt_done does nothing: the data path
- * reads no clock).
+/* On the data path the latency target is the export's sampler
+ * (throttle_export.sample), set while the export has a target: without
+ * one a request reads no clock.
  */
-extern uint64_t throttle_adapt_start (struct throttle_export *exp);
-/* throttle_adapt_done's sample, under a latency target. */
-extern void throttle_adapt_record (struct throttle_export *exp,
-                                   uint64_t start, enum throttle_op op);
-
-/* The request admitted at 'start' has completed with result r (0 or
- * -1): feed its latency to the controller, and apply a step if the
- * window is over.  Failed requests are not sampled: an error can be
- * quick or slow for reasons that have nothing to do with the load.
- * Inline: without a target, every request's cost is one test.
- */
-static inline void
-throttle_adapt_done (struct throttle_export *exp, uint64_t start,
-                     enum throttle_op op, int r)
-{
-  if (start != 0 && r == 0)
-    throttle_adapt_record (exp, start, op);
-}
 
 /* For the control socket.  Each returns 0, or -1 with a message for
  * the operator in err.  *previous gets the value replaced.

@@ -25,7 +25,7 @@
  * shuts down and when the client is done, and only the first may end
  * a wait.
  *
- * When each hook is called, and why then: throttle-lifecycle.h.
+ * When each hook is called, and why then: throttle-features.c.
  * Include <config.h> first: it says which half of this header holds.
  */
 

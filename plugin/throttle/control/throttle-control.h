@@ -8,7 +8,7 @@
  * data path: the loop takes only locks that no thread holds across a
  * plugin call or a wait, and each briefly (which: HACKING.md, "Locks").
  *
- * When each hook is called, and why then: throttle-lifecycle.h.
+ * When each hook is called, and why then: throttle-features.c.
  */
 
 #ifndef THROTTLE_CONTROL_H

@@ -12,7 +12,7 @@
  * of the machine the file may be empty, and nbdkit rewrites it at its
  * next start.
  *
- * When each hook is called: throttle-lifecycle.h.
+ * When each hook is called: throttle-features.c.
  */
 
 #ifndef THROTTLE_METRICS_FILE_H

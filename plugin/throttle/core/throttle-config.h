@@ -42,7 +42,12 @@ struct throttle_config {
    */
   bool server_capacity_set;
   struct throttle_metric metric;
-  bool charge_reads;
+  bool charge_reads;           /* final once the guards are ready */
+  /* throttle-reads as written (NULL: not given), and whether it said
+   * true: the guards may charge reads without being asked.
+   */
+  const char *reads_text;
+  bool reads_asked;
   bool split;                 /* serve large reads and writes in parts */
 };
 extern struct throttle_config throttle_config;

@@ -41,6 +41,14 @@
 #include "throttle-config.h"
 
 struct throttle_wb;
+struct throttle_export;
+
+/* An export's sampler: told that a request of op admitted at start_ns
+ * (throttle_now_ns) has been served by the plugin and succeeded.  Any
+ * request thread; must not block.
+ */
+typedef void throttle_sample_fn (struct throttle_export *exp,
+                                 uint64_t start_ns, enum throttle_op op);
 
 /* At most this many features keep state per export. */
 #define THROTTLE_EXPORT_MAX_FEATURES 2
@@ -57,6 +65,11 @@ struct throttle_export {
   size_t conns;                   /* open connections; atomic */
   bool permanent;                 /* "": never freed before unload */
   struct throttle_budget budget;
+  /* NULL, or the latency target's sampler while the export has a
+   * target: set and cleared by that feature at any time, read once per
+   * request with a relaxed atomic load.
+   */
+  throttle_sample_fn *sample;
   /* throttle-mode=writeback, else NULL.  Not a feature slot: the
    * write-behind state needs a backend context, so it is made by the
    * first writable .open of "" (not when the budget is made), and it

@@ -2,7 +2,7 @@
 /* nbdkit-throttle filter: server shutdown, told apart from a client
  * that is done.
  *
- * When each hook is called, and why then: throttle-lifecycle.h.
+ * When each hook is called, and why then: throttle-features.c.
  */
 
 #ifndef THROTTLE_QUIT_H

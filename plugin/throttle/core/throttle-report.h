@@ -10,7 +10,7 @@
  *
  * Who adds, and when: a feature, in nbdkit's main thread, from
  * .config_complete, .get_ready or .after_fork, before the control
- * thread starts (throttle-lifecycle.h), without a lock: only that
+ * thread starts (throttle-features.c), without a lock: only that
  * thread reads the tables, and starting it publishes them; nothing is
  * added or removed after.  A setter must have static storage: the
  * table keeps the pointer until unload.  Adding more than a table

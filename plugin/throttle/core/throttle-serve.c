@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: serving one data request, part after part.
- * See throttle-serve.h.
+/* nbdkit-throttle filter: a connection's data requests, from nbdkit's
+ * callbacks to the plugin and back.  See throttle-serve.h.
  */
 
 #include <config.h>
@@ -12,12 +12,13 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-config.h"
-#include "throttle-adapt-glue.h"
 #include "throttle-admit.h"
+#include "throttle-clock.h"
 #include "throttle-export.h"
 #include "throttle-quit.h"
 #include "throttle-serve.h"
-#include "throttle-writeback.h"
+
+uint32_t throttle_max_request;
 
 static const char *
 op_name (enum throttle_op op)
@@ -40,19 +41,19 @@ map_flags (uint32_t flags)
     (flags & NBDKIT_FLAG_REQ_ONE ? THROTTLE_FLAG_REQ_ONE : 0);
 }
 
-/* Admission, in two steps, so that throttle_serve's path is one
- * straight line for the usual request.
+/* Admission, in two steps, so that serve's path is one straight line
+ * for the usual request.
  *
  * admit_start: start charging a request, or what is left of one, to
  * a (the caller's, alive until admit_finish).  Returns 0 (granted, or
  * nothing to charge), 1 (queued) or -1 (shut down), for admit_finish.
  *
- * These, serve_part and backend_call are inlined into throttle_serve,
- * the path of every request: called out of line they cost about 120
- * instructions a request more (make bench, case 1i).
+ * These and plugin_call are inlined into serve, the path of every
+ * request: called out of line they cost about 120 instructions a
+ * request more (make bench, case 1i).
  */
 static inline __attribute__ ((always_inline)) int
-admit_start (struct throttle_serve_conn *c, struct throttle_admit *a,
+admit_start (struct throttle_conn *c, struct throttle_admit *a,
              enum throttle_op op, uint32_t count, uint64_t offset,
              uint32_t flags, bool rest)
 {
@@ -111,118 +112,207 @@ admit_finish (struct throttle_admit *a, int r, enum throttle_op op,
   return 0;
 }
 
-/* The backend call of a read, zero or trim, or of a write in
- * writethrough.  The throttle_writeback_* hooks pass a request straight
- * down when nothing is written behind (writethrough, or no writable
- * connection has made the export's queue), and otherwise order it
- * among the pending writes.
- */
+/* The plugin's own call of a read, write, zero or trim. */
 static inline __attribute__ ((always_inline)) int
-backend_call (struct throttle_serve_conn *c, nbdkit_next *next,
-              enum throttle_op op, void *buf, uint32_t count,
-              uint64_t offset, uint32_t flags, int *err)
+plugin_call (nbdkit_next *next, enum throttle_op op, void *buf,
+             uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
   switch (op) {
   case THROTTLE_OP_READ:
-    return throttle_writeback_pread (&c->wb, next, buf, count, offset, flags,
-                                     err);
+    return next->pread (next, buf, count, offset, flags, err);
   case THROTTLE_OP_WRITE:
     return next->pwrite (next, buf, count, offset, flags, err);
   case THROTTLE_OP_ZERO:
-    return throttle_writeback_zero (&c->wb, next, count, offset, flags, err);
+    return next->zero (next, count, offset, flags, err);
   case THROTTLE_OP_TRIM:
-    return throttle_writeback_trim (&c->wb, next, count, offset, flags, err);
+    return next->trim (next, count, offset, flags, err);
   default:
     abort ();
   }
 }
 
-/* Serve one admitted part of a request; credits 'charged' once the
- * plugin has returned.  A write in writeback mode hands 'charged' over
- * instead, to be credited when it is on the backend, and its latency
- * is not sampled (its reply comes before the backend has it).
- */
-static inline __attribute__ ((always_inline)) int
-serve_part (struct throttle_serve_conn *c, nbdkit_next *next,
-            enum throttle_op op, void *buf, uint32_t count, uint64_t offset,
-            uint32_t flags, uint64_t charged, int *err)
-{
-  uint64_t start;
-  int r;
-
-  /* c->wb.exp: set in writeback mode alone (throttle_wb_conn). */
-  if (op == THROTTLE_OP_WRITE && c->wb.exp != NULL)
-    return throttle_writeback_pwrite (&c->wb, c->exp, next, buf, count, offset,
-                                      flags, charged, err);
-  start = throttle_adapt_start (c->exp);
-  r = backend_call (c, next, op, buf, count, offset, flags, err);
-  throttle_adapt_done (c->exp, start, op, r);
-  throttle_export_credit (c->exp, charged);
-  return r;
-}
-
-/* admit_start, then admit_finish. */
-static inline __attribute__ ((always_inline)) int
-admit (struct throttle_serve_conn *c, struct throttle_admit *a,
-       enum throttle_op op, uint32_t count, uint64_t offset, uint32_t flags,
-       bool rest, uint64_t *charged, uint32_t *len, int *err)
-{
-  return admit_finish (a, admit_start (c, a, op, count, offset, flags, rest),
-                       op, count, offset, charged, len, err);
-}
-
-/* Serve a request in parts, from a granted part on: its first len of
- * the count bytes at offset, charged 'charged', then each rest in
- * turn, admitted as a new request would be, until all of it is served
- * or a part fails.  All in the request's own thread: a part is a call
- * to the plugin as nbdkit made it, so the plugin's error
+/* Serve one request of connection c: charged (if 'charge') and passed
+ * down part after part until all of count is served or a part fails;
+ * a part is admitted as a new request would be, only once the one
+ * before it has returned.  All in the request's own thread: a part is
+ * a call to the plugin as nbdkit made it, so the plugin's error
  * (nbdkit_set_error), nbdkit_export_name and the peer calls answer as
  * for a request not split.  A failed part ends the request at once:
- * nothing after it is admitted, and its error is the request's.
- * Out of line: only large requests come here.
+ * nothing after it is admitted, and its error is the request's, which
+ * the NBD protocol allows to have written some of it.  Each part
+ * carries the request's flags, so a FUA write is on stable storage
+ * whole when it returns.  Only reads and writes are split, see
+ * throttle_admit_in_parts.
+ *
+ * Each part's units are credited once the plugin has returned, except
+ * a write that the connection's ops take over with its units.  The
+ * export's sampler (the latency target) hears each part that the
+ * plugin served and that succeeded: a write taken over is acknowledged
+ * before the plugin has it, and an error can be quick or slow for
+ * reasons that have nothing to do with the load.
  */
-static int __attribute__ ((noinline))
-serve_parts (struct throttle_serve_conn *c, nbdkit_next *next,
-             enum throttle_op op, void *buf, uint32_t count, uint64_t offset,
-             uint32_t flags, uint32_t len, uint64_t charged, int *err)
+static inline __attribute__ ((always_inline)) int
+serve (struct throttle_conn *c, nbdkit_next *next, enum throttle_op op,
+       bool charge, void *buf, uint32_t count, uint64_t offset,
+       uint32_t flags, int *err)
 {
+  bool rest = false;
+
   for (;;) {
     struct throttle_admit a;
+    uint64_t charged = 0, start = 0;
+    uint32_t len = count;
+    throttle_sample_fn *sample;
+    int r;
 
-    if (serve_part (c, next, op, buf, len, offset, flags, charged,
-                    err) == -1)
+    if (charge &&
+        admit_finish (&a, admit_start (c, &a, op, count, offset, flags, rest),
+                      op, count, offset, &charged, &len, err) == -1)
       return -1;
-    if (len == count)
-      return 0;
-    buf = (char *) buf + len;
+    if (c->ops && op == THROTTLE_OP_WRITE)
+      r = c->ops->pwrite (c->ops_state, next, buf, len, offset, flags,
+                          charged, err);
+    else {
+      sample = __atomic_load_n (&c->exp->sample, __ATOMIC_RELAXED);
+      if (sample)
+        start = throttle_now_ns ();
+      r = c->ops ? c->ops->call (c->ops_state, next, op, buf, len, offset,
+                                 flags, err)
+        : plugin_call (next, op, buf, len, offset, flags, err);
+      if (sample && r == 0)
+        sample (c->exp, start, op);
+      throttle_export_credit (c->exp, charged);
+    }
+    if (r == -1 || len == count)
+      return r;
+    buf = buf ? (char *) buf + len : NULL;
     offset += len;
     count -= len;
-    if (admit (c, &a, op, count, offset, flags, true, &charged, &len,
-               err) == -1)
-      return -1;
+    rest = true;
   }
 }
 
-/* Usually in one part; only reads and writes are split, see
- * throttle_admit_in_parts.  Each part carries the request's flags, so
- * a FUA write is on stable storage whole when it returns; a failed
- * part fails the request, which the NBD protocol allows to have
- * written some of it.
+/* nbdkit 1.32 does not hold clients to the advertised maximum: it
+ * receives a write's payload before any filter sees the request.  A
+ * larger read or write is refused before it reaches the plugin, unless
+ * throttle-max-request=plugin leaves that to the layers below.
  */
-int
-throttle_serve (struct throttle_serve_conn *c, nbdkit_next *next,
-                enum throttle_op op, bool charge, void *buf, uint32_t count,
-                uint64_t offset, uint32_t flags, int *err)
+static int
+too_large (struct throttle_conn *c, const char *op, uint32_t count,
+           uint64_t offset, int *err)
 {
-  struct throttle_admit a;
-  uint64_t charged = 0;
-  uint32_t len = count;
+  uint32_t max = c->max_request;
 
-  if (charge && admit (c, &a, op, count, offset, flags, false, &charged,
-                       &len, err) == -1)
-    return -1;
-  if (len == count)
-    return serve_part (c, next, op, buf, count, offset, flags, charged, err);
-  return serve_parts (c, next, op, buf, count, offset, flags, len, charged,
-                      err);
+  if (max == 0 || count <= max)
+    return 0;
+  nbdkit_error ("throttle: %s of %" PRIu32 " bytes at %" PRIu64 " refused: "
+                "larger than throttle-max-request (%" PRIu32 " bytes), the "
+                "maximum block size advertised to clients",
+                op, count, offset, max);
+  *err = EINVAL;
+  return -1;
+}
+
+/* Every callback starts with throttle_thread_enter, before the thread
+ * can fault or allocate, whether or not its request is charged, and
+ * throttle_pace_enter; and ends with throttle_pace_reply, whatever the
+ * result: built against nbdkit before 1.33.10, a reply of a closing
+ * connection must not reach nbdkit together with another
+ * (throttle-compat.h).
+ */
+
+int
+throttle_pread (nbdkit_next *next, void *handle, void *buf,
+                uint32_t count, uint64_t offset, uint32_t flags, int *err)
+{
+  struct throttle_conn *c = handle;
+  int r;
+
+  throttle_thread_enter ();
+  throttle_pace_enter ();
+  r = too_large (c, "read", count, offset, err);
+  if (r == 0)
+    r = serve (c, next, THROTTLE_OP_READ, throttle_config.charge_reads,
+               buf, count, offset, flags, err);
+  throttle_pace_reply (&c->pace, r);
+  return r;
+}
+
+int
+throttle_pwrite (nbdkit_next *next, void *handle, const void *buf,
+                 uint32_t count, uint64_t offset, uint32_t flags, int *err)
+{
+  struct throttle_conn *c = handle;
+  int r;
+
+  throttle_thread_enter ();
+  throttle_pace_enter ();
+  r = too_large (c, "write", count, offset, err);
+  /* The buffer is only read (serve passes it on as const). */
+  if (r == 0)
+    r = serve (c, next, THROTTLE_OP_WRITE, true, (void *) buf, count,
+               offset, flags, err);
+  throttle_pace_reply (&c->pace, r);
+  return r;
+}
+
+int
+throttle_zero (nbdkit_next *next, void *handle,
+               uint32_t count, uint64_t offset, uint32_t flags, int *err)
+{
+  struct throttle_conn *c = handle;
+  int r;
+
+  throttle_thread_enter ();
+  throttle_pace_enter ();
+  r = serve (c, next, THROTTLE_OP_ZERO, true, NULL, count, offset, flags,
+             err);
+  throttle_pace_reply (&c->pace, r);
+  return r;
+}
+
+int
+throttle_trim (nbdkit_next *next, void *handle,
+               uint32_t count, uint64_t offset, uint32_t flags, int *err)
+{
+  struct throttle_conn *c = handle;
+  int r;
+
+  throttle_thread_enter ();
+  throttle_pace_enter ();
+  r = serve (c, next, THROTTLE_OP_TRIM, true, NULL, count, offset, flags,
+             err);
+  throttle_pace_reply (&c->pace, r);
+  return r;
+}
+
+int
+throttle_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
+{
+  struct throttle_conn *c = handle;
+  int r;
+
+  throttle_thread_enter ();
+  throttle_pace_enter ();
+  r = c->ops ? c->ops->flush (c->ops_state, next, flags, err)
+    : next->flush (next, flags, err);
+  throttle_pace_reply (&c->pace, r);
+  return r;
+}
+
+int
+throttle_extents (nbdkit_next *next, void *handle, uint32_t count,
+                  uint64_t offset, uint32_t flags,
+                  struct nbdkit_extents *extents, int *err)
+{
+  struct throttle_conn *c = handle;
+  int r;
+
+  throttle_thread_enter ();
+  throttle_pace_enter ();
+  r = c->ops ? c->ops->extents (c->ops_state, next, count, offset, flags,
+                                extents, err)
+    : next->extents (next, count, offset, flags, extents, err);
+  throttle_pace_reply (&c->pace, r);
+  return r;
 }

@@ -8,14 +8,16 @@
  * heap) always suffice for the writeout path of a locally attached
  * device.  See nbdkit-throttle-filter(1).
  *
- * The lifecycle callbacks below call each module's hooks in the order
- * that plugin/throttle/core/throttle-lifecycle.h gives, with the reasons.
+ * The lifecycle callbacks below call the features' hooks
+ * (throttle-feature.h) in the order of their table, and take them down
+ * in reverse; the data callbacks are in throttle-serve.c.
  */
 
 #include <config.h>
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,28 +25,25 @@
 
 #include <nbdkit-filter.h>
 
-#include "throttle-adapt-glue.h"
 #include "throttle-admit.h"
-#include "throttle-capacity.h"
 #include "throttle-compat.h"
 #include "throttle-config.h"
-#include "throttle-control.h"
 #include "throttle-export.h"
-#include "throttle-guards.h"
-#include "throttle-guards-config.h"
-#include "throttle-metrics-file.h"
+#include "throttle-feature.h"
 #include "throttle-parse.h"
 #include "throttle-quit.h"
-#include "throttle-realtime.h"
-#include "throttle-remote.h"
 #include "throttle-serve.h"
-#include "throttle-verdict.h"
+/* The features' parameters (to go into one table). */
+#include "throttle-adapt-glue.h"
+#include "throttle-capacity.h"
+#include "throttle-control.h"
+#include "throttle-guards-config.h"
+#include "throttle-metrics-file.h"
+#include "throttle-remote.h"
 #include "throttle-writeback.h"
 
 static const char *metric_spec = "bytes";
 static uint64_t server_capacity;        /* 0 = throttle-capacity */
-static const char *reads_text;          /* throttle-reads as given */
-static bool reads_asked;                /* ... and it said true */
 static struct throttle_budget server_budget;
 static bool started;                    /* .after_fork was called */
 
@@ -84,10 +83,10 @@ own_config (const char *key, const char *value)
     return 1;
   }
   if (strcmp (key, "throttle-reads") == 0) {
-    reads_text = value;
+    throttle_config.reads_text = value;
     if (throttle_parse_bool (key, value, &throttle_config.charge_reads) == -1)
       return -1;
-    reads_asked = throttle_config.charge_reads;
+    throttle_config.reads_asked = throttle_config.charge_reads;
     return 1;
   }
   if (strcmp (key, "throttle-split") == 0)
@@ -183,6 +182,7 @@ static int
 throttle_config_complete (nbdkit_next_config_complete *next,
                           nbdkit_backend *nxdata)
 {
+  const struct throttle_feature *const *f;
   char err[512];
 
   if (throttle_metric_load (metric_spec, &throttle_config.metric,
@@ -230,22 +230,18 @@ throttle_config_complete (nbdkit_next_config_complete *next,
     return -1;
   }
   throttle_config.server = &server_budget;
-  /* Before any budget is made: each starts its latency target with
-   * the floor known.
-   */
-  if (throttle_adapt_config_complete () == -1)
-    return -1;
+  for (f = throttle_features; *f; f++)
+    if ((*f)->before_exports && (*f)->before_exports () == -1)
+      return -1;
   /* Made now, so that the control socket shows it before any client. */
   if (throttle_export_init (throttle_config.capacity) == -1) {
     nbdkit_error ("throttle: cannot create the default export's budget: %s",
                   throttle_errtext (errno));
     return -1;
   }
-  throttle_capacity_config_complete ();
-  if (throttle_control_config_complete () == -1 ||
-      throttle_metrics_file_config_complete () == -1 ||
-      throttle_writeback_config_complete () == -1)
-    return -1;
+  for (f = throttle_features; *f; f++)
+    if ((*f)->config_complete && (*f)->config_complete () == -1)
+      return -1;
   nbdkit_debug ("throttle: capacity %" PRIu64 " units per export, %" PRIu64
                 " in the whole server, metric %s, reads %s",
                 throttle_config.capacity, server_capacity,
@@ -272,73 +268,48 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   throttle_adapt_config_help "\n" \
   throttle_remote_config_help
 
-/* Why reads are charged, for the latency target's warning, into buf:
- * throttle-reads as written, or the real-time guard's setting, or both; the
- * parameters that uncharge them into *fix.  The caller's duty: reads
- * are charged (throttle_config.charge_reads, final in .get_ready).
+/* The features' hooks run in the table's order; the first failure
+ * stops nbdkit.
  */
-static void
-reads_charged_by (char *buf, size_t len, const char **fix)
-{
-  const char *key = throttle_guards_key (THROTTLE_GIVEN_RT, "throttle-rt");
-  bool rt = throttle_guards_rt_active ();
-  bool asked = reads_asked;
-  size_t n = 0;
-
-  buf[0] = '\0';
-  if (asked)
-    n = snprintf (buf, len, "throttle-reads=%s%s", reads_text,
-                  rt ? "; and " : "");
-  if (rt && n < len) {
-    if (throttle_guards_params.rt == THROTTLE_GUARD_ON)
-      snprintf (buf + n, len - n, "%s=on: real-time request threads "
-                "charge them", key);
-    else
-      snprintf (buf + n, len - n, "throttle-rt=auto: the request threads "
-                "may become real-time here, and real-time threads charge "
-                "them");
-  }
-  *fix = asked && rt ? "throttle-rt=off and throttle-reads=false" :
-    rt ? "throttle-rt=off" : "throttle-reads=false";
-}
-
 static int
 throttle_get_ready (int thread_model)
 {
-  if (throttle_guards_get_ready (thread_model) == -1 ||
-      throttle_writeback_get_ready (thread_model) == -1)
-    return -1;
-  /* Real-time threads may draw on the allocator's reserve for their
-   * replies; bounding reads keeps that draw bounded too.
-   */
-  if (throttle_guards_rt_active () && !throttle_config.charge_reads) {
-    throttle_config.charge_reads = true;
-    nbdkit_debug ("throttle: request threads are or may become real-time: "
-                  "reads are charged");
-  }
-  if (throttle_config.charge_reads) {
-    char why[256];
-    const char *fix;
+  const struct throttle_feature *const *f;
 
-    reads_charged_by (why, sizeof why, &fix);
-    throttle_adapt_get_ready (why, fix);
-  }
-  throttle_remote_get_ready ();
-  throttle_verdict_get_ready ();
+  for (f = throttle_features; *f; f++)
+    if ((*f)->get_ready && (*f)->get_ready (thread_model) == -1)
+      return -1;
   return 0;
 }
 
+/* The quit prober, after the guards, which every thread started later
+ * inherits.
+ */
 static int
 throttle_after_fork (nbdkit_backend *backend)
 {
-  if (throttle_guards_after_fork () == -1)
-    return -1;
-  throttle_verdict_after_fork ();
-  if (throttle_quit_start () == -1 ||
-      throttle_adapt_after_fork () == -1)
+  const struct throttle_feature *const *f;
+
+  for (f = throttle_features; *f; f++)
+    if ((*f)->after_fork && (*f)->after_fork () == -1)
+      return -1;
+  if (throttle_quit_start () == -1)
     return -1;
   started = true;
-  return throttle_control_after_fork ();
+  return 0;
+}
+
+/* The last feature in the table; .cleanup, .unload and .close walk it
+ * backwards from there.
+ */
+static const struct throttle_feature *const *
+last_feature (void)
+{
+  const struct throttle_feature *const *f = throttle_features;
+
+  while (f[1])
+    f++;
+  return f;
 }
 
 /* The summary at exit goes to stderr whether or not -v was given, as
@@ -390,19 +361,23 @@ print_server_summary (void)
 static void
 throttle_cleanup (nbdkit_backend *backend)
 {
-  throttle_control_cleanup ();
-  throttle_adapt_cleanup ();
-  throttle_writeback_cleanup ();
+  const struct throttle_feature *const *f;
+
+  for (f = last_feature (); f >= throttle_features; f--)
+    if ((*f)->cleanup)
+      (*f)->cleanup ();
   throttle_quit_stop ();
 }
 
 static void
 throttle_unload (void)
 {
-  throttle_control_unload ();
-  throttle_guards_unload ();
+  const struct throttle_feature *const *f;
+
+  for (f = last_feature (); f >= throttle_features; f--)
+    if ((*f)->unload)
+      (*f)->unload ();
   throttle_abort_uninstall ();
-  throttle_metrics_file_unload ();
   if (started) {
     print_server_summary ();
     throttle_export_foreach (print_summary, NULL);
@@ -416,86 +391,104 @@ throttle_unload (void)
   throttle_metric_unload (&throttle_config.metric);
 }
 
-struct throttle_handle {
-  int rt_peer;                  /* for throttle_realtime_close */
-  uint32_t max_request;         /* throttle_guards_max_request, fixed */
-  struct throttle_serve_conn conn;
-  struct throttle_pace pace;    /* nbdkit < 1.33.10: throttle-compat.h */
-};
-
 static int
 throttle_list_exports (nbdkit_next_list_exports *next, nbdkit_backend *nxdata,
                        int readonly, int is_tls, struct nbdkit_exports *exports)
 {
-  return throttle_writeback_list_exports (next, nxdata, readonly, exports);
+  const struct throttle_feature *const *f;
+
+  for (f = throttle_features; *f; f++)
+    if ((*f)->list_exports)
+      return (*f)->list_exports (next, nxdata, readonly, exports);
+  return next (nxdata, readonly, exports);
 }
 
+/* Close what the features before 'end' (in the table) opened for c,
+ * backwards.
+ */
+static void
+close_features (struct throttle_conn *c,
+                const struct throttle_feature *const *end)
+{
+  const struct throttle_feature *const *f;
+
+  for (f = end - 1; f >= throttle_features; f--)
+    if ((*f)->close)
+      (*f)->close (c->state[f - throttle_features]);
+}
+
+/* The features' preopen before anything is made for the connection and
+ * before the plugin's open; their open once the export's budget is
+ * there.  A feature that refuses the connection has its own state
+ * undone, the features before it are closed.
+ */
 static void *
 throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
                int readonly, const char *exportname, int is_tls)
 {
-  struct throttle_handle *h;
-  int rt_peer;
+  const struct throttle_feature *const *f;
+  struct throttle_conn *c;
 
-  /* Before anything is made or counted for the connection. */
-  if (throttle_writeback_check_name (exportname) == -1)
-    return NULL;
-  rt_peer = throttle_realtime_open ();
-
-  if (next (nxdata, readonly, exportname) == -1) {
-    throttle_realtime_close (rt_peer);
+  c = calloc (1, sizeof *c);
+  if (c == NULL) {
+    nbdkit_error ("calloc: %s", throttle_errtext (errno));
     return NULL;
   }
-
-  h = malloc (sizeof *h);
-  if (h == NULL) {
-    nbdkit_error ("malloc: %s", throttle_errtext (errno));
-    throttle_realtime_close (rt_peer);
-    return NULL;
-  }
-  h->rt_peer = rt_peer;
-  h->max_request = throttle_guards_max_request ();
+  for (f = throttle_features; *f; f++)
+    if ((*f)->preopen &&
+        (*f)->preopen (exportname, &c->state[f - throttle_features]) == -1)
+      goto refused;
+  if (next (nxdata, readonly, exportname) == -1)
+    goto refused;
+  c->max_request = throttle_max_request;
   /* The budget of the name, whatever other clients did before. */
-  h->conn.exp = throttle_export_open (exportname);
-  if (h->conn.exp == NULL) {
-    throttle_realtime_close (rt_peer);
-    free (h);
-    return NULL;
-  }
-  if (throttle_writeback_open (h->conn.exp, nxdata, readonly, exportname,
-                               &h->conn.wb) == -1) {
-    throttle_export_close (h->conn.exp);
-    throttle_realtime_close (rt_peer);
-    free (h);
-    return NULL;
-  }
-  throttle_pace_init (&h->pace);
-  h->conn.policy = (struct throttle_admit_policy) {
+  c->exp = throttle_export_open (exportname);
+  if (c->exp == NULL)
+    goto refused;
+  c->policy = (struct throttle_admit_policy) {
     .page_units = throttle_config.metric.page_units,
     .split = throttle_config.split,
     .split_max = 0,             /* until throttle_prepare */
   };
-  return h;
+  for (f = throttle_features; *f; f++)
+    if ((*f)->open &&
+        (*f)->open (c, nxdata, readonly,
+                    &c->state[f - throttle_features]) == -1) {
+      throttle_export_close (c->exp);
+      goto refused;
+    }
+  throttle_pace_init (&c->pace);
+  return c;
+
+ refused:
+  close_features (c, f);
+  free (c);
+  return NULL;
 }
 
 /* A clean disconnect waits for the export's pending writes. */
 static int
 throttle_finalize (nbdkit_next *next, void *handle)
 {
-  struct throttle_handle *h = handle;
+  const struct throttle_feature *const *f;
+  struct throttle_conn *c = handle;
 
-  return throttle_writeback_finalize (&h->conn.wb);
+  for (f = throttle_features; *f; f++)
+    if ((*f)->finalize &&
+        (*f)->finalize (c->state[f - throttle_features]) == -1)
+      return -1;
+  return 0;
 }
 
 static void
 throttle_close (void *handle)
 {
-  struct throttle_handle *h = handle;
+  struct throttle_conn *c = handle;
 
-  throttle_pace_destroy (&h->pace);
-  throttle_realtime_close (h->rt_peer);
-  throttle_export_close (h->conn.exp);
-  free (h);
+  throttle_pace_destroy (&c->pace);
+  close_features (c, last_feature () + 1);
+  throttle_export_close (c->exp);
+  free (c);
 }
 
 /* Advertise throttle-max-request as the maximum block size, so that
@@ -509,7 +502,7 @@ throttle_block_size (nbdkit_next *next, void *handle,
                      uint32_t *minimum, uint32_t *preferred,
                      uint32_t *maximum)
 {
-  uint32_t max = throttle_guards_max_request ();
+  uint32_t max = throttle_max_request;
 
   if (next->block_size (next, minimum, preferred, maximum) == -1)
     return -1;
@@ -538,127 +531,44 @@ throttle_block_size (nbdkit_next *next, void *handle,
 static int
 throttle_prepare (nbdkit_next *next, void *handle, int readonly)
 {
-  struct throttle_handle *h = handle;
+  struct throttle_conn *c = handle;
   uint32_t minimum, preferred, maximum;
 
   if (next->block_size (next, &minimum, &preferred, &maximum) == -1)
     return -1;
-  h->conn.policy.split_max = throttle_admit_split_max (minimum, maximum);
+  c->policy.split_max = throttle_admit_split_max (minimum, maximum);
   return 0;
 }
 
-/* nbdkit 1.32 does not hold clients to the advertised maximum: it
- * receives a write's payload before any filter sees the request.  A
- * larger read or write is refused before it reaches the plugin, unless
- * throttle-max-request=plugin leaves that to the layers below.
+/* Per-thread settings (throttle-feature.h).  initial-exec: in a
+ * dlopen'ed object the default TLS model reaches a variable through
+ * __tls_get_addr, which on a thread's first access mallocs the
+ * thread's slot: an allocation on the writeout path, before the
+ * guards are on.  One word fits glibc's static TLS surplus.  The
+ * generation starts at 1: 0 is a thread that never entered.
  */
-static int
-too_large (struct throttle_handle *h, const char *op, uint32_t count,
-           uint64_t offset, int *err)
-{
-  uint32_t max = h->max_request;
+atomic_uint throttle_thread_generation = 1;
+__thread unsigned throttle_thread_seen
+  __attribute__ ((tls_model ("initial-exec")));
 
-  if (max == 0 || count <= max)
-    return 0;
-  nbdkit_error ("throttle: %s of %" PRIu32 " bytes at %" PRIu64 " refused: "
-                "larger than throttle-max-request (%" PRIu32 " bytes), the "
-                "maximum block size advertised to clients",
-                op, count, offset, max);
-  *err = EINVAL;
-  return -1;
+void
+throttle_thread_enter_slow (unsigned gen)
+{
+  const struct throttle_feature *const *f;
+  bool first = throttle_thread_seen == 0;
+
+  for (f = throttle_features; *f; f++)
+    if ((*f)->thread_enter)
+      (*f)->thread_enter (first);
+  throttle_thread_seen = gen;
 }
 
-/* Every data callback starts with throttle_guards_thread_enter: a
- * request thread must carry the guards before it can fault or
- * allocate, whether or not its request is charged.
- */
-
-/* Every data callback returns through here: built against nbdkit
- * before 1.33.10, a reply of a closing connection must not reach
- * nbdkit together with another (throttle-compat.h).
- */
-static int
-reply (struct throttle_handle *h, int r)
+/* A generation that wraps to 0 is skipped: 0 means never entered. */
+void
+throttle_threads_renew (void)
 {
-  throttle_pace_reply (&h->pace, r);
-  return r;
-}
-
-static int
-throttle_pread (nbdkit_next *next, void *handle, void *buf,
-                uint32_t count, uint64_t offset, uint32_t flags, int *err)
-{
-  struct throttle_handle *h = handle;
-
-  throttle_guards_thread_enter ();
-  throttle_pace_enter ();
-  if (too_large (h, "read", count, offset, err) == -1)
-    return reply (h, -1);
-  return reply (h, throttle_serve (&h->conn, next, THROTTLE_OP_READ,
-                                   throttle_config.charge_reads, buf, count,
-                                   offset, flags, err));
-}
-
-static int
-throttle_pwrite (nbdkit_next *next, void *handle, const void *buf,
-                 uint32_t count, uint64_t offset, uint32_t flags, int *err)
-{
-  struct throttle_handle *h = handle;
-
-  throttle_guards_thread_enter ();
-  throttle_pace_enter ();
-  if (too_large (h, "write", count, offset, err) == -1)
-    return reply (h, -1);
-  /* The buffer is only read (throttle_serve passes it on as const). */
-  return reply (h, throttle_serve (&h->conn, next, THROTTLE_OP_WRITE, true,
-                                   (void *) buf, count, offset, flags, err));
-}
-
-static int
-throttle_zero (nbdkit_next *next, void *handle,
-               uint32_t count, uint64_t offset, uint32_t flags, int *err)
-{
-  struct throttle_handle *h = handle;
-
-  throttle_guards_thread_enter ();
-  throttle_pace_enter ();
-  return reply (h, throttle_serve (&h->conn, next, THROTTLE_OP_ZERO, true,
-                                   NULL, count, offset, flags, err));
-}
-
-static int
-throttle_trim (nbdkit_next *next, void *handle,
-               uint32_t count, uint64_t offset, uint32_t flags, int *err)
-{
-  struct throttle_handle *h = handle;
-
-  throttle_guards_thread_enter ();
-  throttle_pace_enter ();
-  return reply (h, throttle_serve (&h->conn, next, THROTTLE_OP_TRIM, true,
-                                   NULL, count, offset, flags, err));
-}
-
-static int
-throttle_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
-{
-  struct throttle_handle *h = handle;
-
-  throttle_guards_thread_enter ();
-  throttle_pace_enter ();
-  return reply (h, throttle_writeback_flush (&h->conn.wb, next, flags, err));
-}
-
-static int
-throttle_extents (nbdkit_next *next, void *handle, uint32_t count,
-                  uint64_t offset, uint32_t flags,
-                  struct nbdkit_extents *extents, int *err)
-{
-  struct throttle_handle *h = handle;
-
-  throttle_guards_thread_enter ();
-  throttle_pace_enter ();
-  return reply (h, throttle_writeback_extents (&h->conn.wb, next, count,
-                                               offset, flags, extents, err));
+  if (atomic_fetch_add (&throttle_thread_generation, 1) == UINT_MAX)
+    atomic_fetch_add (&throttle_thread_generation, 1);
 }
 
 static struct nbdkit_filter filter = {

@@ -51,14 +51,6 @@ static bool io_flusher_active;
 static bool rt_active;                  /* SCHED_FIFO permitted (and wanted) */
 static bool oom_active;
 
-/* initial-exec: in a dlopen'ed object the default TLS model reaches a
- * variable through __tls_get_addr, which on a thread's first access
- * mallocs the thread's slot: an allocation on the writeout path, before
- * the guards are on.  One byte fits glibc's static TLS surplus.
- */
-static __thread unsigned thread_gen
-  __attribute__ ((tls_model ("initial-exec")));
-
 /* What a child of fork must write back to /proc/self/oom_score_adj:
  * the value nbdkit had before the filter lowered it.  Formatted in
  * advance, since the child of a multithreaded process may only make
@@ -406,23 +398,16 @@ throttle_guards_after_fork (void)
   return 0;
 }
 
+/* The guards' part of throttle_thread_enter (throttle-feature.h). */
 void
-throttle_guards_thread_enter (void)
+throttle_guards_thread_enter (bool first)
 {
-  unsigned gen = throttle_realtime_generation ();
-
-  /* The cost on every request: one thread-local load and one atomic
-   * load.
-   */
-  if (__builtin_expect (thread_gen == gen, true))
-    return;
-
   /* Threads created after after_fork inherit the task flags, and the
    * policy of their creator; this catches a thread that existed before
    * (or code that cleared them), and a thread a switch of real-time
    * missed (throttle_realtime_thread_policy).
    */
-  if (thread_gen == 0 && io_flusher_active &&
+  if (first && io_flusher_active &&
       prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) != 1 &&
       prctl (PR_SET_IO_FLUSHER, 1, 0, 0, 0) == -1)
     nbdkit_debug ("throttle: PR_SET_IO_FLUSHER in thread %ld: %s",
@@ -436,7 +421,6 @@ throttle_guards_thread_enter (void)
                   prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) == 1 ? "set" : "lost",
                   (sched_getscheduler (0) & ~SCHED_RESET_ON_FORK) ==
                   SCHED_FIFO ? "SCHED_FIFO" : "other");
-  thread_gen = gen;
 }
 
 void

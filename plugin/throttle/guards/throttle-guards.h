@@ -9,7 +9,7 @@
  * request buffers.  See "WHICH GUARD PREVENTS WHICH DEADLOCK" in
  * nbdkit-throttle-design(1).
  *
- * When each hook is called, and why then: throttle-lifecycle.h.
+ * When each hook is called, and why then: throttle-features.c.
  */
 
 #ifndef THROTTLE_GUARDS_H
@@ -39,12 +39,12 @@ extern int throttle_guards_get_ready (int thread_model);
  */
 extern int throttle_guards_after_fork (void);
 
-/* Applies the per-thread guards to the calling thread: once, and
- * again at its first call after the process switched real-time on or
- * off.  Otherwise it costs a thread-local load and an atomic load.
- * Call at the start of every request and of every background thread.
+/* Applies the per-thread guards to the calling thread ('first': its
+ * first time).  Only through throttle_thread_enter (throttle-feature.h),
+ * which calls it once a thread, and again after the process switched
+ * real-time on or off.
  */
-extern void throttle_guards_thread_enter (void);
+extern void throttle_guards_thread_enter (bool first);
 
 extern void throttle_guards_unload (void);
 

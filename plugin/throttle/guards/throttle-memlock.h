@@ -8,7 +8,7 @@
  * when the kernel waits for this server to free memory.  Its size
  * by default is lib/throttle-reserve.h's.
  *
- * When each hook is called, and why then: throttle-lifecycle.h.
+ * When each hook is called, and why then: throttle-features.c.
  */
 
 #ifndef THROTTLE_MEMLOCK_H

@@ -23,6 +23,7 @@
 
 #include "throttle-clock.h"
 #include "throttle-config.h"
+#include "throttle-feature.h"
 #include "throttle-report.h"
 #include "throttle-guards-config.h"
 #include "throttle-json.h"
@@ -53,16 +54,11 @@ static bool permitted;
  *
  * Lock rule: rt_lock serializes every change of rt_state and rt_on
  * (rt_apply_locked: the walk over the tasks and its static buffer,
- * rt_why, rt_when).  rt_on and rt_gen are read without it.
+ * rt_why, rt_when).  rt_on is read without it.
  */
 static pthread_mutex_t rt_lock = THROTTLE_LOCK_INITIALIZER;
 static struct throttle_rt rt_state;
 static atomic_bool rt_on;
-/* Bumped after every switch: a thread whose thread_gen differs sets
- * its own policy at its next throttle_guards_thread_enter.  0 is a
- * thread that never entered.
- */
-static atomic_uint rt_gen = 1;
 static char rt_why[256];
 static struct timespec rt_when;
 /* The watcher thread, which stays SCHED_FIFO whatever the mode. */
@@ -86,7 +82,7 @@ static bool psi_thread_started;
  * Threads created later inherit it from their creator (the main thread
  * is among those walked); a thread the walk misses, or one that set
  * its own policy from a stale rt_on meanwhile, switches itself at its
- * next throttle_guards_thread_enter, which sees rt_gen change.  Caller
+ * next throttle_thread_enter (each switch renews the threads).  Caller
  * holds rt_lock (the buffer is static: no allocation under memory
  * pressure).
  */
@@ -150,7 +146,7 @@ rt_apply_locked (uint64_t now, const char *event)
   if (want == atomic_load (&rt_on))
     return recheck;
   atomic_store (&rt_on, want);
-  atomic_fetch_add (&rt_gen, 1);
+  throttle_threads_renew ();
   clock_gettime (CLOCK_MONOTONIC, &rt_when);
   if (want && event)
     snprintf (rt_why, sizeof rt_why, "%s", event);
@@ -569,12 +565,6 @@ throttle_realtime_start (bool real_time_permitted)
   throttle_report_add_setter (&rt_setter);
   if (permitted)
     rt_start ();
-}
-
-unsigned
-throttle_realtime_generation (void)
-{
-  return atomic_load_explicit (&rt_gen, memory_order_acquire);
 }
 
 bool

@@ -13,7 +13,7 @@
  * and ends the hold on time.  The control socket's "set rt" and the rt
  * member of its stats are served from here.
  *
- * When each hook is called, and why then: throttle-lifecycle.h.
+ * When each hook is called, and why then: throttle-features.c.
  */
 
 #ifndef THROTTLE_REALTIME_H
@@ -44,16 +44,12 @@ extern void throttle_realtime_stop (void);
 extern int throttle_realtime_open (void);
 extern void throttle_realtime_close (int peer);
 
-/* Bumped after every switch (never 0): a thread that saw another value
- * must call throttle_realtime_thread_policy.  One atomic load.
- */
-extern unsigned throttle_realtime_generation (void);
 /* Whether the process is real-time now (for the log). */
 extern bool throttle_realtime_is_on (void);
 /* Sets the calling thread's policy to what the process's is now:
  * SCHED_FIFO with SCHED_RESET_ON_FORK (whatever it starts, however,
  * starts SCHED_OTHER), or SCHED_OTHER.  A switch between the caller's
- * load of the generation and this leaves the thread stale until its
+ * load of the generation (throttle_thread_enter) and this leaves the thread stale until its
  * next check, which sees the generation changed.
  */
 extern void throttle_realtime_thread_policy (void);

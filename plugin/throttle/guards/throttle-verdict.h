@@ -14,7 +14,7 @@
  * whatever throttle-swap says, loudly whenever a kernel nbd client
  * attaches to a server that is not safe.
  *
- * When each hook is called, and why then: throttle-lifecycle.h.
+ * When each hook is called, and why then: throttle-features.c.
  */
 
 #ifndef THROTTLE_VERDICT_H

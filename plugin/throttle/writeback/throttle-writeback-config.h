@@ -2,7 +2,7 @@
 /* nbdkit-throttle filter: write-behind's parameters and sizes
  * (throttle-mode, throttle-writeback-pool, throttle-writeback-threads).
  *
- * When each hook is called, and why then: throttle-lifecycle.h.  The
+ * When each hook is called, and why then: throttle-features.c.  The
  * sizes are fixed before the first connection: whoever reads them
  * later needs no lock.
  */

@@ -25,7 +25,7 @@
 #include "throttle-config.h"
 #include "throttle-compat.h"
 #include "throttle-export.h"
-#include "throttle-guards.h"
+#include "throttle-feature.h"
 #include "throttle-guards-config.h"
 #include "throttle-lock.h"
 #include "throttle-parse.h"
@@ -116,7 +116,7 @@ writer_main (void *arg)
   struct throttle_wb_writer *w = arg;
   struct throttle_wbq_job job;
 
-  throttle_guards_thread_enter ();
+  throttle_thread_enter ();
   throttle_abort_writer_thread ();
 
   for (;;) {

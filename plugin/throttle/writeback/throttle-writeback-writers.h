@@ -9,7 +9,7 @@
  * write's units then.  Cleanup drains every export and stops its
  * writers.
  *
- * When each hook is called, and why then: throttle-lifecycle.h.
+ * When each hook is called, and why then: throttle-features.c.
  *
  * The writers need throttle-guards.c: each calls
  * throttle_guards_thread_enter at its start, and the pools are locked

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <nbdkit-filter.h>
 
@@ -22,6 +23,7 @@
 #include "throttle-export.h"
 #include "throttle-parse.h"
 #include "throttle-quit.h"
+#include "throttle-serve.h"
 #include "throttle-wbq.h"
 #include "throttle-writeback-state.h"
 #include "throttle-writeback.h"
@@ -67,13 +69,17 @@ pwrite_direct (struct throttle_wb_conn *c, nbdkit_next *next,
   return r;
 }
 
-int
-throttle_writeback_pwrite (struct throttle_wb_conn *c,
-                           struct throttle_export *exp, nbdkit_next *next,
-                           const void *buf, uint32_t count, uint64_t offset,
-                           uint32_t flags, uint64_t charged, int *err)
+/* Takes ownership of 'charged' units: they are credited to the
+ * export's budget when the write is on the backend (or has failed),
+ * also when this returns -1.
+ */
+static int
+wb_pwrite (void *state, nbdkit_next *next, const void *buf, uint32_t count,
+           uint64_t offset, uint32_t flags, uint64_t charged, int *err)
 {
-  struct throttle_wb *wb = throttle_wb_of (c->exp);
+  struct throttle_wb_conn *c = state;
+  struct throttle_export *exp = c->exp;
+  struct throttle_wb *wb = throttle_wb_of (exp);
   int res;
 
   /* A FUA write must be on the backend before its reply anyway, and
@@ -100,10 +106,9 @@ throttle_writeback_pwrite (struct throttle_wb_conn *c,
   return 0;
 }
 
-int
-throttle_writeback_pread (struct throttle_wb_conn *c, nbdkit_next *next,
-                          void *buf, uint32_t count, uint64_t offset,
-                          uint32_t flags, int *err)
+static int
+wb_pread (struct throttle_wb_conn *c, nbdkit_next *next, void *buf,
+          uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
   struct throttle_wb *wb = throttle_wb_of (c->exp);
   struct throttle_wbq_barrier b;
@@ -116,28 +121,21 @@ throttle_writeback_pread (struct throttle_wb_conn *c, nbdkit_next *next,
   return res;
 }
 
-int
-throttle_writeback_zero (struct throttle_wb_conn *c, nbdkit_next *next,
-                         uint32_t count, uint64_t offset, uint32_t flags,
-                         int *err)
+/* A read, zero or trim: the core charges and credits it. */
+static int
+wb_call (void *state, nbdkit_next *next, enum throttle_op op, void *buf,
+         uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
+  struct throttle_wb_conn *c = state;
   struct throttle_wbq_barrier b;
-  struct throttle_wbq *q = ordered_begin (c, &b, count, offset);
-  int r = next->zero (next, count, offset, flags, err);
+  struct throttle_wbq *q;
+  int r;
 
-  ordered_end (q, &b);
-  return r;
-}
-
-int
-throttle_writeback_trim (struct throttle_wb_conn *c, nbdkit_next *next,
-                         uint32_t count, uint64_t offset, uint32_t flags,
-                         int *err)
-{
-  struct throttle_wbq_barrier b;
-  struct throttle_wbq *q = ordered_begin (c, &b, count, offset);
-  int r = next->trim (next, count, offset, flags, err);
-
+  if (op == THROTTLE_OP_READ)
+    return wb_pread (c, next, buf, count, offset, flags, err);
+  q = ordered_begin (c, &b, count, offset);
+  r = op == THROTTLE_OP_ZERO ? next->zero (next, count, offset, flags, err)
+    : next->trim (next, count, offset, flags, err);
   ordered_end (q, &b);
   return r;
 }
@@ -178,31 +176,29 @@ extents_clipped (nbdkit_next *next, uint32_t count, uint64_t offset,
 /* The backend's extents do not know about pending writes: a range being
  * written may still show as a hole, and a client that skips holes
  * would lose the data.  (Extents are not on a swap device's writeout
- * path: the allocation above is harmless.)  In writeback mode they are
- * clipped whether or not the export has writes pending yet;
- * writethrough passes the backend's answer on as it is.
+ * path: the allocation above is harmless.)  They are clipped whether
+ * or not the export has writes pending yet; writethrough (no ops) passes
+ * the backend's answer on as it is.
  */
-int
-throttle_writeback_extents (struct throttle_wb_conn *c, nbdkit_next *next,
-                            uint32_t count, uint64_t offset, uint32_t flags,
-                            struct nbdkit_extents *extents, int *err)
+static int
+wb_extents (void *state, nbdkit_next *next, uint32_t count, uint64_t offset,
+            uint32_t flags, struct nbdkit_extents *extents, int *err)
 {
+  struct throttle_wb_conn *c = state;
   struct throttle_wbq_barrier b;
   struct throttle_wbq *q;
   int r;
 
-  if (!throttle_writeback_enabled ())
-    return next->extents (next, count, offset, flags, extents, err);
   q = ordered_begin (c, &b, count, offset);
   r = extents_clipped (next, count, offset, flags, extents, err);
   ordered_end (q, &b);
   return r;
 }
 
-int
-throttle_writeback_flush (struct throttle_wb_conn *c, nbdkit_next *next,
-                          uint32_t flags, int *err)
+static int
+wb_flush (void *state, nbdkit_next *next, uint32_t flags, int *err)
 {
+  struct throttle_wb_conn *c = state;
   struct throttle_wb *wb = throttle_wb_of (c->exp);
   struct throttle_wbq_flush f;
   struct throttle_wbq_error last;
@@ -244,4 +240,52 @@ throttle_writeback_flush (struct throttle_wb_conn *c, nbdkit_next *next,
                   "report; last: %s", wb->exp->name, failures, what);
   }
   return res;
+}
+
+static const struct throttle_conn_ops wb_ops = {
+  .pwrite = wb_pwrite,
+  .call = wb_call,
+  .flush = wb_flush,
+  .extents = wb_extents,
+};
+
+/* The feature's .open: in writeback mode every connection (to "", the
+ * one name it serves) goes through the hooks above, also a read-only
+ * one, which must see the pending writes of the others.
+ */
+int
+throttle_writeback_conn_open (struct throttle_conn *conn,
+                              nbdkit_context *nxdata, int readonly,
+                              void **state)
+{
+  struct throttle_wb_conn *c;
+
+  if (!throttle_writeback_enabled ())
+    return 0;
+  c = malloc (sizeof *c);
+  if (c == NULL) {
+    nbdkit_error ("malloc: %s", throttle_errtext (errno));
+    return -1;
+  }
+  if (throttle_writeback_open (conn->exp, nxdata, readonly, conn->exp->name,
+                               c) == -1) {
+    free (c);
+    return -1;
+  }
+  *state = c;
+  conn->ops = &wb_ops;
+  conn->ops_state = c;
+  return 0;
+}
+
+int
+throttle_writeback_conn_finalize (void *state)
+{
+  return state ? throttle_writeback_finalize (state) : 0;
+}
+
+void
+throttle_writeback_conn_close (void *state)
+{
+  free (state);
 }

@@ -14,10 +14,9 @@
  * (throttle-writeback-writers.h).  The state they share is
  * throttle-writeback-state.h, the stats throttle-writeback-stats.h.
  *
- * When each hook is called, and why then: throttle-lifecycle.h.  Each
- * takes the connection's struct throttle_wb_conn, filled by
- * throttle_writeback_open; in writethrough the hooks pass the request
- * straight down (named exports are writethrough's alone: writeback
+ * When each hook is called, and why then: throttle-features.c.  In
+ * writethrough no connection has write-behind's ops: the core calls
+ * the plugin itself (named exports are writethrough's alone: writeback
  * refuses them, throttle_writeback_check_name).
  */
 
@@ -32,35 +31,16 @@
 #include "throttle-writeback-config.h"
 #include "throttle-writeback-writers.h"
 
-/* Only in writeback mode (throttle_writeback_enabled).  Takes
- * ownership of 'charged' units: they are credited to exp's budget when
- * the write is on the backend (or has failed), also when this returns
- * -1.
+struct throttle_conn;
+
+/* The feature's connection hooks (throttle-feature.h): in writeback
+ * mode, .open puts the connection's requests through write-behind's
+ * ops (struct throttle_conn_ops) and keeps its state in *state.
  */
-extern int throttle_writeback_pwrite (struct throttle_wb_conn *c,
-                                      struct throttle_export *exp,
-                                      nbdkit_next *next, const void *buf,
-                                      uint32_t count, uint64_t offset,
-                                      uint32_t flags, uint64_t charged,
-                                      int *err);
-extern int throttle_writeback_pread (struct throttle_wb_conn *c,
-                                     nbdkit_next *next, void *buf,
-                                     uint32_t count, uint64_t offset,
-                                     uint32_t flags, int *err);
-/* zero and trim: the caller charges and credits as in writethrough. */
-extern int throttle_writeback_zero (struct throttle_wb_conn *c,
-                                    nbdkit_next *next, uint32_t count,
-                                    uint64_t offset, uint32_t flags, int *err);
-extern int throttle_writeback_trim (struct throttle_wb_conn *c,
-                                    nbdkit_next *next, uint32_t count,
-                                    uint64_t offset, uint32_t flags, int *err);
-extern int throttle_writeback_extents (struct throttle_wb_conn *c,
-                                       nbdkit_next *next, uint32_t count,
-                                       uint64_t offset, uint32_t flags,
-                                       struct nbdkit_extents *extents,
-                                       int *err);
-extern int throttle_writeback_flush (struct throttle_wb_conn *c,
-                                     nbdkit_next *next, uint32_t flags,
-                                     int *err);
+extern int throttle_writeback_conn_open (struct throttle_conn *conn,
+                                         nbdkit_context *nxdata,
+                                         int readonly, void **state);
+extern int throttle_writeback_conn_finalize (void *state);
+extern void throttle_writeback_conn_close (void *state);
 
 #endif /* THROTTLE_WRITEBACK_H */

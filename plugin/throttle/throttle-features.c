@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* nbdkit-throttle filter: the features, in the order the core calls
+ * them (core/throttle-feature.h).  The one file that names them all;
+ * the core names none.
+ *
+ * The order, and why it matters:
+ * - guards FIRST: .get_ready tries each guard while errors still
+ *   reach the user's terminal and decides whether reads are charged
+ *   (real-time request threads draw on the allocator's reserve for
+ *   their replies; bounding reads keeps that draw bounded), which the
+ *   latency target's warning needs; .after_fork sets the guards before
+ *   any thread of ours exists, so every thread started later inherits
+ *   them; .preopen tells the swap verdict who the peer is and may make
+ *   nbdkit real-time before the plugin's open forks anything and
+ *   before nbdkit starts the connection's workers (they inherit the
+ *   policy).  .unload, last of all, stops the real-time watcher.
+ * - writeback: .preopen refuses a name other than "" in writeback mode
+ *   before anything is made or counted for it; .get_ready refuses a
+ *   thread model that forbids background writes and (nbdkit <
+ *   1.33.10) installs the abort drain; .cleanup drains, stops the
+ *   writers and closes their plugin contexts while the plugin is still
+ *   loaded, after the control thread, which reads its state.
+ * - remote, then verdict, at .get_ready after every guard was tried and
+ *   the storage judged: the verdict says at once whether the server is
+ *   safe for swap, while stderr is still the user's terminal.
+ * - adapt: .before_exports knows the floor before any budget exists;
+ *   .after_fork starts the clock; .cleanup stops it, after the control
+ *   thread, which can start it.
+ * - capacity, metrics-file, control LAST: their .config_complete
+ *   register the set commands, write the metrics file a first time and
+ *   bind the socket (misuse refused before nbdkit forks), and the
+ *   control thread (.after_fork) starts once everything it reports on
+ *   exists; it is the first stopped (.cleanup) and unloaded (.unload:
+ *   its thread reads the budgets the core frees after), then the
+ *   metrics file's last write, with the final numbers.
+ */
+
+#include <config.h>
+
+#include <stdint.h>
+
+#include <nbdkit-filter.h>
+
+#include "throttle-adapt-glue.h"
+#include "throttle-capacity.h"
+#include "throttle-config.h"
+#include "throttle-control.h"
+#include "throttle-feature.h"
+#include "throttle-guards.h"
+#include "throttle-guards-config.h"
+#include "throttle-metrics-file.h"
+#include "throttle-realtime.h"
+#include "throttle-remote.h"
+#include "throttle-serve.h"
+#include "throttle-verdict.h"
+#include "throttle-writeback.h"
+
+static int
+guards_get_ready (int thread_model)
+{
+  if (throttle_guards_get_ready (thread_model) == -1)
+    return -1;
+  throttle_max_request = throttle_guards_max_request ();
+  if (throttle_guards_rt_active () && !throttle_config.charge_reads) {
+    throttle_config.charge_reads = true;
+    nbdkit_debug ("throttle: request threads are or may become real-time: "
+                  "reads are charged");
+  }
+  return 0;
+}
+
+static int
+guards_preopen (const char *exportname, void **state)
+{
+  *state = (void *) (intptr_t) throttle_realtime_open ();
+  return 0;
+}
+
+static void
+guards_close (void *state)
+{
+  throttle_realtime_close ((int) (intptr_t) state);
+}
+
+static const struct throttle_feature guards = {
+  .name = "guards",
+  .get_ready = guards_get_ready,
+  .after_fork = throttle_guards_after_fork,
+  .unload = throttle_guards_unload,
+  .preopen = guards_preopen,
+  .close = guards_close,
+  .thread_enter = throttle_guards_thread_enter,
+};
+
+static int
+writeback_preopen (const char *exportname, void **state)
+{
+  return throttle_writeback_check_name (exportname);
+}
+
+static const struct throttle_feature writeback = {
+  .name = "writeback",
+  .config_complete = throttle_writeback_config_complete,
+  .get_ready = throttle_writeback_get_ready,
+  .cleanup = throttle_writeback_cleanup,
+  .list_exports = throttle_writeback_list_exports,
+  .preopen = writeback_preopen,
+  .open = throttle_writeback_conn_open,
+  .finalize = throttle_writeback_conn_finalize,
+  .close = throttle_writeback_conn_close,
+};
+
+static int
+remote_get_ready (int thread_model)
+{
+  throttle_remote_get_ready ();
+  return 0;
+}
+
+static const struct throttle_feature remote = {
+  .name = "remote",
+  .get_ready = remote_get_ready,
+};
+
+static int
+verdict_get_ready (int thread_model)
+{
+  throttle_verdict_get_ready ();
+  return 0;
+}
+
+static int
+verdict_after_fork (void)
+{
+  throttle_verdict_after_fork ();
+  return 0;
+}
+
+static const struct throttle_feature verdict = {
+  .name = "verdict",
+  .get_ready = verdict_get_ready,
+  .after_fork = verdict_after_fork,
+};
+
+static const struct throttle_feature adapt = {
+  .name = "adapt",
+  .before_exports = throttle_adapt_config_complete,
+  .get_ready = throttle_adapt_get_ready,
+  .after_fork = throttle_adapt_after_fork,
+  .cleanup = throttle_adapt_cleanup,
+};
+
+static int
+capacity_config_complete (void)
+{
+  throttle_capacity_config_complete ();
+  return 0;
+}
+
+static const struct throttle_feature capacity = {
+  .name = "capacity",
+  .config_complete = capacity_config_complete,
+};
+
+static const struct throttle_feature metrics_file = {
+  .name = "metrics-file",
+  .config_complete = throttle_metrics_file_config_complete,
+  .unload = throttle_metrics_file_unload,
+};
+
+static const struct throttle_feature control = {
+  .name = "control",
+  .config_complete = throttle_control_config_complete,
+  .after_fork = throttle_control_after_fork,
+  .cleanup = throttle_control_cleanup,
+  .unload = throttle_control_unload,
+};
+
+const struct throttle_feature *const throttle_features[] = {
+  &guards, &writeback, &remote, &verdict, &adapt,
+  &capacity, &metrics_file, &control,
+  NULL
+};
