@@ -220,72 +220,58 @@ too_large (struct throttle_conn *c, const char *op, uint32_t count,
  * connection must not reach nbdkit together with another
  * (throttle-compat.h).
  */
-
-int
-throttle_pread (nbdkit_next *next, void *handle, void *buf,
-                uint32_t count, uint64_t offset, uint32_t flags, int *err)
+static inline __attribute__ ((always_inline)) int
+request (struct throttle_conn *c, nbdkit_next *next, enum throttle_op op,
+         bool charge, void *buf, uint32_t count, uint64_t offset,
+         uint32_t flags, int *err)
 {
-  struct throttle_conn *c = handle;
-  int r;
+  int r = 0;
 
   throttle_thread_enter ();
   throttle_pace_enter ();
-  r = too_large (c, "read", count, offset, err);
+  if (op == THROTTLE_OP_READ || op == THROTTLE_OP_WRITE)
+    r = too_large (c, op == THROTTLE_OP_READ ? "read" : "write", count,
+                   offset, err);
   if (r == 0)
-    r = serve (c, next, THROTTLE_OP_READ, throttle_config.charge_reads,
-               buf, count, offset, flags, err);
+    r = serve (c, next, op, charge, buf, count, offset, flags, err);
   throttle_pace_reply (&c->pace, r);
   return r;
 }
 
 int
+throttle_pread (nbdkit_next *next, void *handle, void *buf,
+                uint32_t count, uint64_t offset, uint32_t flags, int *err)
+{
+  return request (handle, next, THROTTLE_OP_READ, throttle_config.charge_reads,
+                  buf, count, offset, flags, err);
+}
+
+/* The buffer is only read (serve passes it on as const). */
+int
 throttle_pwrite (nbdkit_next *next, void *handle, const void *buf,
                  uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
-  struct throttle_conn *c = handle;
-  int r;
-
-  throttle_thread_enter ();
-  throttle_pace_enter ();
-  r = too_large (c, "write", count, offset, err);
-  /* The buffer is only read (serve passes it on as const). */
-  if (r == 0)
-    r = serve (c, next, THROTTLE_OP_WRITE, true, (void *) buf, count,
-               offset, flags, err);
-  throttle_pace_reply (&c->pace, r);
-  return r;
+  return request (handle, next, THROTTLE_OP_WRITE, true, (void *) buf, count,
+                  offset, flags, err);
 }
 
 int
 throttle_zero (nbdkit_next *next, void *handle,
                uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
-  struct throttle_conn *c = handle;
-  int r;
-
-  throttle_thread_enter ();
-  throttle_pace_enter ();
-  r = serve (c, next, THROTTLE_OP_ZERO, true, NULL, count, offset, flags,
-             err);
-  throttle_pace_reply (&c->pace, r);
-  return r;
+  return request (handle, next, THROTTLE_OP_ZERO, true, NULL, count, offset,
+                  flags, err);
 }
 
 int
 throttle_trim (nbdkit_next *next, void *handle,
                uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
-  struct throttle_conn *c = handle;
-  int r;
-
-  throttle_thread_enter ();
-  throttle_pace_enter ();
-  r = serve (c, next, THROTTLE_OP_TRIM, true, NULL, count, offset, flags,
-             err);
-  throttle_pace_reply (&c->pace, r);
-  return r;
+  return request (handle, next, THROTTLE_OP_TRIM, true, NULL, count, offset,
+                  flags, err);
 }
 
+/* Flush and extents are not charged. */
 int
 throttle_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
 {
