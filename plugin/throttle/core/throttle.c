@@ -17,7 +17,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -538,37 +537,6 @@ throttle_prepare (nbdkit_next *next, void *handle, int readonly)
     return -1;
   c->policy.split_max = throttle_admit_split_max (minimum, maximum);
   return 0;
-}
-
-/* Per-thread settings (throttle-feature.h).  initial-exec: in a
- * dlopen'ed object the default TLS model reaches a variable through
- * __tls_get_addr, which on a thread's first access mallocs the
- * thread's slot: an allocation on the writeout path, before the
- * guards are on.  One word fits glibc's static TLS surplus.  The
- * generation starts at 1: 0 is a thread that never entered.
- */
-atomic_uint throttle_thread_generation = 1;
-__thread unsigned throttle_thread_seen
-  __attribute__ ((tls_model ("initial-exec")));
-
-void
-throttle_thread_enter_slow (unsigned gen)
-{
-  const struct throttle_feature *const *f;
-  bool first = throttle_thread_seen == 0;
-
-  for (f = throttle_features; *f; f++)
-    if ((*f)->thread_enter)
-      (*f)->thread_enter (first);
-  throttle_thread_seen = gen;
-}
-
-/* A generation that wraps to 0 is skipped: 0 means never entered. */
-void
-throttle_threads_renew (void)
-{
-  if (atomic_fetch_add (&throttle_thread_generation, 1) == UINT_MAX)
-    atomic_fetch_add (&throttle_thread_generation, 1);
 }
 
 static struct nbdkit_filter filter = {
