@@ -12,7 +12,7 @@
  * When each hook is called, and why then: throttle-features.c.
  *
  * The writers need throttle-guards.c: each calls
- * throttle_guards_thread_enter at its start, and the pools are locked
+ * throttle_thread_enter at its start, and the pools are locked
  * unless throttle_guards_lock_pools () says otherwise.
  */
 
