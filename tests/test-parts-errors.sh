@@ -31,6 +31,18 @@ h.shutdown()
 PYEOF
 }
 
+# one_write NAME OFFSET COUNT NBDKIT-ARGS...: a server of the test
+# plugin (its state in $state) taking one write; the errno in $got.
+one_write ()
+{
+  local name=$1 offset=$2 count=$3
+  shift 3
+  state=$tmp/$name.state
+  start_nbdkit "$name" "$@" statefile="$state"
+  got=$(write_errno "$name" "$offset" "$count")
+  stop_nbdkit "$pid"
+}
+
 # 1. A 2M write at 31M over a plugin failing writes past 32M with
 # ENOSPC: without the filter, at a capacity that serves it whole, and
 # at one that serves it in two parts, the second failing.
@@ -45,11 +57,8 @@ for case in plain whole:16M parts:1M parts-noparallel:1M; do
     *) opts=(--filter="$THROTTLE_FILTER" -D throttle.verbose=1)
        params=(throttle-capacity=${case#*:}) ;;
   esac
-  start_nbdkit enospc-$name "${opts[@]}" "$TEST_PLUGIN" delay-ms=0 \
-    fail-above=32M statefile="$tmp/enospc-$name.state" "${params[@]}"
-  got=$(write_errno enospc-$name $((31 * M)) $((2 * M)))
-  stop_nbdkit "$pid"
-  state=$tmp/enospc-$name.state
+  one_write enospc-$name $((31 * M)) $((2 * M)) "${opts[@]}" "$TEST_PLUGIN" \
+    delay-ms=0 fail-above=32M "${params[@]}"
   echo "$name: the client got $got; the plugin saw $(statefield "$state" writes) writes"
   [ "$got" = ENOSPC ] || fail_later "$name: the client got $got, not the plugin's ENOSPC"
   [ "$(statefield "$state" failed_writes)" = 1 ] ||
@@ -68,12 +77,9 @@ done
 # 2. A 4M write whose first part fails: no other part reaches the
 # plugin, at a capacity of 1M (4 parts) and of 64K (64 and more).
 for cap in 1M 64K; do
-  start_nbdkit first-fails-$cap --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
-    delay-ms=0 fail-above=0 statefile="$tmp/first-$cap.state" \
-    throttle-capacity=$cap -D throttle.verbose=1
-  got=$(write_errno first-fails-$cap 0 $((4 * M)))
-  stop_nbdkit "$pid"
-  state=$tmp/first-$cap.state
+  one_write first-fails-$cap 0 $((4 * M)) --filter="$THROTTLE_FILTER" \
+    "$TEST_PLUGIN" delay-ms=0 fail-above=0 throttle-capacity=$cap \
+    -D throttle.verbose=1
   echo "capacity $cap: the client got $got; $(statefield "$state" writes) writes reached the plugin"
   [ "$got" = ENOSPC ] || fail_later "capacity $cap: the client got $got, not ENOSPC"
   [ "$(statefield "$state" writes)" = 1 ] ||
