@@ -61,13 +61,16 @@ struct throttle_feature {
    */
   int (*preopen) (const char *exportname, void **state);
   /* .open, after the plugin's open and the export's budget: may set
-   * c->ops.  -1 after nbdkit_error refuses the connection.
+   * c->ops.  -1 after nbdkit_error refuses the connection, with *state
+   * as preopen left it (close is called).
    */
   int (*open) (struct throttle_conn *c, nbdkit_context *nxdata, int readonly,
                void **state);
   /* .finalize: 0, or -1 with nbdkit's error set. */
   int (*finalize) (void *state);
-  /* .close, and a connection refused after preopen succeeded. */
+  /* .close, and a connection refused after this feature's preopen
+   * succeeded (whether or not its open was called).
+   */
   void (*close) (void *state);
 
   /* The calling thread's per-thread settings, from throttle_thread_enter's

@@ -418,14 +418,15 @@ close_features (struct throttle_conn *c,
 
 /* The features' preopen before anything is made for the connection and
  * before the plugin's open; their open once the export's budget is
- * there.  A feature that refuses the connection has its own state
- * undone, the features before it are closed.
+ * there.  A preopen that refuses the connection has undone its own
+ * work, and the features before it are closed; after every preopen
+ * succeeded, a refusal (an open undoes its own work) closes them all.
  */
 static void *
 throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
                int readonly, const char *exportname, int is_tls)
 {
-  const struct throttle_feature *const *f;
+  const struct throttle_feature *const *f, *const *g;
   struct throttle_conn *c;
 
   c = calloc (1, sizeof *c);
@@ -449,10 +450,10 @@ throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     .split = throttle_config.split,
     .split_max = 0,             /* until throttle_prepare */
   };
-  for (f = throttle_features; *f; f++)
-    if ((*f)->open &&
-        (*f)->open (c, nxdata, readonly,
-                    &c->state[f - throttle_features]) == -1) {
+  for (g = throttle_features; *g; g++)
+    if ((*g)->open &&
+        (*g)->open (c, nxdata, readonly,
+                    &c->state[g - throttle_features]) == -1) {
       throttle_export_close (c->exp);
       goto refused;
     }
@@ -460,6 +461,7 @@ throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
   return c;
 
  refused:
+  /* f: past the last feature whose preopen succeeded. */
   close_features (c, f);
   free (c);
   return NULL;
