@@ -4,8 +4,10 @@
  * the core names none.
  *
  * The order, and why it matters:
- * - guards FIRST: .get_ready tries each guard while errors still
- *   reach the user's terminal and decides whether reads are charged
+ * - guards FIRST: .before_exports gives throttle-swap's mode to each
+ *   guard not given its own, before anything reads them; .get_ready
+ *   tries each guard while errors still reach the user's terminal
+ *   and decides whether reads are charged
  *   (real-time request threads draw on the allocator's reserve for
  *   their replies; bounding reads keeps that draw bounded), which the
  *   latency target's warning needs; .after_fork sets the guards before
@@ -84,6 +86,8 @@ guards_close (void *state)
 
 static const struct throttle_feature guards = {
   .name = "guards",
+  .params = throttle_guards_param_table,
+  .before_exports = throttle_guards_config_complete,
   .get_ready = guards_get_ready,
   .after_fork = throttle_guards_after_fork,
   .unload = throttle_guards_unload,
@@ -100,6 +104,7 @@ writeback_preopen (const char *exportname, void **state)
 
 static const struct throttle_feature writeback = {
   .name = "writeback",
+  .params = throttle_writeback_param_table,
   .config_complete = throttle_writeback_config_complete,
   .get_ready = throttle_writeback_get_ready,
   .cleanup = throttle_writeback_cleanup,
@@ -119,6 +124,8 @@ remote_get_ready (int thread_model)
 
 static const struct throttle_feature remote = {
   .name = "remote",
+  .params = throttle_remote_param_table,
+  .plugin_key = throttle_remote_plugin_key,
   .get_ready = remote_get_ready,
 };
 
@@ -144,6 +151,7 @@ static const struct throttle_feature verdict = {
 
 static const struct throttle_feature adapt = {
   .name = "adapt",
+  .params = throttle_adapt_param_table,
   .before_exports = throttle_adapt_config_complete,
   .get_ready = throttle_adapt_get_ready,
   .after_fork = throttle_adapt_after_fork,
@@ -164,12 +172,14 @@ static const struct throttle_feature capacity = {
 
 static const struct throttle_feature metrics_file = {
   .name = "metrics-file",
+  .params = throttle_metrics_file_param_table,
   .config_complete = throttle_metrics_file_config_complete,
   .unload = throttle_metrics_file_unload,
 };
 
 static const struct throttle_feature control = {
   .name = "control",
+  .params = throttle_control_param_table,
   .config_complete = throttle_control_config_complete,
   .after_fork = throttle_control_after_fork,
   .cleanup = throttle_control_cleanup,
@@ -181,3 +191,13 @@ const struct throttle_feature *const throttle_features[] = {
   &capacity, &metrics_file, &control,
   NULL
 };
+
+/* In the order of the man page's PARAMETERS, not of the table. */
+const char throttle_config_help[] =
+  throttle_core_config_help "\n"
+  throttle_guards_config_help "\n"
+  throttle_control_config_help "\n"
+  throttle_metrics_file_config_help "\n"
+  throttle_writeback_config_help "\n"
+  throttle_adapt_config_help "\n"
+  throttle_remote_config_help;

@@ -44,6 +44,7 @@
 #include "throttle-guards.h"
 #include "throttle-guards-config.h"
 #include "throttle-lock.h"
+#include "throttle-params.h"
 #include "throttle-parse.h"
 #include "throttle-writeback.h"
 
@@ -114,32 +115,26 @@ parse_target (const char *value, uint64_t *ns, const char **why)
   return 0;
 }
 
-int
-throttle_adapt_config (const char *key, const char *value)
+static int
+target_param (const char *key, const char *value)
 {
   const char *why;
 
-  if (strcmp (key, "throttle-latency-target") == 0) {
-    if (parse_target (value, &config_target_ns, &why) == -1) {
-      nbdkit_error ("%s=%s: %s", key, value, why);
-      return -1;
-    }
-    config_target_text = value;
-    return 1;
-  }
-  if (strcmp (key, "throttle-min-capacity") == 0) {
-    int64_t size;
-
-    if (throttle_parse_size (key, value, 1, INT64_MAX,
-                             "must be greater than 0: a floor of 0 would "
-                             "let the capacity reach nothing", &size) == -1)
-      return -1;
-    config_floor = size;
-    config_floor_text = value;
-    return 1;
-  }
-  return 0;
+  if (parse_target (value, &config_target_ns, &why) == 0)
+    return 0;
+  nbdkit_error ("%s=%s: %s", key, value, why);
+  return -1;
 }
+
+const struct throttle_param throttle_adapt_param_table[] = {
+  { "throttle-latency-target", THROTTLE_PARAM_OWN, .text = &config_target_text,
+    .parse = target_param },
+  { "throttle-min-capacity", THROTTLE_PARAM_SIZE, &config_floor,
+    .text = &config_floor_text, .min = 1, .max = INT64_MAX,
+    .why = "must be greater than 0: a floor of 0 would let the capacity "
+    "reach nothing" },
+  { NULL }
+};
 
 static void *adapt_attach (struct throttle_export *exp);
 static void adapt_detach (void *state);

@@ -14,16 +14,14 @@
 
 #include "throttle-budget.h"
 #include "throttle-metric.h"
+#include "throttle-params.h"
 
 struct throttle_export;
 
 /* -D throttle.adapt=1: log every step. */
 extern int throttle_debug_adapt;
 
-/* 1 if key is ours and its value good, 0 if not ours, -1 after the
- * one error line of a bad value (throttle-parse.h).
- */
-extern int throttle_adapt_config (const char *key, const char *value);
+extern const struct throttle_param throttle_adapt_param_table[];
 extern int throttle_adapt_config_complete (void);
 /* .get_ready, after the guards' (which decide whether reads are
  * charged): with a target configured and reads charged, the warning

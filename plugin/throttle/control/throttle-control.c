@@ -41,6 +41,7 @@
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
 #include "throttle-metrics-file.h"
+#include "throttle-params.h"
 #include "throttle-parse.h"
 #include "throttle-report.h"
 
@@ -416,36 +417,14 @@ control_thread (void *arg)
 
 /* --- configuration and life cycle -------------------------------------- */
 
-int
-throttle_control_config (const char *key, const char *value)
-{
-  if (strcmp (key, "throttle-control") == 0) {
-    struct sockaddr_un sun;
-
-    if (value[0] == '\0') {
-      nbdkit_error ("throttle-control=: empty value: expected the path "
-                    "of a Unix socket");
-      return -1;
-    }
-    free (socket_path);
-    socket_text = value;
-    /* nbdkit changes to / when it forks into the background. */
-    socket_path = nbdkit_absolute_path (value);
-    if (socket_path == NULL)
-      return -1;
-    if (strlen (socket_path) >= sizeof sun.sun_path) {
-      nbdkit_error ("throttle-control=%s: path too long for a Unix socket "
-                    "(at most %zu bytes)", value, sizeof sun.sun_path - 1);
-      return -1;
-    }
-    return 1;
-  }
-  if (strcmp (key, "throttle-stats-interval") == 0)
-    return throttle_parse_seconds (key, value, 0.001, 86400,
-                                   "expected a number of seconds from "
-                                   "0.001 to 86400", &stats_interval);
-  return 0;
-}
+const struct throttle_param throttle_control_param_table[] = {
+  { "throttle-control", THROTTLE_PARAM_STRING, &socket_text,
+    .why = "expected the path of a Unix socket" },
+  { "throttle-stats-interval", THROTTLE_PARAM_SECONDS, &stats_interval,
+    .min = THROTTLE_PARAM_S / 1000, .max = 86400 * THROTTLE_PARAM_S,
+    .why = "expected a number of seconds from 0.001 to 86400" },
+  { NULL }
+};
 
 /* Bind now, before nbdkit forks, so that a bad path stops the server
  * with an error instead of leaving a daemon without its socket.
@@ -542,9 +521,20 @@ bind_socket (void)
 int
 throttle_control_config_complete (void)
 {
-  if (socket_path)
-    return bind_socket ();
-  return 0;
+  struct sockaddr_un sun;
+
+  if (socket_text == NULL)
+    return 0;
+  /* nbdkit changes to / when it forks into the background. */
+  socket_path = nbdkit_absolute_path (socket_text);
+  if (socket_path == NULL)
+    return -1;
+  if (strlen (socket_path) >= sizeof sun.sun_path) {
+    nbdkit_error ("throttle-control=%s: path too long for a Unix socket "
+                  "(at most %zu bytes)", socket_text, sizeof sun.sun_path - 1);
+    return -1;
+  }
+  return bind_socket ();
 }
 
 int

@@ -16,11 +16,12 @@
 
 #include <stddef.h>
 
+#include "throttle-params.h"
 
-/* 1 if key is one of ours and its value is good, 0 if it is not ours,
- * -1 after the one error line of a bad value (throttle-parse.h).
+extern const struct throttle_param throttle_control_param_table[];
+/* Binds the socket, so that a bad path stops the server before nbdkit
+ * forks.
  */
-extern int throttle_control_config (const char *key, const char *value);
 extern int throttle_control_config_complete (void);
 extern int throttle_control_after_fork (void);
 /* Both stop the thread, close the clients and remove the socket; the

@@ -16,6 +16,7 @@
 
 #include "throttle-metrics.h"
 #include "throttle-metrics-file.h"
+#include "throttle-params.h"
 #include "throttle-parse.h"
 
 #define DEFAULT_INTERVAL 10.
@@ -30,30 +31,16 @@ static mode_t file_mode;
 static int last_err;            /* of the last write; 0: it succeeded */
 static const char *last_step;   /* where it failed */
 
-int
-throttle_metrics_file_config (const char *key, const char *value)
-{
-  if (strcmp (key, "throttle-metrics-file") == 0) {
-    size_t n = strlen (value);
-
-    if (n == 0 || value[n - 1] == '/') {
-      nbdkit_error ("throttle-metrics-file=%s: expected the path of a file "
-                    "(in a directory nbdkit may write to)", value);
-      return -1;
-    }
-    free (path);
-    path_text = value;
-    path = nbdkit_absolute_path (value);
-    return path ? 1 : -1;
-  }
-  if (strcmp (key, "throttle-metrics-interval") == 0) {
-    interval_text = value;
-    return throttle_parse_seconds (key, value, 0.001, 86400,
-                                   "expected a number of seconds from "
-                                   "0.001 to 86400", &interval);
-  }
-  return 0;
-}
+const struct throttle_param throttle_metrics_file_param_table[] = {
+  { "throttle-metrics-file", THROTTLE_PARAM_FILE, &path, &path_text,
+    .why = "expected the path of a file (in a directory nbdkit may write "
+    "to)" },
+  { "throttle-metrics-interval", THROTTLE_PARAM_SECONDS, &interval,
+    .text = &interval_text, .min = THROTTLE_PARAM_S / 1000,
+    .max = 86400 * THROTTLE_PARAM_S,
+    .why = "expected a number of seconds from 0.001 to 86400" },
+  { NULL }
+};
 
 /* Write the whole text (with the features' families: see
  * throttle_metrics_write) to a new file beside PATH and rename it over

@@ -18,10 +18,9 @@
 #ifndef THROTTLE_METRICS_FILE_H
 #define THROTTLE_METRICS_FILE_H
 
-/* 1 if key is one of ours and its value is good, 0 if it is not ours,
- * -1 after the one error line of a bad value (throttle-parse.h).
- */
-extern int throttle_metrics_file_config (const char *key, const char *value);
+#include "throttle-params.h"
+
+extern const struct throttle_param throttle_metrics_file_param_table[];
 /* Writes the file a first time, so that a path that cannot be written
  * (no such directory, no permission, a directory at PATH) stops the
  * server before nbdkit forks.  -1 after nbdkit_error.  Needs the

@@ -52,4 +52,16 @@ struct throttle_config {
 };
 extern struct throttle_config throttle_config;
 
+/* --help for the core's parameters (their rows: throttle.c). */
+#define throttle_core_config_help \
+  "throttle-capacity=SIZE      Units allowed in flight per export\n" \
+  "                            (default 16M for bytes).\n" \
+  "throttle-server-capacity=SIZE  Units allowed in flight in the whole\n" \
+  "                            server (default throttle-capacity).\n" \
+  "throttle-metric=bytes|pages|requests|/path/metric.so\n" \
+  "                            How requests are charged (default bytes).\n" \
+  "throttle-reads=true|false   Charge reads too (default false).\n" \
+  "throttle-split=true|false   Serve large reads and writes in parts\n" \
+  "                            charged one by one (default true)."
+
 #endif /* THROTTLE_CONFIG_H */

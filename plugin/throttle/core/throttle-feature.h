@@ -34,9 +34,18 @@
 #include <nbdkit-filter.h>
 
 struct throttle_conn;
+struct throttle_param;
 
 struct throttle_feature {
   const char *name;
+  /* .config: the feature's throttle-* parameters, a table ending with
+   * a NULL key (throttle-params.h), or NULL.
+   */
+  const struct throttle_param *params;
+  /* .config, for every key that is not the filter's, before it is
+   * passed to the plugin.
+   */
+  void (*plugin_key) (const char *key, const char *value);
   /* .config_complete, once the metric and the capacities are known
    * and before any export's budget exists.  0, or -1 after
    * nbdkit_error.
@@ -81,6 +90,11 @@ struct throttle_feature {
 
 /* The table, NULL-terminated (throttle-features.c). */
 extern const struct throttle_feature *const throttle_features[];
+
+/* .config_help: the core's parameters (throttle_core_config_help),
+ * then each feature's, in the table's order (throttle-features.c).
+ */
+extern const char throttle_config_help[];
 
 /* How many features there are at most: a connection keeps a state
  * pointer for each.

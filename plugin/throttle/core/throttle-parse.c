@@ -1,23 +1,20 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: one way to parse a parameter's value, and
- * to report a bad one (see throttle-parse.h for the rule).
+/* nbdkit-throttle filter: what the parameters and the control socket
+ * share (see throttle-parse.h).
  */
 
 #include <config.h>
 
 #include <inttypes.h>
-#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include <nbdkit-filter.h>
 
 #include "throttle-budget.h"
-#include "throttle-duration.h"
 #include "throttle-parse.h"
 #include "throttle-size.h"
 
@@ -33,136 +30,6 @@ throttle_size_in (const char *value, int64_t min, int64_t max, int64_t *out,
     return -2;
   *out = size;
   return 0;
-}
-
-int
-throttle_parse_size (const char *key, const char *value,
-                     int64_t min, int64_t max,
-                     const char *expect, int64_t *out)
-{
-  const char *why, *where;
-
-  switch (throttle_size_in (value, min, max, out, &why, &where)) {
-  case 0:
-    return 1;
-  case -2:
-    nbdkit_error ("%s=%s: %s", key, value, expect);
-    return -1;
-  default:
-    if (where != value)
-      nbdkit_error ("%s=%s: not a size (%s '%s')", key, value, why, where);
-    else
-      nbdkit_error ("%s=%s: not a size (%s)", key, value, why);
-    return -1;
-  }
-}
-
-int
-throttle_parse_unsigned (const char *key, const char *value,
-                         unsigned min, unsigned max,
-                         const char *what, unsigned *out)
-{
-  unsigned long long n = 0;
-  const char *p = value;
-
-  /* Digits only: no sign, no white space, no base prefix, which
-   * strtoul would take (and "-1" as ULONG_MAX).  Saturates.
-   */
-  if (*p == '\0')
-    goto bad;
-  for (; *p; p++) {
-    if (*p < '0' || *p > '9')
-      goto bad;
-    n = n * 10 + (*p - '0');
-    if (n > UINT_MAX)
-      n = (unsigned long long) UINT_MAX + 1;
-  }
-  if (n < min || n > max)
-    goto bad;
-  *out = n;
-  return 1;
-
- bad:
-  nbdkit_error ("%s=%s: expected a whole number from %u to %u%s",
-                key, value, min, max, what);
-  return -1;
-}
-
-/* nbdkit_parse_bool's words (nbdkit 1.32 to 1.44), which would log an
- * error line of its own, not naming the parameter.
- */
-int
-throttle_parse_bool (const char *key, const char *value, bool *out)
-{
-  static const char *const yes[] = { "true", "t", "yes", "y", "on", NULL };
-  static const char *const no[] = { "false", "f", "no", "n", "off", NULL };
-  size_t i;
-
-  if (strcmp (value, "1") == 0) {
-    *out = true;
-    return 1;
-  }
-  if (strcmp (value, "0") == 0) {
-    *out = false;
-    return 1;
-  }
-  for (i = 0; yes[i]; i++) {
-    if (strcasecmp (value, yes[i]) == 0) {
-      *out = true;
-      return 1;
-    }
-    if (strcasecmp (value, no[i]) == 0) {
-      *out = false;
-      return 1;
-    }
-  }
-  nbdkit_error ("%s=%s: expected a boolean: " THROTTLE_BOOL_WORDS,
-                key, value);
-  return -1;
-}
-
-int
-throttle_parse_word (const char *key, const char *value,
-                     const char *const *words, const char *expect, int *out)
-{
-  int i;
-
-  for (i = 0; words[i]; i++)
-    if (strcmp (value, words[i]) == 0) {
-      *out = i;
-      return 1;
-    }
-  nbdkit_error ("%s=%s: %s", key, value, expect);
-  return -1;
-}
-
-int
-throttle_parse_path (const char *key, const char *value,
-                     const char *expect, const char **out)
-{
-  if (value[0] != '/') {
-    nbdkit_error ("%s=%s: %s", key, value, expect);
-    return -1;
-  }
-  *out = value;
-  return 1;
-}
-
-int
-throttle_parse_seconds (const char *key, const char *value,
-                        double min, double max,
-                        const char *expect, double *out)
-{
-  uint64_t ns;
-  double d;
-
-  if (throttle_parse_duration (value, &ns) == -1 ||
-      (d = ns / 1e9) < min || d > max) {
-    nbdkit_error ("%s=%s: %s", key, value, expect);
-    return -1;
-  }
-  *out = d;
-  return 1;
 }
 
 uint64_t

@@ -1,66 +1,17 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: one way to parse a parameter's value, and
- * to report a bad one.
- *
- * The rule: every bad value gets one error line, ours, which names
- * the parameter and its value as written: "KEY=VALUE: " followed by
- * what is wrong or what the parameter expects.  So nbdkit's own
- * parsers, which log a line of their own that names no parameter, are
- * not called: sizes are read by lib/throttle-size.h (nbdkit_parse_size's
- * grammar), booleans here in nbdkit_parse_bool's, whole numbers here as
- * decimal digits only.
- *
- * Each throttle_parse_* returns 1 when the value is good (what a
- * throttle_*_config function returns for a key of its own), -1 after
- * the one error line.  They are for the .config callbacks; the
- * control socket, which replies instead of logging, uses
- * throttle_size_in.
+/* nbdkit-throttle filter: what the parameters and the control socket
+ * share: a size's range, a capacity judged against the metric, the
+ * machine's RAM, an errno's text, a warning.  The parameters
+ * themselves are parsed by throttle-params.h.
  */
 
 #ifndef THROTTLE_PARSE_H
 #define THROTTLE_PARSE_H
 
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "throttle-metric.h"
-
-/* What nbdkit_parse_bool takes (any case but the digits), for every
- * message that asks for a boolean.
- */
-#define THROTTLE_BOOL_WORDS \
-  "true or false (also on/off, yes/no, t/f, y/n, 1/0)"
-
-extern int throttle_parse_size (const char *key, const char *value,
-                                int64_t min, int64_t max,
-                                const char *expect, int64_t *out);
-/* Decimal digits only, from min to max; else the message is
- * "KEY=VALUE: expected a whole number from MIN to MAX" and what (e.g.
- * " (nbdkit's --threads value)", or "").
- */
-extern int throttle_parse_unsigned (const char *key, const char *value,
-                                    unsigned min, unsigned max,
-                                    const char *what, unsigned *out);
-extern int throttle_parse_bool (const char *key, const char *value,
-                                bool *out);
-/* *out is the index of value in words, a NULL-terminated list. */
-extern int throttle_parse_word (const char *key, const char *value,
-                                const char *const *words,
-                                const char *expect, int *out);
-/* An absolute path, kept as given (nbdkit keeps the value for the
- * server's life).
- */
-extern int throttle_parse_path (const char *key, const char *value,
-                                const char *expect, const char **out);
-/* A duration from min to max seconds, in the grammar of every
- * duration the filter and the tools read (lib/throttle-duration.h:
- * seconds, or with a unit s, ms, us, ns; nbdkit 1.32 has no
- * nbdkit_parse_delay).
- */
-extern int throttle_parse_seconds (const char *key, const char *value,
-                                   double min, double max,
-                                   const char *expect, double *out);
 
 /* The value as a size: 0 if it is one from min to max; -1 if it is
  * not a size, with *why and *where as throttle_size_parse sets them

@@ -29,126 +29,43 @@
 #include "throttle-config.h"
 #include "throttle-export.h"
 #include "throttle-feature.h"
+#include "throttle-params.h"
 #include "throttle-parse.h"
 #include "throttle-quit.h"
 #include "throttle-serve.h"
-/* The features' parameters (to go into one table). */
-#include "throttle-adapt-glue.h"
-#include "throttle-capacity.h"
-#include "throttle-control.h"
-#include "throttle-guards-config.h"
-#include "throttle-metrics-file.h"
-#include "throttle-remote.h"
-#include "throttle-writeback.h"
 
 static const char *metric_spec = "bytes";
 static uint64_t server_capacity;        /* 0 = throttle-capacity */
 static struct throttle_budget server_budget;
 static bool started;                    /* .after_fork was called */
 
-/* The filter's own keys: 1 if key is one and its value is good, 0 if
- * it is not one, -1 after the error line (throttle-parse.h).
- */
-static int
-own_config (const char *key, const char *value)
-{
-  int64_t size;
-
-  if (strcmp (key, "throttle-capacity") == 0) {
-    if (throttle_parse_size (key, value, 1, INT64_MAX,
-                             "must be greater than 0: a zero capacity "
-                             "would admit nothing", &size) == -1)
-      return -1;
-    throttle_config.capacity = size;
-    throttle_config.capacity_text = value;
-    return 1;
-  }
-  if (strcmp (key, "throttle-server-capacity") == 0) {
-    if (throttle_parse_size (key, value, 1, INT64_MAX,
-                             "must be greater than 0: a zero capacity "
-                             "would admit nothing", &size) == -1)
-      return -1;
-    server_capacity = size;
-    throttle_config.server_capacity_text = value;
-    return 1;
-  }
-  if (strcmp (key, "throttle-metric") == 0) {
-    if (value[0] == '\0') {
-      nbdkit_error ("throttle-metric=: empty value: expected bytes, pages, "
-                    "requests or the path of a shared object");
-      return -1;
-    }
-    metric_spec = value;
-    return 1;
-  }
-  if (strcmp (key, "throttle-reads") == 0) {
-    throttle_config.reads_text = value;
-    if (throttle_parse_bool (key, value, &throttle_config.charge_reads) == -1)
-      return -1;
-    throttle_config.reads_asked = throttle_config.charge_reads;
-    return 1;
-  }
-  if (strcmp (key, "throttle-split") == 0)
-    return throttle_parse_bool (key, value, &throttle_config.split);
-  return 0;
-}
-
-/* The filter's keys seen so far, with their values (nbdkit keeps both
- * for the server's life).  More than there are keys: an unknown one
- * stops nbdkit at once.
- */
-#define MAX_KEYS 64
-static struct { const char *key, *value; } seen[MAX_KEYS];
-static size_t nr_seen;
-
-/* A key given twice is refused rather than the last taken silently:
- * on a long command line (or one a helper adds to) the first value may
- * be the one the user meant.  0, or -1 after the error line.
- */
-static int
-once (const char *key, const char *value)
-{
-  size_t i;
-
-  for (i = 0; i < nr_seen; i++)
-    if (strcmp (seen[i].key, key) == 0) {
-      nbdkit_error ("%s=%s: repeats %s=%s: give each parameter once",
-                    key, value, key, seen[i].value);
-      return -1;
-    }
-  if (nr_seen < MAX_KEYS) {
-    seen[nr_seen].key = key;
-    seen[nr_seen++].value = value;
-  }
-  return 0;
-}
+/* The core's parameters; their help is throttle_core_config_help. */
+static const struct throttle_param core_params[] = {
+  { "throttle-capacity", THROTTLE_PARAM_SIZE, &throttle_config.capacity,
+    .text = &throttle_config.capacity_text, .min = 1, .max = INT64_MAX,
+    .why = "must be greater than 0: a zero capacity would admit nothing" },
+  { "throttle-server-capacity", THROTTLE_PARAM_SIZE, &server_capacity,
+    .text = &throttle_config.server_capacity_text, .min = 1, .max = INT64_MAX,
+    .why = "must be greater than 0: a zero capacity would admit nothing" },
+  { "throttle-metric", THROTTLE_PARAM_STRING, &metric_spec,
+    .why = "expected bytes, pages, requests or the path of a shared object" },
+  { "throttle-reads", THROTTLE_PARAM_BOOL, &throttle_config.reads_asked,
+    .text = &throttle_config.reads_text },
+  { "throttle-split", THROTTLE_PARAM_BOOL, .out = &throttle_config.split },
+  { NULL }
+};
 
 static int
 throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
                      const char *key, const char *value)
 {
-  int r;
+  const struct throttle_feature *const *f;
 
-  if (strncmp (key, "throttle-", 9) == 0 && once (key, value) == -1)
-    return -1;
-  if ((r = own_config (key, value)) != 0 ||
-      (r = throttle_guards_config (key, value)) != 0 ||
-      (r = throttle_control_config (key, value)) != 0 ||
-      (r = throttle_metrics_file_config (key, value)) != 0 ||
-      (r = throttle_writeback_config (key, value)) != 0 ||
-      (r = throttle_adapt_config (key, value)) != 0 ||
-      (r = throttle_remote_config (key, value)) != 0)
-    return r == 1 ? 0 : -1;
-  if (strncmp (key, "throttle-", 9) == 0) {
-    /* A typo must not reach the plugin as an unknown parameter with
-     * a confusing message from it.
-     */
-    nbdkit_error ("%s=%s: unknown parameter: see nbdkit-throttle-filter(1)",
-                  key, value);
-    return -1;
-  }
-
-  throttle_remote_plugin_key (key, value);
+  if (strncmp (key, "throttle-", 9) == 0)
+    return throttle_params_config (core_params, key, value);
+  for (f = throttle_features; *f; f++)
+    if ((*f)->plugin_key)
+      (*f)->plugin_key (key, value);
   return next (nxdata, key, value);
 }
 
@@ -184,6 +101,7 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   const struct throttle_feature *const *f;
   char err[512];
 
+  throttle_config.charge_reads = throttle_config.reads_asked;
   if (throttle_metric_load (metric_spec, &throttle_config.metric,
                             err, sizeof err) == -1) {
     nbdkit_error ("throttle-metric=%s: %s", metric_spec, err);
@@ -250,22 +168,6 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   return next (nxdata);
 }
 
-#define throttle_config_help \
-  "throttle-capacity=SIZE      Units allowed in flight per export\n" \
-  "                            (default 16M for bytes).\n" \
-  "throttle-server-capacity=SIZE  Units allowed in flight in the whole\n" \
-  "                            server (default throttle-capacity).\n" \
-  "throttle-metric=bytes|pages|requests|/path/metric.so\n" \
-  "                            How requests are charged (default bytes).\n" \
-  "throttle-reads=true|false   Charge reads too (default false).\n" \
-  "throttle-split=true|false   Serve large reads and writes in parts\n" \
-  "                            charged one by one (default true).\n" \
-  throttle_guards_config_help "\n" \
-  throttle_control_config_help "\n" \
-  throttle_metrics_file_config_help "\n" \
-  throttle_writeback_config_help "\n" \
-  throttle_adapt_config_help "\n" \
-  throttle_remote_config_help
 
 /* The features' hooks run in the table's order; the first failure
  * stops nbdkit.

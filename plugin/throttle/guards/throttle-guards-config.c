@@ -12,22 +12,16 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-guards-config.h"
-#include "throttle-parse.h"
+#include "throttle-params.h"
 
 struct throttle_guards_params throttle_guards_params = {
   .swap = THROTTLE_GUARD_AUTO,
-  .io_flusher = THROTTLE_GUARD_AUTO,
-  .rt = THROTTLE_GUARD_AUTO,
-  .oom = THROTTLE_GUARD_AUTO,
-  .mlock = THROTTLE_LOCK_AUTO,
-  .reserve = -1,
   .threads = DEFAULT_THREADS,
   .max_request = DEFAULT_MAX_REQUEST,
   .rt_hold = DEFAULT_RT_HOLD,
   .psi_path = "/proc/pressure/memory",
 };
 
-/* Set by .config only. */
 static struct throttle_guards_params *const gp = &throttle_guards_params;
 
 const char *const throttle_guard_words[] = { "off", "auto", "on", NULL };
@@ -35,107 +29,70 @@ const char *const throttle_guard_words[] = { "off", "auto", "on", NULL };
 static const char *const lock_words[] = {
   "off", "pool", "onfault", "auto", NULL
 };
+static const char *const plugin_word[] = { "plugin", NULL };
 
-static int
-parse_guard (const char *key, const char *value, unsigned given,
-             enum throttle_guard_mode *mode)
-{
-  int i;
+#define GUARD(key, field) \
+  { key, THROTTLE_PARAM_WORD, &throttle_guards_params.field, \
+    .words = throttle_guard_words, .why = "expected auto, on or off" }
 
-  if (throttle_parse_word (key, value, throttle_guard_words,
-                           "expected auto, on or off", &i) == -1)
-    return -1;
-  *mode = i;
-  gp->given |= given;
-  return 1;
-}
-
-/* throttle-swap=MODE: every guard not given its own parameter takes
- * MODE (mlock's "on" is onfault, the reserve is none under "off").
- */
-static int
-parse_swap (const char *key, const char *value)
-{
-  int i;
-
-  if (throttle_parse_word (key, value, throttle_guard_words,
-                           "expected auto, on (require every guard, for "
-                           "swap) or off (no guard, for ordinary "
-                           "throttling)", &i) == -1)
-    return -1;
-  gp->swap = i;
-  if (!(gp->given & THROTTLE_GIVEN_IO_FLUSHER))
-    gp->io_flusher = i;
-  if (!(gp->given & THROTTLE_GIVEN_RT))
-    gp->rt = i;
-  if (!(gp->given & THROTTLE_GIVEN_OOM))
-    gp->oom = i;
-  if (!(gp->given & THROTTLE_GIVEN_MLOCK))
-    gp->mlock = i == THROTTLE_GUARD_OFF ? THROTTLE_LOCK_OFF :
-      i == THROTTLE_GUARD_ON ? THROTTLE_LOCK_ONFAULT : THROTTLE_LOCK_AUTO;
-  if (!(gp->given & THROTTLE_GIVEN_RESERVE))
-    gp->reserve = i == THROTTLE_GUARD_OFF ? 0 : -1;
-  return 1;
-}
+const struct throttle_param throttle_guards_param_table[] = {
+  { "throttle-swap", THROTTLE_PARAM_WORD, &throttle_guards_params.swap,
+    .words = throttle_guard_words,
+    .why = "expected auto, on (require every guard, for swap) or off (no "
+    "guard, for ordinary throttling)" },
+  GUARD ("throttle-io-flusher", io_flusher),
+  GUARD ("throttle-rt", rt),
+  GUARD ("throttle-oom", oom),
+  { "throttle-rt-hold", THROTTLE_PARAM_SECONDS,
+    &throttle_guards_params.rt_hold, .max = 86400 * THROTTLE_PARAM_S,
+    .why = "expected a number of seconds from 0 to 86400" },
+  { "throttle-rt-pressure", THROTTLE_PARAM_PATH,
+    &throttle_guards_params.psi_path,
+    .why = "expected the absolute path of a PSI file "
+    "(/proc/pressure/memory, or a cgroup's memory.pressure)" },
+  { "throttle-mlock", THROTTLE_PARAM_WORD, &throttle_guards_params.mlock,
+    .words = lock_words, .why = "expected auto, onfault, pool or off" },
+  { "throttle-reserve", THROTTLE_PARAM_SIZE, &throttle_guards_params.reserve,
+    .text = &throttle_guards_params.reserve_text, .max = INT64_MAX },
+  { "throttle-threads", THROTTLE_PARAM_NUMBER,
+    &throttle_guards_params.threads, .min = 1, .max = 1024,
+    .why = " (nbdkit's --threads value)" },
+  { "throttle-max-request", THROTTLE_PARAM_SIZE,
+    &throttle_guards_params.max_request, .min = MIN_MAX_REQUEST,
+    .max = MAX_MAX_REQUEST, .words = plugin_word,
+    .why = "expected a size from 64K to 32M (the largest read or write a "
+    "client may send), or plugin" },
+  { NULL }
+};
 
 int
-throttle_guards_config (const char *key, const char *value)
+throttle_guards_config_complete (void)
 {
-  int64_t size;
-  int i;
+  /* In the order of the THROTTLE_GIVEN_* bits. */
+  static const char *const own[] = {
+    "throttle-io-flusher", "throttle-rt", "throttle-oom", "throttle-mlock",
+    "throttle-reserve",
+  };
+  enum throttle_guard_mode swap = gp->swap;
+  size_t i;
 
-  if (strcmp (key, "throttle-swap") == 0)
-    return parse_swap (key, value);
-  if (strcmp (key, "throttle-io-flusher") == 0)
-    return parse_guard (key, value, THROTTLE_GIVEN_IO_FLUSHER,
-                        &gp->io_flusher);
-  if (strcmp (key, "throttle-rt") == 0)
-    return parse_guard (key, value, THROTTLE_GIVEN_RT, &gp->rt);
-  if (strcmp (key, "throttle-oom") == 0)
-    return parse_guard (key, value, THROTTLE_GIVEN_OOM, &gp->oom);
-  if (strcmp (key, "throttle-rt-hold") == 0)
-    return throttle_parse_seconds (key, value, 0, 86400,
-                                   "expected a number of seconds from 0 to "
-                                   "86400", &gp->rt_hold);
-  if (strcmp (key, "throttle-rt-pressure") == 0)
-    return throttle_parse_path (key, value, "expected the absolute path of "
-                                "a PSI file (/proc/pressure/memory, or a "
-                                "cgroup's memory.pressure)", &gp->psi_path);
-  if (strcmp (key, "throttle-mlock") == 0) {
-    if (throttle_parse_word (key, value, lock_words,
-                             "expected auto, onfault, pool or off", &i) == -1)
-      return -1;
-    gp->mlock = i;
-    gp->given |= THROTTLE_GIVEN_MLOCK;
-    return 1;
-  }
-  if (strcmp (key, "throttle-reserve") == 0) {
-    /* Every size is good. */
-    if (throttle_parse_size (key, value, 0, INT64_MAX, "", &size) == -1)
-      return -1;
-    gp->reserve = size;
-    gp->reserve_text = value;
-    gp->given |= THROTTLE_GIVEN_RESERVE;
-    return 1;
-  }
-  if (strcmp (key, "throttle-threads") == 0)
-    return throttle_parse_unsigned (key, value, 1, 1024,
-                                    " (nbdkit's --threads value)",
-                                    &gp->threads);
-  if (strcmp (key, "throttle-max-request") == 0) {
-    if (strcmp (value, "plugin") == 0) {
-      gp->max_request_plugin = true;
-      gp->max_request = NBDKIT_MAX_REQUEST;
-      return 1;
-    }
-    if (throttle_parse_size (key, value, MIN_MAX_REQUEST, MAX_MAX_REQUEST,
-                             "expected a size from 64K to 32M (the largest "
-                             "read or write a client may send), or plugin",
-                             &size) == -1)
-      return -1;
-    gp->max_request_plugin = false;
-    gp->max_request = size;
-    return 1;
+  for (i = 0; i < sizeof own / sizeof own[0]; i++)
+    if (throttle_params_given (own[i]))
+      gp->given |= 1u << i;
+  if (!(gp->given & THROTTLE_GIVEN_IO_FLUSHER))
+    gp->io_flusher = swap;
+  if (!(gp->given & THROTTLE_GIVEN_RT))
+    gp->rt = swap;
+  if (!(gp->given & THROTTLE_GIVEN_OOM))
+    gp->oom = swap;
+  if (!(gp->given & THROTTLE_GIVEN_MLOCK))
+    gp->mlock = swap == THROTTLE_GUARD_OFF ? THROTTLE_LOCK_OFF :
+      swap == THROTTLE_GUARD_ON ? THROTTLE_LOCK_ONFAULT : THROTTLE_LOCK_AUTO;
+  if (!(gp->given & THROTTLE_GIVEN_RESERVE))
+    gp->reserve = swap == THROTTLE_GUARD_OFF ? 0 : -1;
+  if (gp->max_request == 0) {
+    gp->max_request_plugin = true;
+    gp->max_request = NBDKIT_MAX_REQUEST;
   }
   return 0;
 }

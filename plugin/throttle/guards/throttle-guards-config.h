@@ -2,8 +2,9 @@
 /* nbdkit-throttle filter: the guards' parameters (throttle-swap,
  * throttle-io-flusher, throttle-rt and its hold and pressure file,
  * throttle-oom, throttle-mlock, throttle-reserve, throttle-threads,
- * throttle-max-request).  Set by .config; read only after it, by the
- * guards, the real-time switch and the memory locks.
+ * throttle-max-request).  Set by .config and .config_complete; read
+ * only after it, by the guards, the real-time switch and the memory
+ * locks.
  *
  * throttle-swap is the default of the five guards (io-flusher, rt,
  * oom, mlock, reserve): off turns them all off (ordinary throttling),
@@ -16,6 +17,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "throttle-params.h"
 
 /* The largest request Linux's nbd driver sends with the default
  * max_sectors_kb of Debian 12's Linux 6.1; sizes the default reserve.
@@ -65,7 +68,7 @@ struct throttle_guards_params {
   int64_t reserve;              /* -1 = computed */
   const char *reserve_text;     /* throttle-reserve as written, or NULL */
   unsigned threads;             /* nbdkit's --threads, as the user says */
-  uint32_t max_request;
+  uint64_t max_request;         /* 0 in .config: plugin */
   bool max_request_plugin;      /* throttle-max-request=plugin */
   double rt_hold;               /* seconds */
   const char *psi_path;
@@ -75,11 +78,13 @@ extern struct throttle_guards_params throttle_guards_params;
 /* "off", "auto", "on", NULL: in the order of enum throttle_guard_mode. */
 extern const char *const throttle_guard_words[];
 
-/* Returns 1 if key is a guard parameter and value was valid, 0 if key
- * is not a guard parameter, -1 after the one error line of a bad
- * value (throttle-parse.h).
+extern const struct throttle_param throttle_guards_param_table[];
+/* .config_complete (before_exports), before anything reads the
+ * guards' parameters: throttle-swap's mode for each guard not given
+ * its own (in whatever order the two came), the given field, and
+ * throttle-max-request=plugin.  Returns 0.
  */
-extern int throttle_guards_config (const char *key, const char *value);
+extern int throttle_guards_config_complete (void);
 
 /* The parameter that decided a guard's mode: own_key if given
  * (THROTTLE_GIVEN_*), else "throttle-swap".  For the messages that

@@ -16,9 +16,10 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-parse.h"
+#include "throttle-params.h"
 #include "throttle-remote.h"
 
-/* In the order of throttle_parse_word's index. */
+/* In the order of remote_words. */
 enum remote_mode { REMOTE_FALSE, REMOTE_TRUE, REMOTE_AUTO };
 static const char *const remote_words[] = { "false", "true", "auto", NULL };
 
@@ -29,20 +30,11 @@ static enum remote_mode mode = REMOTE_AUTO;
  */
 static const char *remote_key;
 
-int
-throttle_remote_config (const char *key, const char *value)
-{
-  int i;
-
-  if (strcmp (key, "throttle-remote") == 0) {
-    if (throttle_parse_word (key, value, remote_words,
-                             "expected auto, true or false", &i) == -1)
-      return -1;
-    mode = i;
-    return 1;
-  }
-  return 0;
-}
+const struct throttle_param throttle_remote_param_table[] = {
+  { "throttle-remote", THROTTLE_PARAM_WORD, &mode, .words = remote_words,
+    .why = "expected auto, true or false" },
+  { NULL }
+};
 
 /* Where a vm setting is read: /proc/sys/vm/NAME, or for the tests the
  * file the environment variable 'var' names (THROTTLE_MIN_FREE_FILE,

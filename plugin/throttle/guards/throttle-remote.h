@@ -24,6 +24,8 @@
 #ifndef THROTTLE_REMOTE_H
 #define THROTTLE_REMOTE_H
 
+#include "throttle-params.h"
+
 /* Watermark boosting (vm.watermark_boost_factor, Linux >= 5.0) must
  * be off: after a fragmentation event the kernel adds a boost to every
  * watermark of the zone, min included (wmark_pages in
@@ -47,11 +49,7 @@
  */
 #define THROTTLE_REMOTE_MIN_FREE_KBYTES 16384
 
-/* A parameter of the filter's own (throttle-remote): 1 if key is one and value is good, 0 if key
- * is not one, -1 after the one error line (throttle-parse.h).  Called
- * from .config.
- */
-extern int throttle_remote_config (const char *key, const char *value);
+extern const struct throttle_param throttle_remote_param_table[];
 
 /* A parameter on its way to the plugin (any key that is not the
  * filter's): notes whether it names remote storage.  Called from

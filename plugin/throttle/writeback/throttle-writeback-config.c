@@ -21,7 +21,7 @@
 #include "throttle-config.h"
 #include "throttle-compat.h"
 #include "throttle-report.h"
-#include "throttle-parse.h"
+#include "throttle-params.h"
 #include "throttle-wbq.h"
 #include "throttle-wbsize.h"
 #include "throttle-writeback-config.h"
@@ -38,41 +38,25 @@
 #define WB_DEFAULT_THREADS 0
 #define WB_MAX_THREADS THROTTLE_WBSIZE_MAX
 
-static bool writeback;
+static int writeback;             /* throttle-mode: 1 = writeback */
 static uint64_t pool_param;      /* throttle-writeback-pool, 0 = default */
 static const char *pool_text;    /* ... as written */
 static unsigned nr_threads = WB_DEFAULT_THREADS;
 static unsigned nr_writers;      /* decided in get_ready */
 static uint64_t pool_bytes;      /* decided in config_complete */
 
-int
-throttle_writeback_config (const char *key, const char *value)
-{
-  static const char *const modes[] = { "writethrough", "writeback", NULL };
-  int64_t size;
-  int i;
+static const char *const modes[] = { "writethrough", "writeback", NULL };
 
-  if (strcmp (key, "throttle-mode") == 0) {
-    if (throttle_parse_word (key, value, modes,
-                             "expected writethrough or writeback", &i) == -1)
-      return -1;
-    writeback = i == 1;
-    return 1;
-  }
-  if (strcmp (key, "throttle-writeback-pool") == 0) {
-    if (throttle_parse_size (key, value, 1, INT64_MAX,
-                             "expected a size greater than 0 (e.g. 16M)",
-                             &size) == -1)
-      return -1;
-    pool_param = size;
-    pool_text = value;
-    return 1;
-  }
-  if (strcmp (key, "throttle-writeback-threads") == 0)
-    return throttle_parse_unsigned (key, value, 1, WB_MAX_THREADS,
-                                    "", &nr_threads);
-  return 0;
-}
+const struct throttle_param throttle_writeback_param_table[] = {
+  { "throttle-mode", THROTTLE_PARAM_WORD, &writeback, .words = modes,
+    .why = "expected writethrough or writeback" },
+  { "throttle-writeback-pool", THROTTLE_PARAM_SIZE, &pool_param,
+    .text = &pool_text, .min = 1, .max = INT64_MAX,
+    .why = "expected a size greater than 0 (e.g. 16M)" },
+  { "throttle-writeback-threads", THROTTLE_PARAM_NUMBER, &nr_threads,
+    .min = 1, .max = WB_MAX_THREADS },
+  { NULL }
+};
 
 /* The writers' count for sizing, before get_ready has decided it:
  * the parameter, else the largest default.

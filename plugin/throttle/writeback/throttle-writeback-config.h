@@ -14,10 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* 1 if key is ours and its value good, 0 if not ours, -1 after the
- * one error line of a bad value (throttle-parse.h).
- */
-extern int throttle_writeback_config (const char *key, const char *value);
+#include "throttle-params.h"
+
+extern const struct throttle_param throttle_writeback_param_table[];
 /* After the metric, the capacities and the server's budget are known
  * (throttle_config): sizes the pool, refusing one RAM cannot hold.
  */
