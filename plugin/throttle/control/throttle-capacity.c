@@ -19,6 +19,7 @@
 #include "throttle-export.h"
 #include "throttle-json.h"
 #include "throttle-parse.h"
+#include "throttle-size.h"
 
 /* A capacity's value for "set NAME" (NAME: capacity or
  * server-capacity): parsed, then checked against the metric as at
@@ -32,12 +33,12 @@ parse_capacity (FILE *out, const char *name, const char *value, int64_t *r,
   const char *why, *where;
   char what[256], err[512];
 
-  switch (throttle_size_in (value, 1, INT64_MAX, r, &why, &where)) {
-  case -1:
+  if (throttle_size_parse (value, r, &why, &where) == -1) {
     throttle_report_error (out, "bad number \"%s\": expected a "
                                   "positive size (e.g. 4096, 64M)", value);
     return -1;
-  case -2:
+  }
+  if (*r == 0) {
     throttle_report_error (out, "bad number \"%s\": the capacity "
                                   "must be greater than 0", value);
     return -1;

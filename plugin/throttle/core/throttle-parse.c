@@ -16,21 +16,6 @@
 
 #include "throttle-budget.h"
 #include "throttle-parse.h"
-#include "throttle-size.h"
-
-int
-throttle_size_in (const char *value, int64_t min, int64_t max, int64_t *out,
-                  const char **why, const char **where)
-{
-  int64_t size;
-
-  if (throttle_size_parse (value, &size, why, where) == -1)
-    return -1;
-  if (size < min || size > max)
-    return -2;
-  *out = size;
-  return 0;
-}
 
 uint64_t
 throttle_capacity_min (const struct throttle_metric *m)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: what the parameters and the control socket
- * share: a size's range, a capacity judged against the metric, the
- * machine's RAM, an errno's text, a warning.  The parameters
+ * share: a capacity judged against the metric, the machine's RAM, an
+ * errno's text, a warning.  The parameters
  * themselves are parsed by throttle-params.h.
  */
 
@@ -12,15 +12,6 @@
 #include <stdint.h>
 
 #include "throttle-metric.h"
-
-/* The value as a size: 0 if it is one from min to max; -1 if it is
- * not a size, with *why and *where as throttle_size_parse sets them
- * (lib/throttle-size.h), nothing logged; -2 if it is out of range.
- * The caller says which.
- */
-extern int throttle_size_in (const char *value, int64_t min, int64_t max,
-                             int64_t *out, const char **why,
-                             const char **where);
 
 /* The smallest capacity (and floor) under metric m: one that admits,
  * in one grant, the least a client's request can be charged that is
@@ -44,8 +35,8 @@ extern int throttle_capacity_check (const struct throttle_metric *m,
 /* Under throttle-metric=pages or requests a capacity counts pages or
  * requests, yet nbdkit's size suffixes (k, M, G, ... and b, s) read as
  * bytes: throttle-capacity=1M would silently be 1048576 pages (4 GiB).
- * text is the capacity as written (already parsed to value by
- * throttle_size_in), what names it for the message.  0 if text has no
+ * text is the capacity as written (already parsed to value as a
+ * size), what names it for the message.  0 if text has no
  * suffix or the metric counts bytes (bytes, or a user metric, whose
  * unit the filter cannot know); else -1 with the reason in err, for
  * the caller to say.

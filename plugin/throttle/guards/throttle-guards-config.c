@@ -31,6 +31,7 @@ static const char *const lock_words[] = {
 };
 static const char *const plugin_word[] = { "plugin", NULL };
 
+/* A guard that is auto, on or off. */
 #define GUARD(key, field) \
   { key, THROTTLE_PARAM_WORD, &throttle_guards_params.field, \
     .words = throttle_guard_words, .why = "expected auto, on or off" }
