@@ -219,7 +219,7 @@ throttle_adapt_config_complete (void)
 static void
 reads_charged_by (char *buf, size_t len, const char **fix)
 {
-  const char *key = throttle_guards_key (THROTTLE_GIVEN_RT, "throttle-rt");
+  const char *key = throttle_guards_key ("throttle-rt");
   bool rt = throttle_guards_rt_active ();
   bool asked = throttle_config.reads_asked;
   size_t n = 0;

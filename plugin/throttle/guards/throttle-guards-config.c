@@ -7,7 +7,6 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include <string.h>
 
 #include <nbdkit-filter.h>
 
@@ -69,27 +68,18 @@ const struct throttle_param throttle_guards_param_table[] = {
 int
 throttle_guards_config_complete (void)
 {
-  /* In the order of the THROTTLE_GIVEN_* bits. */
-  static const char *const own[] = {
-    "throttle-io-flusher", "throttle-rt", "throttle-oom", "throttle-mlock",
-    "throttle-reserve",
-  };
   enum throttle_guard_mode swap = gp->swap;
-  size_t i;
 
-  for (i = 0; i < sizeof own / sizeof own[0]; i++)
-    if (throttle_params_given (own[i]))
-      gp->given |= 1u << i;
-  if (!(gp->given & THROTTLE_GIVEN_IO_FLUSHER))
+  if (!throttle_params_given ("throttle-io-flusher"))
     gp->io_flusher = swap;
-  if (!(gp->given & THROTTLE_GIVEN_RT))
+  if (!throttle_params_given ("throttle-rt"))
     gp->rt = swap;
-  if (!(gp->given & THROTTLE_GIVEN_OOM))
+  if (!throttle_params_given ("throttle-oom"))
     gp->oom = swap;
-  if (!(gp->given & THROTTLE_GIVEN_MLOCK))
+  if (!throttle_params_given ("throttle-mlock"))
     gp->mlock = swap == THROTTLE_GUARD_OFF ? THROTTLE_LOCK_OFF :
       swap == THROTTLE_GUARD_ON ? THROTTLE_LOCK_ONFAULT : THROTTLE_LOCK_AUTO;
-  if (!(gp->given & THROTTLE_GIVEN_RESERVE))
+  if (!gp->reserve_text)
     gp->reserve = swap == THROTTLE_GUARD_OFF ? 0 : -1;
   if (gp->max_request == 0) {
     gp->max_request_plugin = true;
@@ -99,9 +89,9 @@ throttle_guards_config_complete (void)
 }
 
 const char *
-throttle_guards_key (unsigned given, const char *own_key)
+throttle_guards_key (const char *own_key)
 {
-  return gp->given & given ? own_key : "throttle-swap";
+  return throttle_params_given (own_key) ? own_key : "throttle-swap";
 }
 
 uint32_t

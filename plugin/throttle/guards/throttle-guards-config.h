@@ -53,16 +53,8 @@ enum throttle_lock_mode {
   THROTTLE_LOCK_AUTO
 };
 
-/* Which guards were given their own parameter (the given field). */
-#define THROTTLE_GIVEN_IO_FLUSHER 1u
-#define THROTTLE_GIVEN_RT         2u
-#define THROTTLE_GIVEN_OOM        4u
-#define THROTTLE_GIVEN_MLOCK      8u
-#define THROTTLE_GIVEN_RESERVE    16u
-
 struct throttle_guards_params {
   enum throttle_guard_mode swap;        /* throttle-swap */
-  unsigned given;                       /* THROTTLE_GIVEN_* */
   enum throttle_guard_mode io_flusher, rt, oom;
   enum throttle_lock_mode mlock;
   int64_t reserve;              /* -1 = computed */
@@ -81,16 +73,16 @@ extern const char *const throttle_guard_words[];
 extern const struct throttle_param throttle_guards_param_table[];
 /* .config_complete (before_exports), before anything reads the
  * guards' parameters: throttle-swap's mode for each guard not given
- * its own (in whatever order the two came), the given field, and
+ * its own (in whatever order the two came), and
  * throttle-max-request=plugin.  Returns 0.
  */
 extern int throttle_guards_config_complete (void);
 
-/* The parameter that decided a guard's mode: own_key if given
- * (THROTTLE_GIVEN_*), else "throttle-swap".  For the messages that
+/* The parameter that decided a guard's mode: own_key if it was given,
+ * else "throttle-swap".  For the messages that
  * name what to change.
  */
-extern const char *throttle_guards_key (unsigned given, const char *own_key);
+extern const char *throttle_guards_key (const char *own_key);
 
 /* throttle-max-request: the largest read or write the filter passes
  * on, and advertises as the maximum block size; 0 with

@@ -66,7 +66,6 @@ throttle_guards_rt_active (void)
 
 /* A process guard, as its messages and the verdict name it. */
 struct guard {
-  unsigned given;               /* THROTTLE_GIVEN_* */
   const char *key;              /* its own parameter */
   const char *fix[2];           /* starts without it: by key, by throttle-swap */
   enum throttle_swap_reason reason;
@@ -76,7 +75,7 @@ struct guard {
 };
 
 static const struct guard io_flusher = {
-  THROTTLE_GIVEN_IO_FLUSHER, "throttle-io-flusher",
+  "throttle-io-flusher",
   { "throttle-io-flusher=auto", "throttle-io-flusher=off" },
   THROTTLE_SWAP_IO_FLUSHER,
   "cannot set PR_SET_IO_FLUSHER (needs CAP_SYS_RESOURCE, Linux >= 5.6)",
@@ -84,7 +83,7 @@ static const struct guard io_flusher = {
   { "throttle-io-flusher=off", "throttle-swap=off" },
 };
 static const struct guard rt = {
-  THROTTLE_GIVEN_RT, "throttle-rt", { "throttle-rt=auto", "throttle-rt=off" },
+  "throttle-rt", { "throttle-rt=auto", "throttle-rt=off" },
   THROTTLE_SWAP_RT,
   "cannot set SCHED_FIFO (needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1, "
   "and real-time runtime in the cgroup)",
@@ -92,7 +91,7 @@ static const struct guard rt = {
   { "throttle-rt=off", "throttle-swap=off" },
 };
 static const struct guard oom = {
-  THROTTLE_GIVEN_OOM, "throttle-oom", { "throttle-oom=auto", "throttle-oom=off" },
+  "throttle-oom", { "throttle-oom=auto", "throttle-oom=off" },
   THROTTLE_SWAP_OOM,
   "cannot set oom_score_adj to -1000 (needs CAP_SYS_RESOURCE)",
   "oom_score_adj -1000 refused: needs CAP_SYS_RESOURCE",
@@ -104,7 +103,7 @@ static void
 turned_off (const struct guard *g)
 {
   throttle_verdict_missing (g->reason,
-                            g->off_why[throttle_guards_key (g->given, g->key)
+                            g->off_why[throttle_guards_key (g->key)
                                        != g->key]);
 }
 
@@ -115,7 +114,7 @@ turned_off (const struct guard *g)
 static void
 required (const struct guard *g, const char *what)
 {
-  const char *by = throttle_guards_key (g->given, g->key);
+  const char *by = throttle_guards_key (g->key);
 
   throttle_verdict_refused (g->reason, by, "on", g->fix[by != g->key],
                             "%s", what);
@@ -136,7 +135,7 @@ refused (const struct guard *g, enum throttle_guard_mode mode, int err)
     return;
   }
   nbdkit_debug ("throttle: %s=auto: %s: %s",
-                throttle_guards_key (g->given, g->key), g->what,
+                throttle_guards_key (g->key), g->what,
                 throttle_errtext (err));
   throttle_verdict_missing (g->reason, g->why);
 }

@@ -114,7 +114,7 @@ can_lock_all (unsigned long long *limit_kib)
 static void
 onfault_refused (const char *what)
 {
-  if (gp->given & THROTTLE_GIVEN_MLOCK)
+  if (throttle_params_given ("throttle-mlock"))
     throttle_verdict_refused (THROTTLE_SWAP_MLOCK, "throttle-mlock",
                               "onfault", "throttle-mlock=pool", "%s", what);
   else
@@ -140,7 +140,7 @@ decide_mlock (void)
   lock_all = false;
   if (gp->mlock == THROTTLE_LOCK_OFF)
     throttle_verdict_missing (THROTTLE_SWAP_MLOCK,
-                              gp->given & THROTTLE_GIVEN_MLOCK ?
+                              throttle_params_given ("throttle-mlock") ?
                               "throttle-mlock=off" : "throttle-swap=off");
   if (gp->mlock == THROTTLE_LOCK_POOL)
     throttle_verdict_missing (THROTTLE_SWAP_MLOCK, "throttle-mlock=pool "
@@ -174,7 +174,7 @@ decide_mlock (void)
 static bool
 swap_requires_reserve (void)
 {
-  return gp->swap == THROTTLE_GUARD_ON && !(gp->given & THROTTLE_GIVEN_RESERVE);
+  return gp->swap == THROTTLE_GUARD_ON && !gp->reserve_text;
 }
 
 static int
@@ -184,7 +184,7 @@ size_reserve (int thread_model)
 
   if (gp->reserve == 0)
     throttle_verdict_missing (THROTTLE_SWAP_RESERVE,
-                              gp->given & THROTTLE_GIVEN_RESERVE ?
+                              gp->reserve_text ?
                               "throttle-reserve=0" : "throttle-swap=off");
   if (gp->reserve >= 0)
     reserve_size = gp->reserve;
