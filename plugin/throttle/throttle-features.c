@@ -4,10 +4,8 @@
  * the core names none.
  *
  * The order, and why it matters:
- * - guards FIRST: .before_exports gives throttle-swap's mode to each
- *   guard not given its own, before anything reads them; .get_ready
- *   tries each guard while errors still reach the user's terminal
- *   and decides whether reads are charged
+ * - guards FIRST: .get_ready tries each guard while errors still
+ *   reach the user's terminal and decides whether reads are charged
  *   (real-time request threads draw on the allocator's reserve for
  *   their replies; bounding reads keeps that draw bounded), which the
  *   latency target's warning needs; .after_fork sets the guards before
@@ -16,6 +14,8 @@
  *   nbdkit real-time before the plugin's open forks anything and
  *   before nbdkit starts the connection's workers (they inherit the
  *   policy).  .unload, last of all, stops the real-time watcher.
+ *   .before_exports gives throttle-swap's mode to each guard not given
+ *   its own, before anything reads them.
  * - writeback: .preopen refuses a name other than "" in writeback mode
  *   before anything is made or counted for it; .get_ready refuses a
  *   thread model that forbids background writes and (nbdkit <

@@ -92,7 +92,7 @@ struct throttle_feature {
 extern const struct throttle_feature *const throttle_features[];
 
 /* .config_help: the core's parameters (throttle_core_config_help),
- * then each feature's, in the table's order (throttle-features.c).
+ * then each feature's (throttle-features.c).
  */
 extern const char throttle_config_help[];
 

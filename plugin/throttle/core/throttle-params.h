@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the parameters, as one table.
  *
- * Each feature lists its throttle-* parameters as rows, beside its
- * help text: the key, the kind of value, where it is stored, its
- * bounds or words, and why a bad one is refused.  One function parses
+ * The core and each feature (struct throttle_feature's params) list
+ * their throttle-* parameters as rows, beside their help text: the
+ * key, the kind of value, where it is stored, its bounds or words, and
+ * why a bad one is refused.  One function parses
  * every row, so every bad value gets the same one error line, ours,
  * which names the parameter and its value as written: "KEY=VALUE: "
  * followed by what is wrong or what the parameter expects.  nbdkit's

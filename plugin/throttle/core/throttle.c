@@ -168,7 +168,6 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   return next (nxdata);
 }
 
-
 /* The features' hooks run in the table's order; the first failure
  * stops nbdkit.
  */
