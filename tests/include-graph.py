@@ -27,9 +27,9 @@ FOLDERS = ["lib", "plugin/throttle", "plugin/disk"]
 # callbacks and the serving of a request.
 LAYERS = ["core", "compat", "guards", "writeback", "adapt", "control"]
 # The features attach to the core through core/throttle-feature.h and
-# the table plugin/throttle/throttle-features.c (outside the folders);
-# core/throttle.c still parses the features' parameters itself.
-LAYER_EXCEPTIONS = {"core/throttle.c"}
+# the table plugin/throttle/throttle-features.c (outside the folders):
+# the core includes no feature's header.
+LAYER_EXCEPTIONS = set()
 # The one seam for old nbdkit (compat/throttle-compat.h): every folder
 # may include it, the core's data path too.
 SEAMS = {"throttle-compat.h"}
