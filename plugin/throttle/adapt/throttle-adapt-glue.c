@@ -207,7 +207,7 @@ throttle_adapt_config_complete (void)
                   throttle_writeback_enabled () ?
                   " (writeback: writes are not sampled)" : "");
   adapt_slot = throttle_export_add_feature (&adapt_feature);
-  throttle_report_add_json (throttle_adapt_stats_json);
+  throttle_report_add (throttle_adapt_stats_json, NULL);
   return 0;
 }
 
@@ -618,16 +618,12 @@ throttle_adapt_export_ceiling (struct throttle_export *exp)
 }
 
 void
-throttle_adapt_stats_json (struct throttle_export *exp, char *buf, size_t len)
+throttle_adapt_stats_json (FILE *fp, struct throttle_export *exp)
 {
   struct throttle_adapt_export *ae = exp ? adapt_of (exp) : NULL;
   struct throttle_adapt_window w = { .judged = false };
   uint64_t target, floor, ceiling, down, up;
-  char window[512] = "null";
-  int n;
 
-  if (len > 0)
-    buf[0] = '\0';
   if (ae == NULL)
     return;
   throttle_lock (&ae->lock);
@@ -640,30 +636,26 @@ throttle_adapt_stats_json (struct throttle_export *exp, char *buf, size_t len)
   up = ae->steps_up;
   throttle_unlock (&ae->lock);
 
-  if (w.judged)
-    snprintf (window, sizeof window,
-              "{\"judged_on\":\"%s\",\"length_ns\":%" PRIu64
-              ",\"samples\":%" PRIu64 ",\"over_target\":%" PRIu64
-              ",\"mean_ns\":%" PRIu64 ",\"max_ns\":%" PRIu64 "}",
-              !w.decided ? "none" : w.reads ? "reads" : "all",
-              w.length_ns, w.samples,
-              w.over_target, w.mean_ns, w.max_ns);
   /* The effective capacity is the export's "capacity", read from the
    * budget: a copy here could disagree with it by a step.
    */
-  if (target)
-    n = snprintf (buf, len,
-                  "\"adapt\":{\"latency_target_ns\":%" PRIu64
-                  ",\"floor\":%" PRIu64 ",\"ceiling\":%" PRIu64
-                  ",\"window\":%s,\"steps_down\":%" PRIu64
-                  ",\"steps_up\":%" PRIu64 "}",
-                  target, floor, ceiling, window, down, up);
+  if (target == 0) {
+    fprintf (fp, ",\"adapt\":{\"latency_target_ns\":null,\"floor\":%" PRIu64
+             ",\"ceiling\":%" PRIu64 ",\"steps_down\":%" PRIu64
+             ",\"steps_up\":%" PRIu64 "}", floor, ceiling, down, up);
+    return;
+  }
+  fprintf (fp, ",\"adapt\":{\"latency_target_ns\":%" PRIu64
+           ",\"floor\":%" PRIu64 ",\"ceiling\":%" PRIu64 ",\"window\":",
+           target, floor, ceiling);
+  if (w.judged)
+    fprintf (fp, "{\"judged_on\":\"%s\",\"length_ns\":%" PRIu64
+             ",\"samples\":%" PRIu64 ",\"over_target\":%" PRIu64
+             ",\"mean_ns\":%" PRIu64 ",\"max_ns\":%" PRIu64 "}",
+             !w.decided ? "none" : w.reads ? "reads" : "all",
+             w.length_ns, w.samples, w.over_target, w.mean_ns, w.max_ns);
   else
-    n = snprintf (buf, len,
-                  "\"adapt\":{\"latency_target_ns\":null,\"floor\":%" PRIu64
-                  ",\"ceiling\":%" PRIu64 ",\"steps_down\":%" PRIu64
-                  ",\"steps_up\":%" PRIu64 "}",
-                  floor, ceiling, down, up);
-  if (n < 0 || (size_t) n >= len)
-    buf[0] = '\0';            /* dropped whole, never half a member */
+    fputs ("null", fp);
+  fprintf (fp, ",\"steps_down\":%" PRIu64 ",\"steps_up\":%" PRIu64 "}",
+           down, up);
 }

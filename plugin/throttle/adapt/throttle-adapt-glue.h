@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "throttle-budget.h"
 #include "throttle-metric.h"
@@ -70,7 +71,6 @@ extern int throttle_adapt_export_set_ceiling (struct throttle_export *exp,
 extern uint64_t throttle_adapt_export_ceiling (struct throttle_export *exp);
 
 /* JSON members for the control socket (throttle_report_json_fn). */
-extern void throttle_adapt_stats_json (struct throttle_export *exp,
-                                       char *buf, size_t len);
+extern void throttle_adapt_stats_json (FILE *fp, struct throttle_export *exp);
 
 #endif /* THROTTLE_ADAPT_GLUE_H */

@@ -16,142 +16,11 @@
 
 #include <nbdkit-filter.h>
 
-#include "throttle-config.h"
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
 #include "throttle-json.h"
 #include "throttle-metrics.h"
 #include "throttle-report.h"
-
-/* --- stats ------------------------------------------------------------- */
-
-static void
-append_extra (FILE *fp, struct throttle_export *exp)
-{
-  char tmp[4096];
-  throttle_report_json_fn fn;
-  size_t i;
-
-  for (i = 0; (fn = throttle_report_json (i)) != NULL; i++) {
-    tmp[0] = '\0';
-    fn (exp, tmp, sizeof tmp);
-    /* Half a member would make the whole reply unparseable. */
-    if (tmp[0] != '\0' && memchr (tmp, '\0', sizeof tmp - 1) != NULL) {
-      putc (',', fp);
-      fputs (tmp, fp);
-    }
-  }
-}
-
-struct stats_ctx {
-  FILE *fp;
-  unsigned n;
-};
-
-static void
-append_export (struct throttle_export *exp, void *opaque)
-{
-  struct stats_ctx *ctx = opaque;
-  FILE *fp = ctx->fp;
-  struct throttle_stats s;
-
-  throttle_budget_get_stats (&exp->budget, &s);
-  if (ctx->n++ > 0)
-    putc (',', fp);
-  fputs ("{\"name\":", fp);
-  throttle_json_string (fp, exp->name);
-  fprintf (fp, ",\"capacity\":%" PRIu64 ",\"in_flight\":%" PRIu64
-           ",\"peak\":%" PRIu64 ",\"charged\":%" PRIu64
-           ",\"admitted\":%" PRIu64 ",\"waited\":%" PRIu64
-           ",\"cancelled\":%" PRIu64 ",\"clamped\":%" PRIu64,
-           s.capacity, s.in_flight, s.peak, s.charged,
-           s.admitted, s.waited, s.cancelled, s.clamped);
-  fprintf (fp, ",\"wait_ns_total\":%" PRIu64 ",\"wait_ns_max\":%" PRIu64
-           ",\"waiters\":%" PRIu64,
-           s.wait_ns_total, s.wait_ns_max, s.waiters);
-  fprintf (fp, ",\"connections\":%zu,\"kept\":\"%s\"",
-           __atomic_load_n (&exp->conns, __ATOMIC_RELAXED),
-           exp->permanent ? "until exit" : "while connected");
-  append_extra (fp, exp);
-  putc ('}', fp);
-}
-
-/* The server-wide budget: every export's charges are charged to it
- * too (throttle-server-capacity).
- */
-static void
-append_server (FILE *fp)
-{
-  struct throttle_stats s;
-
-  if (throttle_config.server == NULL) {
-    fputs (",\"server\":null", fp);
-    return;
-  }
-  throttle_budget_get_stats (throttle_config.server, &s);
-  fprintf (fp, ",\"server\":{\"capacity\":%" PRIu64 ",\"in_flight\":%" PRIu64
-           ",\"peak\":%" PRIu64 ",\"charged\":%" PRIu64
-           ",\"admitted\":%" PRIu64 ",\"waited\":%" PRIu64
-           ",\"clamped\":%" PRIu64 ",\"wait_ns_total\":%" PRIu64
-           ",\"wait_ns_max\":%" PRIu64 ",\"waiters\":%" PRIu64 "}",
-           s.capacity, s.in_flight, s.peak, s.charged, s.admitted,
-           s.waited, s.clamped, s.wait_ns_total, s.wait_ns_max, s.waiters);
-}
-
-/* A page of the longest names (4096 bytes, each byte escaped to 6)
- * with their extra members stays well under the maximum output.
- */
-char *
-throttle_control_stats (struct throttle_export *exp, size_t from)
-{
-  struct stats_ctx ctx = { .n = 0 };
-  char *page = NULL, *line = NULL;
-  size_t page_len, line_len, total;
-  FILE *fp;
-  int r;
-
-  /* The exports first, to know how many there are in all. */
-  ctx.fp = open_memstream (&page, &page_len);
-  if (ctx.fp == NULL)
-    return NULL;
-  if (exp) {
-    append_export (exp, &ctx);
-    total = throttle_export_count ();
-  }
-  else
-    total = throttle_export_foreach_range (from, THROTTLE_CONTROL_STATS_PAGE,
-                                           append_export, &ctx);
-  if (fclose (ctx.fp) == EOF ||
-      (fp = open_memstream (&line, &line_len)) == NULL) {
-    free (page);
-    return NULL;
-  }
-
-  fputs ("{\"metric\":", fp);
-  throttle_json_string (fp, throttle_config.metric.name ?
-                        throttle_config.metric.name : "");
-  fprintf (fp, ",\"default_capacity\":%" PRIu64, throttle_config.capacity);
-  append_server (fp);
-  fprintf (fp, ",\"exports_total\":%zu", total);
-  if (exp == NULL) {
-    fprintf (fp, ",\"from\":%zu", from);
-    if (from + ctx.n < total)
-      fprintf (fp, ",\"next\":%zu", from + ctx.n);
-    else
-      fputs (",\"next\":null", fp);
-  }
-  append_extra (fp, NULL);
-  fputs (",\"exports\":[", fp);
-  fwrite (page, 1, page_len, fp);
-  fputs ("]}", fp);
-  free (page);
-  r = fclose (fp);
-  if (r == EOF || line_len > THROTTLE_CONTROL_MAX_OUTPUT) {
-    free (line);
-    return NULL;
-  }
-  return line;
-}
 
 /* --- replies ----------------------------------------------------------- */
 
@@ -169,9 +38,9 @@ reply_unknown_export (FILE *out, const char *name)
 static void
 reply_stats (FILE *out, struct throttle_export *exp, size_t from)
 {
-  char *line = throttle_control_stats (exp, from);
+  char *line = throttle_metrics_stats (exp, from);
 
-  if (line == NULL)
+  if (line == NULL || strlen (line) > THROTTLE_CONTROL_MAX_OUTPUT)
     throttle_report_error (out, "stats: the reply does not fit in "
                                   "%d bytes or memory ran out: ask for one "
                                   "export, or a page with stats from N",
@@ -194,8 +63,9 @@ reply_metrics (FILE *out)
   FILE *fp = open_memstream (&text, &len);
 
   if (fp != NULL) {
-    throttle_metrics_write (fp, true);
-    if (fclose (fp) == EOF)
+    int r = throttle_metrics_write (fp, true);
+
+    if (fclose (fp) == EOF || r == -1)
       len = SIZE_MAX;
   }
   if (fp == NULL || len > THROTTLE_CONTROL_MAX_OUTPUT)

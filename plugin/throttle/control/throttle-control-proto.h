@@ -20,9 +20,6 @@
 /* What a client may have queued for it, all replies together. */
 #define THROTTLE_CONTROL_MAX_OUTPUT (4 * 1024 * 1024)
 
-/* The stats give at most this many exports per line. */
-#define THROTTLE_CONTROL_STATS_PAGE 100
-
 /* Execute one command line (without its newline; the caller has
  * checked it holds no NUL) and write its reply, one line of JSON with
  * its newline, to out; a blank line has no reply.  line is cut up in
@@ -31,15 +28,6 @@
  * its error is one line of JSON as any other.
  */
 extern void throttle_control_execute (FILE *out, char *line);
-
-/* The stats of one export (exp != NULL), or of a page of at most
- * THROTTLE_CONTROL_STATS_PAGE exports from the from'th, as one line of
- * JSON without the newline, into a buffer the caller frees.  Returns
- * NULL if memory ran out or the line would be longer than
- * THROTTLE_CONTROL_MAX_OUTPUT.
- */
-extern char *throttle_control_stats (struct throttle_export *exp,
-                                     size_t from);
 
 /* What features add (their statistics, their "set" commands) is in
  * the core's tables (throttle-report.h): the protocol names none of

@@ -40,6 +40,7 @@
 #include "throttle-control.h"
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
+#include "throttle-metrics.h"
 #include "throttle-metrics-file.h"
 #include "throttle-params.h"
 #include "throttle-parse.h"
@@ -380,14 +381,14 @@ stats_cb (struct ev_loop *loop, ev_timer *w, int revents)
   size_t from = 0, total;
 
   do {
-    char *line = throttle_control_stats (NULL, from);
+    char *line = throttle_metrics_stats (NULL, from);
 
     if (line == NULL)
       nbdkit_debug ("throttle: stats: exports from %zu: out of memory", from);
     else
       nbdkit_debug ("throttle: stats %s", line);
     free (line);
-    from += THROTTLE_CONTROL_STATS_PAGE;
+    from += THROTTLE_METRICS_STATS_PAGE;
     total = throttle_export_count ();
   } while (from < total);
 }

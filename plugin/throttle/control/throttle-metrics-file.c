@@ -67,8 +67,8 @@ write_file (bool features, const char **step)
   }
   *step = "writing";
   errno = 0;
-  throttle_metrics_write (fp, features);
-  if (fflush (fp) == EOF || ferror (fp))
+  if (throttle_metrics_write (fp, features) == -1 || fflush (fp) == EOF ||
+      ferror (fp))
     err = errno ? errno : EIO;
   if (fclose (fp) == EOF && err == 0)
     err = errno;

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: the statistics as OpenMetrics text (see
- * throttle-metrics.h).
+/* nbdkit-throttle filter: the statistics, and every output of them
+ * (see throttle-metrics.h).
  */
 
 #include <config.h>
 
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,138 +15,267 @@
 
 #include "throttle-config.h"
 #include "throttle-export.h"
+#include "throttle-json.h"
 #include "throttle-metrics.h"
 #include "throttle-prom.h"
 #include "throttle-report.h"
 
 #define PREFIX "nbdkit_throttle_"
-#define CONNECTIONS ((size_t) -1)   /* the export's, not a budget's */
 
-/* A budget's statistic, as a family of its own per export and, unless
- * export_only, one for the server-wide budget.  The names and types
- * are the format's contract with every dashboard: never rename one,
- * and never make one depend on the configuration (the unit of the
- * metric's units is nbdkit_throttle_info's label: throttle-metrics.h).
+/* One budget's statistics in a snapshot: an export's, or the
+ * server-wide one's (name NULL).
  */
-struct family {
-  const char *name;             /* after PREFIX (and "server_") */
-  bool units;                   /* counts the metric's units: _units */
-  bool counter;                 /* else a gauge */
-  bool ns;                      /* nanoseconds, written as seconds */
-  bool export_only;
-  size_t field;                 /* in struct throttle_stats */
-  const char *help;
+struct budget {
+  const char *name;
+  struct throttle_stats s;
+  uint64_t conns;               /* open connections */
+  bool permanent;               /* kept until exit */
+  const char *json;             /* the features' members */
 };
 
-#define F(field) offsetof (struct throttle_stats, field)
+#define UNITS 1                 /* counts the metric's units: _units */
+#define COUNTER 2               /* else a gauge */
+#define NS 4                    /* nanoseconds */
+#define EXPORT_ONLY 8           /* not the server-wide budget's */
+#define S(field) offsetof (struct budget, s.field)
 
-static const struct family families[] = {
-  { "capacity", true, false, false, false, F (capacity),
-    "Units the budget lets be in flight" },
-  { "in_flight", true, false, false, false, F (in_flight),
-    "Units in flight now" },
-  { "peak", true, false, false, false, F (peak),
-    "Most units in flight at once since the budget was made" },
-  { "charged", true, true, false, false, F (charged),
-    "Units charged since the budget was made" },
-  { "admitted_requests", false, true, false, false, F (admitted),
-    "Requests (or parts of requests) admitted" },
-  { "waited_requests", false, true, false, false, F (waited),
-    "Admitted requests that had to wait for units" },
-  { "cancelled_waits", false, true, false, true, F (cancelled),
-    "Waits that were cancelled (the client went away, or shutdown)" },
-  { "clamped_requests", false, true, false, false, F (clamped),
-    "Requests above the capacity, run alone" },
-  { "wait_seconds", false, true, true, false, F (wait_ns_total),
-    "Time requests spent waiting for units, all together" },
-  { "wait_max_seconds", false, false, true, false, F (wait_ns_max),
-    "The longest wait for units" },
-  { "waiters", false, false, false, false, F (waiters),
-    "Requests waiting for units now" },
-  { "connections", false, false, false, true, CONNECTIONS,
-    "Open connections to the export" },
+/* Each statistic of a budget, in the order every output gives them:
+ * its member in the stats, its key in the summary (NULL: not there),
+ * its family after PREFIX (and "server_").
+ */
+static const struct statistic {
+  const char *json, *summary, *prom, *help;
+  size_t offset;                /* of a uint64_t in struct budget */
+  unsigned flags;
+} stats[] = {
+  { "capacity", "capacity", "capacity", "Units the budget lets be in flight",
+    S (capacity), UNITS },
+  { "in_flight", "in_flight", "in_flight", "Units in flight now",
+    S (in_flight), UNITS },
+  { "peak", "peak", "peak",
+    "Most units in flight at once since the budget was made",
+    S (peak), UNITS },
+  { "charged", "charged", "charged",
+    "Units charged since the budget was made", S (charged), UNITS | COUNTER },
+  { "admitted", "admitted", "admitted_requests",
+    "Requests (or parts of requests) admitted", S (admitted), COUNTER },
+  { "waited", "waited", "waited_requests",
+    "Admitted requests that had to wait for units", S (waited), COUNTER },
+  { "cancelled", "cancelled", "cancelled_waits",
+    "Waits that were cancelled (the client went away, or shutdown)",
+    S (cancelled), COUNTER | EXPORT_ONLY },
+  { "clamped", "clamped", "clamped_requests",
+    "Requests above the capacity, run alone", S (clamped), COUNTER },
+  { "wait_ns_total", "wait_total_ms", "wait_seconds",
+    "Time requests spent waiting for units, all together",
+    S (wait_ns_total), COUNTER | NS },
+  { "wait_ns_max", "wait_max_ms", "wait_max_seconds",
+    "The longest wait for units", S (wait_ns_max), NS },
+  { "waiters", NULL, "waiters", "Requests waiting for units now",
+    S (waiters), 0 },
+  { "connections", NULL, "connections", "Open connections to the export",
+    offsetof (struct budget, conns), EXPORT_ONLY },
 };
+#define NR_STATS (sizeof stats / sizeof stats[0])
+
+static uint64_t
+value (const struct budget *b, const struct statistic *st)
+{
+  uint64_t v;
+
+  memcpy (&v, (const char *) b + st->offset, sizeof v);
+  return v;
+}
+
+/* --- the snapshot -------------------------------------------------------- */
+
+struct snapshot {
+  struct budget server;
+  size_t total;                 /* exports with a budget, in all */
+  size_t n;                     /* in exports[] */
+  struct budget *exports;
+  const char *json;             /* the features' top-level members */
+  char *text;                   /* where the strings are */
+  FILE *fp;                     /* text, while taking */
+  bool with_json;
+};
+
+/* Until the text is complete, a budget's name and json are offsets
+ * into it (the stream moves it as it grows).
+ */
+static const char *
+offset (FILE *fp)
+{
+  return (const char *) (uintptr_t) ftell (fp);
+}
+
+static void
+take_export (struct throttle_export *exp, void *opaque)
+{
+  struct snapshot *r = opaque;
+  struct budget *b = &r->exports[r->n++];
+
+  throttle_budget_get_stats (&exp->budget, &b->s);
+  b->conns = __atomic_load_n (&exp->conns, __ATOMIC_RELAXED);
+  b->permanent = exp->permanent;
+  b->name = offset (r->fp);
+  fwrite (exp->name, 1, strlen (exp->name) + 1, r->fp);
+  b->json = offset (r->fp);
+  if (r->with_json)
+    throttle_report_json (r->fp, exp);
+  putc ('\0', r->fp);
+}
+
+/* One export (exp != NULL, held by the caller), or at most max from
+ * the from'th, with the features' JSON members if with_json.  An
+ * export made between the count and the walk is left out, as if made
+ * just after.  0, or -1 if memory ran out (nothing to free then).
+ */
+static int
+take (struct snapshot *r, struct throttle_export *exp, size_t from,
+      size_t max, bool with_json)
+{
+  size_t len, i, room = exp ? 1 : throttle_export_count ();
+
+  memset (r, 0, sizeof *r);
+  r->with_json = with_json;
+  if (room > max)
+    room = max;
+  r->exports = calloc (room, sizeof *r->exports);
+  if (r->exports == NULL ||
+      (r->fp = open_memstream (&r->text, &len)) == NULL) {
+    free (r->exports);
+    return -1;
+  }
+  throttle_budget_get_stats (throttle_config.server, &r->server.s);
+  if (with_json)
+    throttle_report_json (r->fp, NULL);
+  putc ('\0', r->fp);
+  if (exp) {
+    take_export (exp, r);
+    r->total = throttle_export_count ();
+  }
+  else
+    r->total = throttle_export_foreach_range (from, room, take_export, r);
+  if (fclose (r->fp) == EOF) {
+    free (r->exports);
+    free (r->text);
+    return -1;
+  }
+  r->json = r->text;
+  for (i = 0; i < r->n; i++) {
+    r->exports[i].name = r->text + (uintptr_t) r->exports[i].name;
+    r->exports[i].json = r->text + (uintptr_t) r->exports[i].json;
+  }
+  return 0;
+}
+
+static void
+snapshot_free (struct snapshot *r)
+{
+  free (r->exports);
+  free (r->text);
+}
+
+/* --- the stats ----------------------------------------------------------- */
+
+/* A budget's object: an export's with its name first and, last, how
+ * long it is kept and the features' members.
+ */
+static void
+budget_json (FILE *fp, const struct budget *b)
+{
+  size_t i;
+
+  putc ('{', fp);
+  if (b->name) {
+    fputs ("\"name\":", fp);
+    throttle_json_string (fp, b->name);
+  }
+  for (i = 0; i < NR_STATS; i++)
+    if (b->name || !(stats[i].flags & EXPORT_ONLY))
+      fprintf (fp, "%s\"%s\":%" PRIu64, b->name || i ? "," : "",
+               stats[i].json, value (b, &stats[i]));
+  if (b->name)
+    fprintf (fp, ",\"kept\":\"%s\"%s",
+             b->permanent ? "until exit" : "while connected", b->json);
+  putc ('}', fp);
+}
+
+char *
+throttle_metrics_stats (struct throttle_export *exp, size_t from)
+{
+  struct snapshot r;
+  char *line = NULL;
+  size_t len, i;
+  FILE *fp;
+
+  if (take (&r, exp, from, THROTTLE_METRICS_STATS_PAGE, true) == -1)
+    return NULL;
+  fp = open_memstream (&line, &len);
+  if (fp == NULL) {
+    snapshot_free (&r);
+    return NULL;
+  }
+  fputs ("{\"metric\":", fp);
+  throttle_json_string (fp, throttle_config.metric.name ?
+                        throttle_config.metric.name : "");
+  fprintf (fp, ",\"default_capacity\":%" PRIu64 ",\"server\":",
+           throttle_config.capacity);
+  budget_json (fp, &r.server);
+  fprintf (fp, ",\"exports_total\":%zu", r.total);
+  if (exp == NULL) {
+    fprintf (fp, ",\"from\":%zu", from);
+    if (from + r.n < r.total)
+      fprintf (fp, ",\"next\":%zu", from + r.n);
+    else
+      fputs (",\"next\":null", fp);
+  }
+  fprintf (fp, "%s,\"exports\":[", r.json);
+  for (i = 0; i < r.n; i++) {
+    if (i > 0)
+      putc (',', fp);
+    budget_json (fp, &r.exports[i]);
+  }
+  fputs ("]}", fp);
+  snapshot_free (&r);
+  if (fclose (fp) == EOF) {
+    free (line);
+    return NULL;
+  }
+  return line;
+}
+
+/* --- the metrics --------------------------------------------------------- */
 
 /* What the metric's units are, for the info metric: a user metric
  * counts units of its own.
  */
 static const char *
-unit (void)
+unit (const char *m)
 {
-  const char *m = throttle_config.metric.name;
-
-  if (m && (strcmp (m, "bytes") == 0 || strcmp (m, "pages") == 0 ||
-            strcmp (m, "requests") == 0))
+  if (strcmp (m, "bytes") == 0 || strcmp (m, "pages") == 0 ||
+      strcmp (m, "requests") == 0)
     return m;
   return "units";
 }
 
-static void
-family_name (const struct family *f, bool server, char *buf, size_t len)
-{
-  snprintf (buf, len, PREFIX "%s%s%s%s", server ? "server_" : "",
-            f->name, f->units ? "_units" : "", f->counter ? "_total" : "");
-}
-
-static void
-write_header (FILE *fp, const struct family *f, const char *name,
-              bool server)
-{
-  char help[256];
-
-  snprintf (help, sizeof help, "%s (%s)", f->help,
-            server ? "the server-wide budget" : "per export");
-  throttle_prom_family (fp, name, f->counter ? "counter" : "gauge", help);
-}
-
-static void
-write_value (FILE *fp, const struct family *f, const char *name,
-             const char *export, const struct throttle_stats *s,
-             uint64_t conns)
-{
-  uint64_t v;
-
-  if (f->field == CONNECTIONS)
-    v = conns;
-  else
-    memcpy (&v, (const char *) s + f->field, sizeof v);
-  if (f->ns)
-    throttle_prom_sample_ns (fp, name, export ? "export" : NULL, export, v);
-  else
-    throttle_prom_sample (fp, name, export ? "export" : NULL, export, v);
-}
-
-struct export_ctx {
-  FILE *fp;
-  const struct family *f;
-  const char *name;
-};
-
-static void
-write_export (struct throttle_export *exp, void *opaque)
-{
-  struct export_ctx *ctx = opaque;
-  struct throttle_stats s;
-
-  throttle_budget_get_stats (&exp->budget, &s);
-  write_value (ctx->fp, ctx->f, ctx->name, exp->name, &s,
-               __atomic_load_n (&exp->conns, __ATOMIC_RELAXED));
-}
-
 /* What the server runs with, and how many exports have a budget. */
 static void
-write_config (FILE *fp)
+write_config (FILE *fp, size_t exports)
 {
+  const char *m = throttle_config.metric.name ?
+    throttle_config.metric.name : "";
+
   throttle_prom_family (fp, PREFIX "info", "gauge",
                         "Always 1: the metric that charges requests "
                         "(bytes, pages, requests or a user metric's path) "
                         "and what the _units families count (bytes, "
                         "pages, requests, or units for a user metric)");
   fputs (PREFIX "info{metric=", fp);
-  throttle_prom_label_value (fp, throttle_config.metric.name ?
-                             throttle_config.metric.name : "");
+  throttle_prom_label_value (fp, m);
   fputs (",unit=", fp);
-  throttle_prom_label_value (fp, unit ());
+  throttle_prom_label_value (fp, unit (m));
   fputs ("} 1\n", fp);
   throttle_prom_family (fp, PREFIX "default_capacity_units", "gauge",
                         "The capacity a new export's budget starts at "
@@ -154,35 +284,103 @@ write_config (FILE *fp)
                         throttle_config.capacity);
   throttle_prom_family (fp, PREFIX "exports", "gauge",
                         "Exports with a budget, the default one included");
-  throttle_prom_sample (fp, PREFIX "exports", NULL, NULL,
-                        throttle_export_count ());
+  throttle_prom_sample (fp, PREFIX "exports", NULL, NULL, exports);
 }
 
-void
-throttle_metrics_write (FILE *fp, bool with_features)
+/* A statistic's family: its HELP and TYPE lines, and a sample for
+ * each of the n budgets (the server-wide one's alone if server).
+ */
+static void
+write_family (FILE *fp, const struct statistic *st, const struct budget *b,
+              size_t n, bool server)
 {
-  throttle_report_metrics_fn fn;
-  char name[128];
+  char name[128], help[256];
   size_t i;
 
-  write_config (fp);
-  for (i = 0; i < sizeof families / sizeof families[0]; i++) {
-    const struct family *f = &families[i];
-    struct export_ctx ctx = { .fp = fp, .f = f, .name = name };
-    struct throttle_stats s;
+  snprintf (name, sizeof name, PREFIX "%s%s%s%s", server ? "server_" : "",
+            st->prom, st->flags & UNITS ? "_units" : "",
+            st->flags & COUNTER ? "_total" : "");
+  snprintf (help, sizeof help, "%s (%s)", st->help,
+            server ? "the server-wide budget" : "per export");
+  throttle_prom_family (fp, name, st->flags & COUNTER ? "counter" : "gauge",
+                        help);
+  for (i = 0; i < n; i++)
+    if (st->flags & NS)
+      throttle_prom_sample_ns (fp, name, server ? NULL : "export",
+                               b[i].name, value (&b[i], st));
+    else
+      throttle_prom_sample (fp, name, server ? NULL : "export", b[i].name,
+                            value (&b[i], st));
+}
 
-    family_name (f, false, name, sizeof name);
-    write_header (fp, f, name, false);
-    throttle_export_foreach (write_export, &ctx);
-    if (f->export_only || throttle_config.server == NULL)
-      continue;
-    family_name (f, true, name, sizeof name);
-    write_header (fp, f, name, true);
-    throttle_budget_get_stats (throttle_config.server, &s);
-    write_value (fp, f, name, NULL, &s, 0);
+int
+throttle_metrics_write (FILE *fp, bool with_features)
+{
+  struct snapshot r;
+  size_t i;
+
+  if (take (&r, NULL, 0, SIZE_MAX, false) == -1)
+    return -1;
+  write_config (fp, r.total);
+  for (i = 0; i < NR_STATS; i++) {
+    write_family (fp, &stats[i], r.exports, r.n, false);
+    if (!(stats[i].flags & EXPORT_ONLY))
+      write_family (fp, &stats[i], &r.server, 1, true);
   }
-  for (i = 0; with_features && (fn = throttle_report_metrics (i)) != NULL;
-       i++)
-    fn (fp);
+  snapshot_free (&r);
+  if (with_features)
+    throttle_report_metrics (fp);
   fputs (THROTTLE_PROM_EOF, fp);
+  return 0;
+}
+
+/* --- the summary --------------------------------------------------------- */
+
+/* The summary at exit goes to stderr whether or not -v was given, as
+ * nbdkit's stats filter writes its statistics at exit (there to a
+ * file; statsfile=/dev/stderr is its usual use): nbdkit 1.32 has no
+ * call that logs what is neither an error nor a debug line.  A server
+ * in the background without -v has no stderr (nbdkit points it at
+ * /dev/null): throttle-metrics-file is written a last time instead.
+ */
+static void
+summary_line (const struct budget *b)
+{
+  size_t i;
+
+  if (b->name)
+    fprintf (stderr, "nbdkit: throttle: summary export=\"%s\"", b->name);
+  else
+    fputs ("nbdkit: throttle: summary server", stderr);
+  for (i = 0; i < NR_STATS; i++) {
+    if (stats[i].summary == NULL ||
+        (b->name == NULL && stats[i].flags & EXPORT_ONLY))
+      continue;
+    if (stats[i].flags & NS)
+      fprintf (stderr, " %s=%.3f", stats[i].summary,
+               value (b, &stats[i]) / 1e6);
+    else
+      fprintf (stderr, " %s=%" PRIu64, stats[i].summary,
+               value (b, &stats[i]));
+  }
+  putc ('\n', stderr);
+}
+
+/* The server's line first: a script reading the last summary line
+ * finds an export's, as before there was a server-wide budget.
+ */
+void
+throttle_metrics_summary (void)
+{
+  struct snapshot r;
+  size_t i;
+
+  if (take (&r, NULL, 0, SIZE_MAX, false) == -1) {
+    fputs ("nbdkit: throttle: summary: out of memory\n", stderr);
+    return;
+  }
+  summary_line (&r.server);
+  for (i = 0; i < r.n; i++)
+    summary_line (&r.exports[i]);
+  snapshot_free (&r);
 }

@@ -1,52 +1,78 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: the statistics as OpenMetrics text
- * (lib/throttle-prom.h), for the control command "metrics" and the
- * metrics file (throttle-metrics-file.h).
+/* nbdkit-throttle filter: the statistics, and every output of them:
+ * the control socket's "stats" (JSON), its "metrics" and the metrics
+ * file (OpenMetrics text, lib/throttle-prom.h), and the summary at
+ * exit.  Each output formats one snapshot: the server-wide budget's
+ * numbers, then every export's, copied in one walk of the registry
+ * under its lock and each budget's in turn, so that each export's
+ * numbers are of one instant.  A budget's statistic is defined once,
+ * in the table of throttle-metrics.c, with its name in each output;
+ * the names are contracts with scripts and dashboards: never rename
+ * one.
  *
- * The same numbers as the control socket's "stats", as a monitor
- * scrapes them: each export's budget with a label export="NAME", the
- * server-wide budget under names of its own (nbdkit_throttle_server_*,
- * so that a sum over exports counts nothing twice), and what the
- * server is configured with.  A name carries its unit: seconds where
- * the stats count time, and "units" where they count the metric's
- * units, whatever throttle-metric says, so that a dashboard is written
- * once for every metric.  What a unit is (bytes, pages, requests, or
- * units of a user metric's own) is the label unit="..." of the info
- * metric, nbdkit_throttle_info, beside the metric's name, rather than
- * a label of every sample: a query that needs it joins on the info
- * metric, as Prometheus's info metrics are used.
+ * The metrics are the stats as a monitor scrapes them: each export's
+ * budget with a label export="NAME", the server-wide budget under
+ * names of its own (nbdkit_throttle_server_*, so that a sum over
+ * exports counts nothing twice), and what the server is configured
+ * with.  A name carries its unit: seconds where the stats count time,
+ * and "units" where they count the metric's units, whatever
+ * throttle-metric says, so that a dashboard is written once for every
+ * metric.  What a unit is (bytes, pages, requests, or units of a user
+ * metric's own) is the label unit="..." of the info metric,
+ * nbdkit_throttle_info, beside the metric's name, rather than a label
+ * of every sample: a query that needs it joins on the info metric, as
+ * Prometheus's info metrics are used.
  *
- * To add a family: a line in the table of throttle-metrics.c if it is
- * a budget's; a function beside write_config if it is the server's
- * configuration or state; a feature's own function added with
- * throttle_report_add_metrics (throttle-report.h) if it is a feature's.  Each writes its HELP and
- * TYPE lines and its samples with throttle_prom_*, one label at most
- * per sample (a verdict with its reasons: a 0/1 gauge, and a gauge of
- * one sample per reason labelled reason="...").
+ * To add a statistic: a line in the table if it is a budget's (in
+ * every output then); a function beside write_config if it is the
+ * server's configuration or state; a feature's own functions
+ * (throttle_report_add) if it is a feature's.  A family has one label
+ * at most per sample (a verdict with its reasons: a 0/1 gauge, and a
+ * gauge of one sample per reason labelled reason="...").
+ *
+ * The locks taken: the registry's and, under it, each budget's
+ * (HACKING.md, "Locks").  Any of these from the control thread, or
+ * from nbdkit's main thread while the control thread is not running
+ * and the budgets exist (from .config_complete to .unload).
  */
 
 #ifndef THROTTLE_METRICS_H
 #define THROTTLE_METRICS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 
-/* Write the whole exposition, ending with THROTTLE_PROM_EOF.  Each
- * family walks the registry once, so the samples of one export come
- * from instants a little apart (nothing is stopped to read them); an
- * export made or freed meanwhile is in some families only.  Takes the
- * registry's lock and, under it, each budget's (HACKING.md, "Locks");
- * allocates nothing but what fp does.  From the control thread with
- * with_features; from nbdkit's main thread without while
- * the control thread is not running (at config_complete, and at unload
- * before the budgets are freed): the features' families are left out,
- * as their state may be gone.
- */
-extern void throttle_metrics_write (FILE *fp, bool with_features);
+#include "throttle-export.h"
 
-/* A feature's families (writeback's pool and queue, the swap verdict)
- * are in the core's table (throttle-report.h), written after the
- * budgets' when with_features.
+/* The stats give at most this many exports per line: a page of the
+ * longest names (4096 bytes, each byte escaped to 6) with the
+ * features' members stays well under what a control client may have
+ * queued (THROTTLE_CONTROL_MAX_OUTPUT).
  */
+#define THROTTLE_METRICS_STATS_PAGE 100
+
+/* The stats of one export (exp != NULL, held by the caller), or of a
+ * page of at most THROTTLE_METRICS_STATS_PAGE exports from the
+ * from'th, with the features' members (throttle-report.h), as one line
+ * of JSON without the newline, into a buffer the caller frees.  The
+ * control thread's.  NULL if memory ran out.
+ */
+extern char *throttle_metrics_stats (struct throttle_export *exp,
+                                     size_t from);
+
+/* Write the whole exposition, ending with THROTTLE_PROM_EOF.  The
+ * features' families are written only with_features, from the control
+ * thread: at config_complete and at unload their state may be gone.
+ * -1 if memory ran out (nothing written), else 0: the caller checks
+ * fp's error state.
+ */
+extern int throttle_metrics_write (FILE *fp, bool with_features);
+
+/* The summary at exit on stderr: the server-wide budget's line, then
+ * one per export.  At unload, for a server that started, before the
+ * budgets are freed.
+ */
+extern void throttle_metrics_summary (void);
 
 #endif /* THROTTLE_METRICS_H */

@@ -15,48 +15,47 @@
 /* The tables: added to before the control thread starts, read only by
  * it, so no lock (throttle-report.h).
  */
-static throttle_report_json_fn json_fns[THROTTLE_REPORT_MAX_JSON];
-static throttle_report_metrics_fn metrics_fns[THROTTLE_REPORT_MAX_METRICS];
+static struct {
+  throttle_report_json_fn json;
+  throttle_report_metrics_fn metrics;
+} features[THROTTLE_REPORT_MAX_FEATURES];
+static size_t nr_features;
 static const struct throttle_report_setter *setters[THROTTLE_REPORT_MAX_SETTERS];
 static size_t nr_setters;
 
-/* Each add puts fn in the first free slot, unless it is there. */
 void
-throttle_report_add_json (throttle_report_json_fn fn)
+throttle_report_add (throttle_report_json_fn json,
+                     throttle_report_metrics_fn metrics)
 {
   size_t i;
 
-  for (i = 0; i < THROTTLE_REPORT_MAX_JSON; i++)
-    if (json_fns[i] == NULL || json_fns[i] == fn) {
-      json_fns[i] = fn;
+  for (i = 0; i < nr_features; i++)
+    if (features[i].json == json && features[i].metrics == metrics)
       return;
-    }
-  abort ();                     /* a new caller: raise the maximum */
-}
-
-throttle_report_json_fn
-throttle_report_json (size_t i)
-{
-  return i < THROTTLE_REPORT_MAX_JSON ? json_fns[i] : NULL;
+  if (nr_features == THROTTLE_REPORT_MAX_FEATURES)
+    abort ();                   /* a new feature: raise the maximum */
+  features[nr_features].json = json;
+  features[nr_features++].metrics = metrics;
 }
 
 void
-throttle_report_add_metrics (throttle_report_metrics_fn fn)
+throttle_report_metrics (FILE *fp)
 {
   size_t i;
 
-  for (i = 0; i < THROTTLE_REPORT_MAX_METRICS; i++)
-    if (metrics_fns[i] == NULL || metrics_fns[i] == fn) {
-      metrics_fns[i] = fn;
-      return;
-    }
-  abort ();                     /* a new caller: raise the maximum */
+  for (i = 0; i < nr_features; i++)
+    if (features[i].metrics)
+      features[i].metrics (fp);
 }
 
-throttle_report_metrics_fn
-throttle_report_metrics (size_t i)
+void
+throttle_report_json (FILE *fp, struct throttle_export *exp)
 {
-  return i < THROTTLE_REPORT_MAX_METRICS ? metrics_fns[i] : NULL;
+  size_t i;
+
+  for (i = 0; i < nr_features; i++)
+    if (features[i].json)
+      features[i].json (fp, exp);
 }
 
 void

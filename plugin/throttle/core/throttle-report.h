@@ -26,41 +26,38 @@
 
 #include "throttle-export.h"
 
-/* Members of the control socket's stats: writeback mode's (pool use,
- * pending writes, the sticky error), the latency target's, real-time
- * switching's, the swap verdict's.  Called in the order added, from
- * the control thread, once with exp == NULL for members of the
- * top-level object, then once per export.  It writes into buf (len
- * bytes, at least 4096) zero or more complete JSON members separated
- * by commas, without a leading or trailing comma, e.g.
- *   "pool_used":1048576,"pending_writes":3,"error":null
- * and NUL-terminates them.  Output that does not fit is dropped whole.
- * It must not block, and must not call the registry: it may run with
- * the registry's lock held (a lock it takes for a copy is ordered after
- * that one: throttle-export.c).  Adding one twice adds it once.  The
+/* What a feature reports (write-behind's pool and queue, the latency
+ * target, real-time switching, the swap verdict), added once with
+ * throttle_report_add; either function may be NULL.  Called in the
+ * order added, from the control thread, and never at unload (the
  * control thread is stopped in .cleanup before any feature's, so state
- * the function reads may be freed after that.
+ * they read may be freed after that).  Neither may block.  Adding the
+ * same pair twice adds it once.
+ *
+ * json writes zero or more JSON members of the control socket's stats,
+ * each preceded by a comma, e.g.
+ *   ,"writeback":{"pool_used":1048576,"pending_writes":3,"error":null}
+ * once with exp == NULL for members of the top-level object (without
+ * the registry's lock), then once per export, with the registry's lock
+ * held: it must not call the registry (a lock it takes for a copy is
+ * ordered after that one: throttle-export.c).
+ *
+ * metrics writes whole families as OpenMetrics text
+ * (lib/throttle-prom.h), after the budgets', without the registry's
+ * lock (it may get an export).
  */
-typedef void (*throttle_report_json_fn) (struct throttle_export *exp,
-                                         char *buf, size_t len);
-#define THROTTLE_REPORT_MAX_JSON 4
-extern void throttle_report_add_json (throttle_report_json_fn fn);
-
-/* The i'th function added (from 0), NULL past the last. */
-extern throttle_report_json_fn throttle_report_json (size_t i);
-
-/* Metric families (write-behind's pool and queue, the swap verdict):
- * fn writes whole families as OpenMetrics text (lib/throttle-prom.h).
- * Called in the order added from the control thread, without the
- * registry's lock (fn may walk the registry or get an export).  fn
- * must not block.  Adding one twice adds it once.
- */
+typedef void (*throttle_report_json_fn) (FILE *fp,
+                                         struct throttle_export *exp);
 typedef void (*throttle_report_metrics_fn) (FILE *fp);
-#define THROTTLE_REPORT_MAX_METRICS 4
-extern void throttle_report_add_metrics (throttle_report_metrics_fn fn);
+#define THROTTLE_REPORT_MAX_FEATURES 4
+extern void throttle_report_add (throttle_report_json_fn json,
+                                 throttle_report_metrics_fn metrics);
 
-/* The i'th function added (from 0), NULL past the last. */
-extern throttle_report_metrics_fn throttle_report_metrics (size_t i);
+/* Call every feature's json, or metrics, in the order added
+ * (throttle-metrics.c).
+ */
+extern void throttle_report_json (FILE *fp, struct throttle_export *exp);
+extern void throttle_report_metrics (FILE *fp);
 
 /* A "set" command a feature serves: "set NAME EXPORT VALUE" if
  * per_export, else "set NAME VALUE".  set writes the one reply line,

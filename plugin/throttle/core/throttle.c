@@ -29,6 +29,7 @@
 #include "throttle-config.h"
 #include "throttle-export.h"
 #include "throttle-feature.h"
+#include "throttle-metrics.h"
 #include "throttle-params.h"
 #include "throttle-parse.h"
 #include "throttle-quit.h"
@@ -212,52 +213,6 @@ last_feature (void)
   return f;
 }
 
-/* The summary at exit goes to stderr whether or not -v was given, as
- * nbdkit's stats filter writes its statistics at exit (there to a
- * file; statsfile=/dev/stderr is its usual use): nbdkit 1.32 has no
- * call that logs what is neither an error nor a debug line.  A server
- * in the background without -v has no stderr (nbdkit points it at
- * /dev/null): throttle-metrics-file is written a last time instead.
- * Only for a server that started (started): a refused configuration
- * has only its error to say.
- */
-
-static void
-print_summary (struct throttle_export *exp, void *opaque)
-{
-  struct throttle_stats s;
-
-  throttle_budget_get_stats (&exp->budget, &s);
-  fprintf (stderr, "nbdkit: throttle: summary export=\"%s\" capacity=%" PRIu64
-           " in_flight=%" PRIu64 " peak=%" PRIu64
-           " charged=%" PRIu64 " admitted=%" PRIu64
-           " waited=%" PRIu64 " cancelled=%" PRIu64
-           " clamped=%" PRIu64
-           " wait_total_ms=%.3f wait_max_ms=%.3f\n",
-           exp->name, s.capacity, s.in_flight, s.peak, s.charged,
-           s.admitted, s.waited, s.cancelled, s.clamped,
-           s.wait_ns_total / 1e6, s.wait_ns_max / 1e6);
-}
-
-/* Before the exports' lines: a script reading the last summary line
- * finds an export's, as before there was a server-wide budget.
- */
-static void
-print_server_summary (void)
-{
-  struct throttle_stats s;
-
-  throttle_budget_get_stats (throttle_config.server, &s);
-  fprintf (stderr, "nbdkit: throttle: summary server capacity=%" PRIu64
-           " in_flight=%" PRIu64 " peak=%" PRIu64
-           " charged=%" PRIu64 " admitted=%" PRIu64
-           " waited=%" PRIu64 " clamped=%" PRIu64
-           " wait_total_ms=%.3f wait_max_ms=%.3f\n",
-           s.capacity, s.in_flight, s.peak, s.charged, s.admitted,
-           s.waited, s.clamped, s.wait_ns_total / 1e6,
-           s.wait_ns_max / 1e6);
-}
-
 static void
 throttle_cleanup (nbdkit_backend *backend)
 {
@@ -278,10 +233,8 @@ throttle_unload (void)
     if ((*f)->unload)
       (*f)->unload ();
   throttle_abort_uninstall ();
-  if (started) {
-    print_server_summary ();
-    throttle_export_foreach (print_summary, NULL);
-  }
+  if (started)                  /* a refused start has only its error */
+    throttle_metrics_summary ();
   throttle_export_free_all ();
   if (throttle_config.server) {
     throttle_budget_shutdown (throttle_config.server);

@@ -249,21 +249,21 @@ rt_set_mode (const char *value, char *err, size_t len)
   return 0;
 }
 
-/* The JSON member "rt":{...} (mode, whether on and why, the peers,
- * the hold), NUL-terminated, or "" if it does not fit in len bytes.
+/* The JSON member ,"rt":{...} (mode, whether on and why, the peers,
+ * the hold), after its comma: a throttle_report_json_fn, of the
+ * top-level object alone.
  */
 static void
-rt_json (char *buf, size_t len)
+rt_json (FILE *fp, struct throttle_export *exp)
 {
   struct throttle_rt st;
   struct timespec now, when;
   char why[sizeof rt_why];
   uint64_t recheck = 0, t;
   bool on;
-  FILE *fp;
 
-  if (len > 0)
-    buf[0] = '\0';
+  if (exp != NULL)
+    return;
   throttle_lock (&rt_lock);
   on = atomic_load (&rt_on);
   st = rt_state;
@@ -273,12 +273,9 @@ rt_json (char *buf, size_t len)
   when = rt_when;
   throttle_unlock (&rt_lock);
 
-  fp = fmemopen (buf, len, "w");
-  if (fp == NULL)
-    return;
   clock_gettime (CLOCK_MONOTONIC, &now);
   t = throttle_now_ns ();
-  fprintf (fp, "\"rt\":{\"mode\":\"%s\",\"on\":%s,\"why\":",
+  fprintf (fp, ",\"rt\":{\"mode\":\"%s\",\"on\":%s,\"why\":",
            !permitted ? "off" : throttle_rt_mode_name (st.mode),
            on ? "true" : "false");
   throttle_json_string (fp, !permitted ?
@@ -300,34 +297,21 @@ rt_json (char *buf, size_t len)
     fprintf (fp, ",\"off_in_s\":%.3f}", (recheck - t) / 1e9);
   else
     fputs (",\"off_in_s\":null}", fp);
-  /* Output that did not fit is dropped whole. */
-  if (fclose (fp) == EOF || memchr (buf, '\0', len) == NULL ||
-      strlen (buf) + 1 >= len)
-    buf[0] = '\0';
 }
 
 /* The control socket's "set rt": the server's real-time mode. */
 static void
 set_rt (FILE *out, struct throttle_export *unused, const char *value)
 {
-  char err[256], rt[1024];
+  char err[256];
 
   if (rt_set_mode (value, err, sizeof err) == -1) {
     throttle_report_error (out, "%s", err);
     return;
   }
-  rt_json (rt, sizeof rt);
-  fprintf (out, "{\"ok\":true%s%s}\n", rt[0] ? "," : "", rt);
-}
-
-/* The control socket's top-level stats member. */
-static void
-rt_stats_json (struct throttle_export *exp, char *buf, size_t len)
-{
-  if (len > 0)
-    buf[0] = '\0';
-  if (exp == NULL)
-    rt_json (buf, len);
+  fputs ("{\"ok\":true", out);
+  rt_json (out, NULL);
+  fputs ("}\n", out);
 }
 
 /* The PSI trigger: a stall of 'some' task on memory for 10 ms within
@@ -561,7 +545,7 @@ throttle_realtime_start (bool real_time_permitted)
 {
   permitted = real_time_permitted;
   /* Before the control thread exists (throttle-report.h). */
-  throttle_report_add_json (rt_stats_json);
+  throttle_report_add (rt_json, NULL);
   throttle_report_add_setter (&rt_setter);
   if (permitted)
     rt_start ();

@@ -225,18 +225,15 @@ report (const struct verdict *v)
 
 /* The control socket's top-level stats member "swap". */
 static void
-stats_json (struct throttle_export *exp, char *buf, size_t len)
+stats_json (FILE *fp, struct throttle_export *exp)
 {
   struct verdict v;
-  FILE *fp;
   size_t i, n = 0;
 
-  if (len > 0)
-    buf[0] = '\0';
-  if (exp != NULL || (fp = fmemopen (buf, len, "w")) == NULL)
+  if (exp != NULL)
     return;
   judge (&v);
-  fprintf (fp, "\"swap\":{\"mode\":\"%s\",\"safe\":%s,\"unsafe\":{",
+  fprintf (fp, ",\"swap\":{\"mode\":\"%s\",\"safe\":%s,\"unsafe\":{",
            throttle_guard_words[throttle_guards_params.swap],
            v.missing ? "false" : "true");
   for (i = 0; i < THROTTLE_SWAP_REASONS; i++) {
@@ -249,10 +246,6 @@ stats_json (struct throttle_export *exp, char *buf, size_t len)
     throttle_json_string (fp, v.why[i]);
   }
   fputs ("}}", fp);
-  /* Output that did not fit is dropped whole. */
-  if (fclose (fp) == EOF || memchr (buf, '\0', len) == NULL ||
-      strlen (buf) + 1 >= len)
-    buf[0] = '\0';
 }
 
 #define SAFE "nbdkit_throttle_swap_safe"
@@ -289,8 +282,7 @@ throttle_verdict_get_ready (void)
   judge (&v);
   report (&v);
   reported = v.missing;
-  throttle_report_add_json (stats_json);
-  throttle_report_add_metrics (metrics);
+  throttle_report_add (stats_json, metrics);
 }
 
 void

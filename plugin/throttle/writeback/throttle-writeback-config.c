@@ -190,8 +190,8 @@ throttle_writeback_config_complete (void)
                 "%d bytes go through directly",
                 pool_bytes, WB_ELEM, need,
                 (int) (pool_bytes < WB_MAX_WRITE ? pool_bytes : WB_MAX_WRITE));
-  throttle_report_add_json (throttle_writeback_stats_json);
-  throttle_report_add_metrics (throttle_writeback_metrics);
+  throttle_report_add (throttle_writeback_stats_json,
+                       throttle_writeback_metrics);
   return 0;
 }
 

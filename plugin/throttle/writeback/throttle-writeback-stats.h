@@ -11,16 +11,15 @@
 
 #include "throttle-export.h"
 
-/* JSON members for the control socket (throttle_report_json_fn):
- *   "writeback":{"pending_writes":N,"pending_bytes":N,
+/* The member for the control socket (throttle_report_json_fn):
+ *   ,"writeback":{"pending_writes":N,"pending_bytes":N,
  *   "peak_pending_bytes":N,"pool_used":N,"pool_size":N,"written":N,
  *   "direct":N,"failed":N,"error":"EIO"|null}
- * Nothing for exp == NULL or an export in writethrough, and nothing
- * (never half a member) if buf's len bytes cannot hold it all.  exp
- * must stay valid for the call; any thread.
+ * Nothing for exp == NULL or an export in writethrough.  exp must stay
+ * valid for the call; any thread.
  */
-extern void throttle_writeback_stats_json (struct throttle_export *exp,
-                                           char *buf, size_t len);
+extern void throttle_writeback_stats_json (FILE *fp,
+                                           struct throttle_export *exp);
 
 /* The same numbers as metrics (a throttle_report_metrics_fn): the families
  * nbdkit_throttle_writeback_*, each with one sample per export in
