@@ -342,12 +342,14 @@ throttle_metrics_write (FILE *fp, bool with_features)
  * call that logs what is neither an error nor a debug line.  A server
  * in the background without -v has no stderr (nbdkit points it at
  * /dev/null): throttle-metrics-file is written a last time instead.
+ * A line is written under stderr's lock, as nbdkit writes its own.
  */
 static void
 summary_line (const struct budget *b)
 {
   size_t i;
 
+  flockfile (stderr);
   if (b->name)
     fprintf (stderr, "nbdkit: throttle: summary export=\"%s\"", b->name);
   else
@@ -364,6 +366,7 @@ summary_line (const struct budget *b)
                value (b, &stats[i]));
   }
   putc ('\n', stderr);
+  funlockfile (stderr);
 }
 
 /* The server's line first: a script reading the last summary line

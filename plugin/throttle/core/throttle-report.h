@@ -38,9 +38,9 @@
  * each preceded by a comma, e.g.
  *   ,"writeback":{"pool_used":1048576,"pending_writes":3,"error":null}
  * once with exp == NULL for members of the top-level object (without
- * the registry's lock), then once per export, with the registry's lock
- * held: it must not call the registry (a lock it takes for a copy is
- * ordered after that one: throttle-export.c).
+ * the registry's lock), then once per export, maybe with the
+ * registry's lock held: it must not call the registry (a lock it takes
+ * for a copy is ordered after that one: throttle-export.c).
  *
  * metrics writes whole families as OpenMetrics text
  * (lib/throttle-prom.h), after the budgets', without the registry's
