@@ -15,10 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "throttle-config.h"
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
+#include "throttle-metrics.h"
 #include "throttle-report.h"
 #include "check-main.h"
 
@@ -282,6 +284,61 @@ START_TEST (test_metrics)
 }
 END_TEST
 
+/* The summary at exit, the stats and the metrics give one budget's
+ * numbers from the same table: the same values in each, the server's
+ * line first and without the export's own counts.
+ */
+START_TEST (test_summary)
+{
+  static const char want[] =
+    "nbdkit: throttle: summary server capacity=2097152 in_flight=4096 "
+    "peak=4096 charged=4096 admitted=1 waited=0 clamped=0 "
+    "wait_total_ms=0.000 wait_max_ms=0.000\n"
+    "nbdkit: throttle: summary export=\"\" capacity=262144 in_flight=0 "
+    "peak=0 charged=0 admitted=0 waited=0 cancelled=0 clamped=0 "
+    "wait_total_ms=0.000 wait_max_ms=0.000\n"
+    "nbdkit: throttle: summary export=\"a b\"c\x01\xff\" capacity=262144 "
+    "in_flight=4096 peak=4096 charged=4096 admitted=1 waited=0 "
+    "cancelled=0 clamped=0 wait_total_ms=0.000 wait_max_ms=0.000\n";
+  char path[] = "/tmp/test-control-proto.XXXXXX", got[2048], *r;
+  uint64_t charged;
+  int fd = mkstemp (path), saved = dup (2);
+  ssize_t n;
+
+  ck_assert_int_ge (fd, 0);
+  unlink (path);
+  /* As the filter charges: the export's budget, then the server's. */
+  ck_assert_int_eq (throttle_budget_charge (&exports[1]->budget, 4096,
+                                            NULL, NULL, 0, &charged), 0);
+  ck_assert_int_eq (throttle_budget_charge (&server, 4096, NULL, NULL, 0,
+                                            &charged), 0);
+  fflush (stderr);
+  ck_assert_int_eq (dup2 (fd, 2), 2);
+  throttle_metrics_summary ();
+  fflush (stderr);
+  dup2 (saved, 2);
+  close (saved);
+  n = pread (fd, got, sizeof got - 1, 0);
+  close (fd);
+  ck_assert_int_gt (n, 0);
+  got[n] = '\0';
+  ck_assert_str_eq (got, want);
+
+  r = ask ("stats from 1");
+  ck_assert_ptr_nonnull (strstr (r, "\"in_flight\":4096,\"peak\":4096,"
+                                 "\"charged\":4096,\"admitted\":1,"));
+  free (r);
+  r = ask ("metrics");
+  ck_assert_ptr_nonnull (strstr (r, "\nnbdkit_throttle_in_flight_units{"
+                                 "export=\"a b\\\"c\x01\xef\xbf\xbd\"} 4096\n"));
+  ck_assert_ptr_nonnull (strstr (r, "\nnbdkit_throttle_server_charged_units_total"
+                                 " 4096\n"));
+  free (r);
+  throttle_budget_credit (&exports[1]->budget, 4096);
+  throttle_budget_credit (&server, 4096);
+}
+END_TEST
+
 START_TEST (test_set)
 {
   expect ("set limit \"\" 1048576", "{\"ok\":true,\"limit\":1048576}\n");
@@ -321,6 +378,7 @@ throttle_test_suite (void)
   tcase_add_test (tc, test_metrics);
   tcase_add_test (tc, test_extra_stats);
   tcase_add_test (tc, test_set);
+  tcase_add_test (tc, test_summary);
   suite_add_tcase (s, tc);
   return s;
 }
