@@ -94,7 +94,6 @@ struct snapshot {
   size_t total;                 /* exports with a budget, in all */
   size_t n;                     /* in exports[] */
   struct budget *exports;
-  const char *json;             /* the features' top-level members */
   char *text;                   /* where the strings are */
   FILE *fp;                     /* text, while taking */
   bool with_json;
@@ -127,7 +126,8 @@ take_export (struct throttle_export *exp, void *opaque)
 }
 
 /* One export (exp != NULL, held by the caller), or at most max from
- * the from'th, with the features' JSON members if with_json.  An
+ * the from'th, with each export's features' JSON members if
+ * with_json.  An
  * export made between the count and the walk is left out, as if made
  * just after.  0, or -1 if memory ran out (nothing to free then).
  */
@@ -148,9 +148,6 @@ take (struct snapshot *r, struct throttle_export *exp, size_t from,
     return -1;
   }
   throttle_budget_get_stats (throttle_config.server, &r->server.s);
-  if (with_json)
-    throttle_report_json (r->fp, NULL);
-  putc ('\0', r->fp);
   if (exp) {
     take_export (exp, r);
     r->total = throttle_export_count ();
@@ -162,7 +159,6 @@ take (struct snapshot *r, struct throttle_export *exp, size_t from,
     free (r->text);
     return -1;
   }
-  r->json = r->text;
   for (i = 0; i < r->n; i++) {
     r->exports[i].name = r->text + (uintptr_t) r->exports[i].name;
     r->exports[i].json = r->text + (uintptr_t) r->exports[i].json;
@@ -231,7 +227,8 @@ throttle_metrics_stats (struct throttle_export *exp, size_t from)
     else
       fputs (",\"next\":null", fp);
   }
-  fprintf (fp, "%s,\"exports\":[", r.json);
+  throttle_report_json (fp, NULL);
+  fputs (",\"exports\":[", fp);
   for (i = 0; i < r.n; i++) {
     if (i > 0)
       putc (',', fp);
