@@ -286,7 +286,8 @@ END_TEST
 
 /* The summary at exit, the stats and the metrics give one budget's
  * numbers from the same table: the same values in each, the server's
- * line first and without the export's own counts.
+ * line first and without the export's own counts.  A server that did
+ * not start has no summary.
  */
 START_TEST (test_summary)
 {
@@ -314,6 +315,8 @@ START_TEST (test_summary)
                                             &charged), 0);
   fflush (stderr);
   ck_assert_int_eq (dup2 (fd, 2), 2);
+  throttle_metrics_summary ();          /* not started: nothing */
+  ck_assert_int_eq (throttle_metrics_after_fork (), 0);
   throttle_metrics_summary ();
   fflush (stderr);
   dup2 (saved, 2);

@@ -34,7 +34,9 @@
  *   control thread (.after_fork) starts once everything it reports on
  *   exists; it is the first stopped (.cleanup) and unloaded (.unload:
  *   its thread reads the budgets the core frees after), then the
- *   metrics file's last write, with the final numbers.
+ *   summary at exit and the metrics file's last write, with the final
+ *   numbers.  The summary's .after_fork, before the control socket's,
+ *   notes that the server started.
  */
 
 #include <config.h>
@@ -50,6 +52,7 @@
 #include "throttle-feature.h"
 #include "throttle-guards.h"
 #include "throttle-guards-config.h"
+#include "throttle-metrics.h"
 #include "throttle-metrics-file.h"
 #include "throttle-realtime.h"
 #include "throttle-remote.h"
@@ -177,6 +180,12 @@ static const struct throttle_feature metrics_file = {
   .unload = throttle_metrics_file_unload,
 };
 
+static const struct throttle_feature summary = {
+  .name = "summary",
+  .after_fork = throttle_metrics_after_fork,
+  .unload = throttle_metrics_summary,
+};
+
 static const struct throttle_feature control = {
   .name = "control",
   .params = throttle_control_param_table,
@@ -188,7 +197,7 @@ static const struct throttle_feature control = {
 
 const struct throttle_feature *const throttle_features[] = {
   &guards, &writeback, &remote, &verdict, &adapt,
-  &capacity, &metrics_file, &control,
+  &capacity, &metrics_file, &summary, &control,
   NULL
 };
 

@@ -366,6 +366,15 @@ summary_line (const struct budget *b)
   funlockfile (stderr);
 }
 
+static bool started;
+
+int
+throttle_metrics_after_fork (void)
+{
+  started = true;
+  return 0;
+}
+
 /* The server's line first: a script reading the last summary line
  * finds an export's, as before there was a server-wide budget.
  */
@@ -375,6 +384,8 @@ throttle_metrics_summary (void)
   struct snapshot r;
   size_t i;
 
+  if (!started)
+    return;
   if (take (&r, NULL, 0, SIZE_MAX, false) == -1) {
     fputs ("nbdkit: throttle: summary: out of memory\n", stderr);
     return;

@@ -69,10 +69,13 @@ extern char *throttle_metrics_stats (struct throttle_export *exp,
  */
 extern int throttle_metrics_write (FILE *fp, bool with_features);
 
-/* The summary at exit on stderr: the server-wide budget's line, then
- * one per export.  At unload, for a server that started, before the
- * budgets are freed.
+/* The summary at exit on stderr, a feature's hooks
+ * (throttle-features.c): after_fork notes that the server started;
+ * summary, at unload before the core frees the budgets, writes the
+ * server-wide budget's line, then one per export, if it started (a
+ * refused configuration has only its error to say).
  */
+extern int throttle_metrics_after_fork (void);
 extern void throttle_metrics_summary (void);
 
 #endif /* THROTTLE_METRICS_H */

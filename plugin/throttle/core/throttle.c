@@ -29,7 +29,6 @@
 #include "throttle-config.h"
 #include "throttle-export.h"
 #include "throttle-feature.h"
-#include "throttle-metrics.h"
 #include "throttle-params.h"
 #include "throttle-parse.h"
 #include "throttle-quit.h"
@@ -38,7 +37,6 @@
 static const char *metric_spec = "bytes";
 static uint64_t server_capacity;        /* 0 = throttle-capacity */
 static struct throttle_budget server_budget;
-static bool started;                    /* .after_fork was called */
 
 /* The core's parameters; their help is throttle_core_config_help. */
 static const struct throttle_param core_params[] = {
@@ -196,7 +194,6 @@ throttle_after_fork (nbdkit_backend *backend)
       return -1;
   if (throttle_quit_start () == -1)
     return -1;
-  started = true;
   return 0;
 }
 
@@ -233,8 +230,6 @@ throttle_unload (void)
     if ((*f)->unload)
       (*f)->unload ();
   throttle_abort_uninstall ();
-  if (started)                  /* a refused start has only its error */
-    throttle_metrics_summary ();
   throttle_export_free_all ();
   if (throttle_config.server) {
     throttle_budget_shutdown (throttle_config.server);
