@@ -7,14 +7,10 @@
 #include <config.h>
 
 #include <errno.h>
-#include <inttypes.h>
-#include <stdarg.h>
-#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <nbdkit-filter.h>
 
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
