@@ -41,13 +41,10 @@
 
 #include <config.h>
 
-#include <stdint.h>
-
 #include <nbdkit-filter.h>
 
 #include "throttle-adapt-glue.h"
 #include "throttle-capacity.h"
-#include "throttle-config.h"
 #include "throttle-control.h"
 #include "throttle-feature.h"
 #include "throttle-guards.h"
@@ -56,54 +53,20 @@
 #include "throttle-metrics-file.h"
 #include "throttle-realtime.h"
 #include "throttle-remote.h"
-#include "throttle-serve.h"
 #include "throttle-verdict.h"
 #include "throttle-writeback.h"
-
-static int
-guards_get_ready (int thread_model)
-{
-  if (throttle_guards_get_ready (thread_model) == -1)
-    return -1;
-  throttle_max_request = throttle_guards_max_request ();
-  if (throttle_guards_rt_active () && !throttle_config.charge_reads) {
-    throttle_config.charge_reads = true;
-    nbdkit_debug ("throttle: request threads are or may become real-time: "
-                  "reads are charged");
-  }
-  return 0;
-}
-
-static int
-guards_preopen (const char *exportname, void **state)
-{
-  *state = (void *) (intptr_t) throttle_realtime_open ();
-  return 0;
-}
-
-static void
-guards_close (void *state)
-{
-  throttle_realtime_close ((int) (intptr_t) state);
-}
 
 static const struct throttle_feature guards = {
   .name = "guards",
   .params = throttle_guards_param_table,
   .before_exports = throttle_guards_config_complete,
-  .get_ready = guards_get_ready,
+  .get_ready = throttle_guards_get_ready,
   .after_fork = throttle_guards_after_fork,
   .unload = throttle_guards_unload,
-  .preopen = guards_preopen,
-  .close = guards_close,
+  .preopen = throttle_realtime_open,
+  .close = throttle_realtime_close,
   .thread_enter = throttle_guards_thread_enter,
 };
-
-static int
-writeback_preopen (const char *exportname, void **state)
-{
-  return throttle_writeback_check_name (exportname);
-}
 
 static const struct throttle_feature writeback = {
   .name = "writeback",
@@ -112,44 +75,23 @@ static const struct throttle_feature writeback = {
   .get_ready = throttle_writeback_get_ready,
   .cleanup = throttle_writeback_cleanup,
   .list_exports = throttle_writeback_list_exports,
-  .preopen = writeback_preopen,
+  .preopen = throttle_writeback_preopen,
   .open = throttle_writeback_conn_open,
   .finalize = throttle_writeback_conn_finalize,
   .close = throttle_writeback_conn_close,
 };
 
-static int
-remote_get_ready (int thread_model)
-{
-  throttle_remote_get_ready ();
-  return 0;
-}
-
 static const struct throttle_feature remote = {
   .name = "remote",
   .params = throttle_remote_param_table,
   .plugin_key = throttle_remote_plugin_key,
-  .get_ready = remote_get_ready,
+  .get_ready = throttle_remote_get_ready,
 };
-
-static int
-verdict_get_ready (int thread_model)
-{
-  throttle_verdict_get_ready ();
-  return 0;
-}
-
-static int
-verdict_after_fork (void)
-{
-  throttle_verdict_after_fork ();
-  return 0;
-}
 
 static const struct throttle_feature verdict = {
   .name = "verdict",
-  .get_ready = verdict_get_ready,
-  .after_fork = verdict_after_fork,
+  .get_ready = throttle_verdict_get_ready,
+  .after_fork = throttle_verdict_after_fork,
 };
 
 static const struct throttle_feature adapt = {
@@ -161,16 +103,9 @@ static const struct throttle_feature adapt = {
   .cleanup = throttle_adapt_cleanup,
 };
 
-static int
-capacity_config_complete (void)
-{
-  throttle_capacity_config_complete ();
-  return 0;
-}
-
 static const struct throttle_feature capacity = {
   .name = "capacity",
-  .config_complete = capacity_config_complete,
+  .config_complete = throttle_capacity_config_complete,
 };
 
 static const struct throttle_feature metrics_file = {

@@ -220,11 +220,12 @@ static const struct throttle_report_setter setters[] = {
   { "server-capacity", "set server-capacity N", false, set_server_capacity },
 };
 
-void
+int
 throttle_capacity_config_complete (void)
 {
   size_t i;
 
   for (i = 0; i < sizeof setters / sizeof setters[0]; i++)
     throttle_report_add_setter (&setters[i]);
+  return 0;
 }

@@ -10,6 +10,6 @@
 #define THROTTLE_CAPACITY_H
 
 /* Add the commands to the control protocol, from .config_complete. */
-extern void throttle_capacity_config_complete (void);
+extern int throttle_capacity_config_complete (void);
 
 #endif /* THROTTLE_CAPACITY_H */

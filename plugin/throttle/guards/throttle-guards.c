@@ -32,6 +32,7 @@
 #include "throttle-memlock.h"
 #include "throttle-parse.h"
 #include "throttle-realtime.h"
+#include "throttle-serve.h"
 #include "throttle-verdict.h"
 
 /* The parameters, read only after .config. */
@@ -353,6 +354,15 @@ throttle_guards_get_ready (int thread_model)
                   !rt_active ? "no" : gp->rt == THROTTLE_GUARD_ON ? "yes" :
                   "for kernel clients and under memory pressure",
                   oom_active ? "-1000" : "unchanged", mem);
+  }
+  throttle_max_request = throttle_guards_max_request ();
+  /* Real-time threads may draw on the allocator's reserve for their
+   * replies; bounding reads keeps that draw bounded too.
+   */
+  if (rt_active && !throttle_config.charge_reads) {
+    throttle_config.charge_reads = true;
+    nbdkit_debug ("throttle: request threads are or may become real-time: "
+                  "reads are charged");
   }
   return 0;
 }

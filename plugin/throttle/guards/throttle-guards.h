@@ -29,6 +29,9 @@
  * terminal, before nbdkit daemonizes.
  */
 extern int throttle_guards_get_ready (int thread_model);
+/* ... and then sets throttle_max_request (throttle-serve.h), and has
+ * reads charged if the request threads are or may become real-time.
+ */
 
 /* Sets the guards on the main thread (fork and clone copy task flags,
  * policy and oom_score_adj, so every thread created later inherits

@@ -13,6 +13,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -172,7 +173,7 @@ rt_wake_watcher (void)
 }
 
 int
-throttle_realtime_open (void)
+throttle_realtime_open (const char *exportname, void **peer)
 {
   char why[256];
   enum throttle_rt_peer c;
@@ -182,8 +183,9 @@ throttle_realtime_open (void)
    */
   c = throttle_peer_classify (why, sizeof why);
   throttle_verdict_peer (c, why);
+  *peer = (void *) (intptr_t) -1;
   if (!permitted)
-    return -1;
+    return 0;
   throttle_lock (&rt_lock);
   throttle_rt_peer_open (&rt_state, c, throttle_now_ns ());
   rt_apply_locked (throttle_now_ns (), why);
@@ -191,12 +193,15 @@ throttle_realtime_open (void)
   if (throttle_debug_verbose)
     nbdkit_debug ("throttle: guards: throttle-rt peer: %s: real-time %s",
                   why, atomic_load (&rt_on) ? "on" : "off");
-  return c;
+  *peer = (void *) (intptr_t) c;
+  return 0;
 }
 
 void
-throttle_realtime_close (int peer)
+throttle_realtime_close (void *state)
 {
+  int peer = (int) (intptr_t) state;
+
   if (peer < 0)
     return;
   throttle_lock (&rt_lock);

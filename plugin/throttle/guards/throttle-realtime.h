@@ -37,12 +37,12 @@ extern void throttle_realtime_stop (void);
  * classifies the peer (throttle-peer.h), tells the swap verdict
  * (throttle_verdict_peer: a kernel client attaching to a server that
  * is not safe), and where real-time is permitted counts the peer and
- * switches the process if that changes the answer.  Returns the peer's
- * class for throttle_realtime_close, or -1 where real-time is not
- * permitted.
+ * switches the process if that changes the answer.  Keeps in *peer the
+ * peer's class for throttle_realtime_close, or -1 where real-time is
+ * not permitted.  Returns 0: it refuses no one.
  */
-extern int throttle_realtime_open (void);
-extern void throttle_realtime_close (int peer);
+extern int throttle_realtime_open (const char *exportname, void **peer);
+extern void throttle_realtime_close (void *peer);
 
 /* Whether the process is real-time now (for the log). */
 extern bool throttle_realtime_is_on (void);

@@ -137,20 +137,21 @@ remote_why (char *why, size_t len)
   }
 }
 
-void
-throttle_remote_get_ready (void)
+int
+throttle_remote_get_ready (int thread_model)
 {
   char why[64];
   long min_free, boost;
 
   if (remote_why (why, sizeof why) == -1)
-    return;
+    return 0;
   min_free = read_setting (min_free_path (), "min_free_kbytes", true);
   boost = read_setting (boost_path (), "watermark_boost_factor", true);
   nbdkit_debug ("throttle: storage over a network (%s): "
                 "vm.min_free_kbytes %ld, at least %d needed; "
                 "vm.watermark_boost_factor %ld, 0 needed",
                 why, min_free, THROTTLE_REMOTE_MIN_FREE_KBYTES, boost);
+  return 0;
 }
 
 int

@@ -61,7 +61,7 @@ extern void throttle_remote_plugin_key (const char *key, const char *value);
  * setting and the least it needs, or why it cannot be read.  Refuses
  * nothing.
  */
-extern void throttle_remote_get_ready (void);
+extern int throttle_remote_get_ready (int thread_model);
 
 /* With the storage remote and vm.min_free_kbytes below the least:
  * returns 1 and writes into why (len bytes) what is wrong and what to

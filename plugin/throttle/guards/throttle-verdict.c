@@ -274,8 +274,8 @@ metrics (FILE *fp)
                           !!(v.missing & (1u << i)));
 }
 
-void
-throttle_verdict_get_ready (void)
+int
+throttle_verdict_get_ready (int thread_model)
 {
   struct verdict v;
 
@@ -283,9 +283,10 @@ throttle_verdict_get_ready (void)
   report (&v);
   reported = v.missing;
   throttle_report_add (stats_json, metrics);
+  return 0;
 }
 
-void
+int
 throttle_verdict_after_fork (void)
 {
   struct verdict v;
@@ -294,6 +295,7 @@ throttle_verdict_after_fork (void)
   if (v.missing & ~reported)
     report (&v);
   reported = v.missing;
+  return 0;
 }
 
 void

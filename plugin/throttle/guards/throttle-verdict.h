@@ -68,13 +68,13 @@ extern int throttle_verdict_refusals (void);
  * verdict at start, while stderr is still the user's terminal; adds
  * the stats member and the metrics families.
  */
-extern void throttle_verdict_get_ready (void);
+extern int throttle_verdict_get_ready (int thread_model);
 
 /* .after_fork, after the guards were set: the warning again if a
  * reason appeared since get_ready (-u dropped a capability, the heap
  * reserve could not be had).
  */
-extern void throttle_verdict_after_fork (void);
+extern int throttle_verdict_after_fork (void);
 
 /* .open, with the peer's class and what was found (throttle-peer.h):
  * a kernel nbd client attaching to a server that is not safe is

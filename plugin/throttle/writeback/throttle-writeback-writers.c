@@ -320,7 +320,7 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
  * is refused, read-only connections too.
  */
 int
-throttle_writeback_check_name (const char *exportname)
+throttle_writeback_preopen (const char *exportname, void **state)
 {
   if (!throttle_writeback_enabled () || exportname[0] == '\0')
     return 0;
@@ -345,7 +345,7 @@ throttle_writeback_list_exports (nbdkit_next_list_exports *next,
     return next (nxdata, readonly, exports);
 
   /* The plugin's list, its default export resolved by nbdkit, less
-   * the names throttle_writeback_check_name refuses: a client shown a
+   * the names throttle_writeback_preopen refuses: a client shown a
    * name expects to open it.
    */
   all = nbdkit_exports_new ();

@@ -38,10 +38,10 @@ struct throttle_wb_conn {
  * to .open, after nbdkit put the plugin's default export name for a
  * client's ""): -1 after nbdkit_error.  0 in writethrough.
  */
-extern int throttle_writeback_check_name (const char *exportname);
+extern int throttle_writeback_preopen (const char *exportname, void **state);
 
 /* The filter's .list_exports: in writeback mode the plugin's list
- * less the names throttle_writeback_check_name refuses; in
+ * less the names throttle_writeback_preopen refuses; in
  * writethrough the plugin's list as it is.
  */
 extern int throttle_writeback_list_exports (nbdkit_next_list_exports *next,
@@ -50,7 +50,7 @@ extern int throttle_writeback_list_exports (nbdkit_next_list_exports *next,
                                             struct nbdkit_exports *exports);
 
 /* Fills c for a connection to exp (given to .open as exportname, which
- * throttle_writeback_check_name accepted: the caller's duty) and, on
+ * throttle_writeback_preopen accepted: the caller's duty) and, on
  * the first writable open in writeback mode, creates the export's
  * queue, pool and writers.  context is the one given to .open.
  * Returns -1 after nbdkit_error.

@@ -17,7 +17,7 @@
  * When each hook is called, and why then: throttle-features.c.  In
  * writethrough no connection has write-behind's ops: the core calls
  * the plugin itself (named exports are writethrough's alone: writeback
- * refuses them, throttle_writeback_check_name).
+ * refuses them, throttle_writeback_preopen).
  */
 
 #ifndef THROTTLE_WRITEBACK_H
