@@ -23,8 +23,9 @@
 # stop:S: the storage server killed and restarted S s later, or stopped
 # for S s, at the start of swap-in (run-guest.sh); thr.retry=1: nbdkit's
 # retry filter under the throttle, to reconnect.  Two boots each for the
-# remote MUST rows: a boot takes 55 to 90 s under TCG and CI's suite
-# must stay in its budget.
+# remote MUST rows: a boot takes 55 to 90 s under TCG on an idle
+# machine, about 190 s on a loaded one, and CI must stay under 50
+# minutes (every MUST boot runs, whatever the time: check-swap.sh).
 swap_configs ()
 {
     cat <<'EOF'
