@@ -5,6 +5,14 @@
 # the promises of the fast path or of mirroring, and the schedules must find it, with the
 # check that names that promise and a seed that replays it.
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
+# The mutants test the schedules and the stress, not the code that
+# ships: the plain build runs them; a sanitizer build does not build
+# them (tests/Makefile.am).
+case ${SANITIZERS:-no} in
+  no|"") ;;
+  *) echo "$0: SKIP: a build with --enable-sanitizers=$SANITIZERS: the mutants test the tests, and run in the plain build"
+     exit 77 ;;
+esac
 
 # mutant  what its failure must say
 mutants=(
