@@ -10,9 +10,12 @@
 #
 # Environment: SANITIZER_BUILDS (default "address,undefined thread"),
 # SANITIZER_JOBS (make -j, default 2), THROTTLE_SOAK_SECS (the soak
-# under sanitizers, default 20), KEEP=1 to keep the build directories.
+# under sanitizers, default 20), TSAN_SIM_SCHEDULES (schedules of each
+# simulation in the TSan build, default 200; see below), KEEP=1 to keep
+# the build directories.
 # The swap guest suite (in check-slow) skips itself in a sanitizer
-# build.
+# build, and so do the budget's mutants, which test the tests (the
+# plain build runs both).
 
 set -uo pipefail
 
@@ -46,7 +49,18 @@ for san in $builds; do
   # CK_FORK=no would let one failing test end the others.
   # check-slow too (one after the other: they share test-suite.log):
   # the soak is where TSan sees the most.
-  { make -C "$b/tests" -j"$jobs" check &&
+  # The simulations (test-sim, test-budget-sched, test-wbq-sim) are one
+  # thread stepping a model through interleavings: TSan, which looks for
+  # races between threads, can find none there, and their full runs
+  # cost it about 170 s of CPU.  The TSan build runs a few schedules of
+  # each (the code under its runtime); the ASan+UBSan build runs them
+  # all, as the plain build does, with the lock checks as here.
+  simenv=()
+  case $san in
+    *thread*) simenv=(THROTTLE_SIM_SCHEDULES="${TSAN_SIM_SCHEDULES:-200}"
+                      THROTTLE_WBQ_SIM_SCHEDULES="${TSAN_SIM_SCHEDULES:-200}") ;;
+  esac
+  { env "${simenv[@]}" make -C "$b/tests" -j"$jobs" check &&
       make -C "$b/tests" -j"$jobs" check-slow; } >"$b/check.log" 2>&1
   rc=$?
   grep -E '^(PASS|FAIL|SKIP|XFAIL|XPASS|ERROR):' "$b/check.log"
