@@ -21,7 +21,7 @@ requires_file "$TEST_PLUGIN"
 requires_file "$TEST_METRIC"
 requires $PY -c 'import nbd'
 requires "$NBDKIT" --dump-plugin memory
-"$NBDKIT" --filter=delay memory 1M --run true >/dev/null 2>&1 ||
+"$NBDKIT" -U - --filter=delay memory 1M --run true >/dev/null 2>&1 ||
   fail "nbdkit's delay filter is missing (package nbdkit)"
 
 client=$srcdir/liveness.py
