@@ -12,8 +12,9 @@
 #   ./dev.sh check-nbdkit TARBALL
 #                     build that nbdkit release from its source tarball
 #                     into a cached prefix, build this project against
-#                     it, run the unit and integration tests, then
-#                     nbdkit's own tests with the filter in front
+#                     it, run the unit and integration tests that
+#                     depend on nbdkit's version, then nbdkit's own
+#                     tests with the filter in front
 #
 # Builds out of tree in ./build (THROTTLE_BUILDDIR to change).
 set -euo pipefail
@@ -207,8 +208,10 @@ nbdkit_from_tarball ()
 }
 
 # This project built against PREFIX's nbdkit in a build directory of
-# its own, then its unit and integration tests (the swap guest test
-# stays with ./dev.sh check), then the subset of nbdkit's own tests in
+# its own, then those of its unit and integration tests that depend on
+# nbdkit's version (the swap guest test stays with ./dev.sh check, as
+# do the tests of code that nbdkit does not touch), then the subset of
+# nbdkit's own tests in
 # tests/nbdkit-suite.sh, plain and with the filter in front, in
 # nbdkit's build tree.
 check_nbdkit ()
@@ -232,7 +235,11 @@ check_nbdkit ()
   make -j"$(nproc)" >/dev/null
   start=$(date +%s)
   echo "== nbdkit $version: unit and integration tests"
-  make check TESTS='$(UNIT_TESTS) $(INTEGRATION_TESTS)'
+  # Those whose subject depends on nbdkit's version: the others
+  # (tests/Makefile.am, NBDKIT_FREE_TESTS: lib/'s unit tests and the
+  # simulations, the budget's mutants, tests that start no nbdkit) ran
+  # in ./dev.sh check, built and run the same whatever nbdkit is here.
+  make -j"$(nproc)" check TESTS='$(NBDKIT_TESTS)'
   # Of the slow tests, the one that depends on nbdkit's version (who
   # may make its threads real-time, through nbdkit_peer_*).  The soak
   # loads the budget, the same code whatever nbdkit runs it: it runs on
@@ -257,7 +264,9 @@ case "${1:-}" in
   check)
     deps; build
     cd "$builddir"
-    make check
+    # Two tests at a time on 2 cores, as tests/run-sanitizers.sh runs
+    # them; the slow ones one after the other.
+    make -j"$(nproc)" check
     make check-slow
     # The short name --filter=throttle works once installed.
     make install >/dev/null
@@ -270,5 +279,5 @@ case "${1:-}" in
   check-nbdkit)
     [ $# -eq 2 ] || { echo "usage: ./dev.sh check-nbdkit NBDKIT-TARBALL" >&2; exit 2; }
     deps; check_nbdkit "$(realpath -m "$2")" ;;
-  *) sed -n '2,17p' "$0"; exit 2 ;;
+  *) sed -n '2,18p' "$0"; exit 2 ;;
 esac
