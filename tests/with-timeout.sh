@@ -9,9 +9,11 @@
 # what any test takes on a loaded 2-core machine, and 4 times that in
 # a sanitizer build, which runs 5-10x slower; the swap guest suite
 # has THROTTLE_SWAP_TIMEOUT (default 4500: it starts every MUST boot
-# whatever the time: CI's 19 and raw-disk's 3, two at a time, are 11
-# rounds of boots that run-guest.sh ends by about 370 s each, its 300 s
-# limit and the task dump; 12 to 20 minutes when they pass).
+# whatever the time, CI's 19 and raw-disk's 3, two at a time: 12 to 25
+# minutes when they pass, and a boot that hangs is stopped by
+# run-guest.sh's detectors within about 3 minutes with its task dump;
+# only boots that keep printing until its 600 s limit, all of them,
+# would pass this one).
 
 secs=${THROTTLE_TEST_TIMEOUT:-300}
 case ${SANITIZERS:-no} in
