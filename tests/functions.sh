@@ -127,7 +127,7 @@ start_nbdkit ()
 # start_refused EXPECT ARGS...: nbdkit with the filter over the memory
 # plugin refuses to start with ARGS, with exactly one error line, which
 # says EXPECT (a grep pattern): every error is one line of the filter's,
-# naming the parameter (plugin/throttle/core/throttle-params.h); the filter
+# naming the parameter (plugin/throttle/params/throttle-params.h); the filter
 # calls none of nbdkit's parsers, which would log a line of their own.
 start_refused ()
 {

@@ -25,7 +25,7 @@ FOLDERS = ["lib", "plugin/throttle", "plugin/disk"]
 # at the bottom but for what still calls the features by name, until
 # they attach through an interface of the core's (issue 39): nbdkit's
 # callbacks and the serving of a request.
-LAYERS = ["core", "compat", "guards", "writeback", "adapt", "control"]
+LAYERS = ["params", "core", "compat", "guards", "writeback", "adapt", "control"]
 # The features attach to the core through core/throttle-feature.h and
 # the table plugin/throttle/throttle-features.c (outside the folders):
 # the core includes no feature's header.

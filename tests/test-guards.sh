@@ -177,7 +177,7 @@ refuse() {
 }
 
 # --- bad values are refused, naming the parameter ----------------------
-# (one line, ours: see plugin/throttle/core/throttle-params.h)
+# (one line, ours: see plugin/throttle/params/throttle-params.h)
 for kv in throttle-io-flusher=maybe throttle-rt=yes throttle-oom=1 \
           throttle-mlock=all throttle-threads=0 \
           throttle-max-request=32K throttle-max-request=64M \

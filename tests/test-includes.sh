@@ -33,7 +33,7 @@ printf '#include "nbdkit-throttle-metric.h"\n' > "$bad/lib/m.c"
 printf '#include <nbdkit-plugin.h>\n' > "$bad/lib/nbdkit-throttle-metric.h"
 # The filter's folders in layers: the guards may not include what
 # reports on them (control/), which may include the guards.
-for d in core compat guards writeback adapt control; do
+for d in params core compat guards writeback adapt control; do
   mkdir -p "$bad/plugin/throttle/$d"
 done
 printf '#include "throttle-ctl.h"\n' > "$bad/plugin/throttle/guards/g.c"

@@ -62,7 +62,7 @@ if section parameters; then
   fi
   grep -q "throttle-mode=bogus" <<<"$out" || fail "bad mode not named: $out"
   # The parameter is named (for -1, after nbdkit's parser's line:
-  # plugin/throttle/core/throttle-parse.h).
+  # plugin/throttle/params/throttle-parse.h).
   for bad in throttle-writeback-pool=0 throttle-writeback-pool=-1 \
              throttle-writeback-threads=0 throttle-writeback-threads=65; do
     if out=$("$NBDKIT" -U - --filter="$filter" memory 1M \

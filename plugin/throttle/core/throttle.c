@@ -54,6 +54,23 @@ static const struct throttle_param core_params[] = {
   { NULL }
 };
 
+/* The core's table, then each feature's, NULL-terminated. */
+static const struct throttle_param *const *
+param_tables (void)
+{
+  static const struct throttle_param *tables[THROTTLE_MAX_FEATURES + 2];
+  const struct throttle_feature *const *f;
+  size_t n = 0;
+
+  if (tables[0] == NULL) {
+    tables[n++] = core_params;
+    for (f = throttle_features; *f; f++)
+      if ((*f)->params)
+        tables[n++] = (*f)->params;
+  }
+  return tables;
+}
+
 static int
 throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
                      const char *key, const char *value)
@@ -61,7 +78,7 @@ throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
   const struct throttle_feature *const *f;
 
   if (strncmp (key, "throttle-", 9) == 0)
-    return throttle_params_config (core_params, key, value);
+    return throttle_params_config (param_tables (), key, value);
   for (f = throttle_features; *f; f++)
     if ((*f)->plugin_key)
       (*f)->plugin_key (key, value);

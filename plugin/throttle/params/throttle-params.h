@@ -74,11 +74,12 @@ struct throttle_param {
 };
 
 /* .config for a key starting "throttle-": refuses a key given before
- * (the first value may be the one meant) and one that neither core's
- * table nor a feature's has (a typo must not reach the plugin); else
- * parses the value into its row.  0, or -1 after the one error line.
+ * (the first value may be the one meant) and one that no table in
+ * 'tables' (the core's, then each feature's; NULL-terminated) has (a
+ * typo must not reach the plugin); else parses the value into its row.
+ * 0, or -1 after the one error line.
  */
-extern int throttle_params_config (const struct throttle_param *core,
+extern int throttle_params_config (const struct throttle_param *const *tables,
                                    const char *key, const char *value);
 
 /* key's value as written, NULL if it was not given: for a default

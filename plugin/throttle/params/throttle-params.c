@@ -15,7 +15,6 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-duration.h"
-#include "throttle-feature.h"
 #include "throttle-params.h"
 #include "throttle-size.h"
 
@@ -171,11 +170,10 @@ find (const struct throttle_param *table, const char *key)
 }
 
 int
-throttle_params_config (const struct throttle_param *core,
+throttle_params_config (const struct throttle_param *const *tables,
                         const char *key, const char *value)
 {
-  const struct throttle_feature *const *f;
-  const struct throttle_param *p = find (core, key);
+  const struct throttle_param *p = NULL;
   const char *before = throttle_params_given (key);
 
   if (before) {
@@ -187,8 +185,8 @@ throttle_params_config (const struct throttle_param *core,
     seen[nr_seen].key = key;
     seen[nr_seen++].value = value;
   }
-  for (f = throttle_features; p == NULL && *f; f++)
-    p = find ((*f)->params, key);
+  for (; p == NULL && *tables; tables++)
+    p = find (*tables, key);
   if (p == NULL) {
     nbdkit_error ("%s=%s: unknown parameter: see nbdkit-throttle-filter(1)",
                   key, value);
