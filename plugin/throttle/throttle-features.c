@@ -57,7 +57,6 @@
 #include "throttle-writeback.h"
 
 static const struct throttle_feature guards = {
-  .name = "guards",
   .params = throttle_guards_param_table,
   .before_exports = throttle_guards_config_complete,
   .get_ready = throttle_guards_get_ready,
@@ -69,7 +68,6 @@ static const struct throttle_feature guards = {
 };
 
 static const struct throttle_feature writeback = {
-  .name = "writeback",
   .params = throttle_writeback_param_table,
   .config_complete = throttle_writeback_config_complete,
   .get_ready = throttle_writeback_get_ready,
@@ -82,20 +80,17 @@ static const struct throttle_feature writeback = {
 };
 
 static const struct throttle_feature remote = {
-  .name = "remote",
   .params = throttle_remote_param_table,
   .plugin_key = throttle_remote_plugin_key,
   .get_ready = throttle_remote_get_ready,
 };
 
 static const struct throttle_feature verdict = {
-  .name = "verdict",
   .get_ready = throttle_verdict_get_ready,
   .after_fork = throttle_verdict_after_fork,
 };
 
 static const struct throttle_feature adapt = {
-  .name = "adapt",
   .params = throttle_adapt_param_table,
   .before_exports = throttle_adapt_config_complete,
   .get_ready = throttle_adapt_get_ready,
@@ -104,25 +99,21 @@ static const struct throttle_feature adapt = {
 };
 
 static const struct throttle_feature capacity = {
-  .name = "capacity",
   .config_complete = throttle_capacity_config_complete,
 };
 
 static const struct throttle_feature metrics_file = {
-  .name = "metrics-file",
   .params = throttle_metrics_file_param_table,
   .config_complete = throttle_metrics_file_config_complete,
   .unload = throttle_metrics_file_unload,
 };
 
 static const struct throttle_feature summary = {
-  .name = "summary",
   .after_fork = throttle_metrics_after_fork,
   .unload = throttle_metrics_summary,
 };
 
 static const struct throttle_feature control = {
-  .name = "control",
   .params = throttle_control_param_table,
   .config_complete = throttle_control_config_complete,
   .after_fork = throttle_control_after_fork,

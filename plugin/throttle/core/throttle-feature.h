@@ -37,7 +37,6 @@ struct throttle_conn;
 struct throttle_param;
 
 struct throttle_feature {
-  const char *name;
   /* .config: the feature's throttle-* parameters, a table ending with
    * a NULL key (throttle-params.h), or NULL.
    */
