@@ -35,7 +35,7 @@
  *   describes the old capacity; it is not counted, so a step's effect
  *   is judged on requests that saw it.  A window runs from its first
  *   counted sample for the window's length, and then to the next
- *   sample, so a pause never makes a window of one sample.
+ *   sample or tick, so a pause never makes a window of one sample.
  *
  * - When a window has no reads but recent windows had some, nothing is
  *   decided: judging writes alone between sparse reads would fight the
