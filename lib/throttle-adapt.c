@@ -35,7 +35,7 @@
  *   describes the old capacity; it is not counted, so a step's effect
  *   is judged on requests that saw it.  A window runs from its first
  *   counted sample for the window's length, and then to the next
- *   sample, so a pause never makes a window of one sample.
+ *   sample or tick, so a pause never makes a window of one sample.
  *
  * - When a window has no reads but recent windows had some, nothing is
  *   decided: judging writes alone between sparse reads would fight the
@@ -50,6 +50,11 @@
 
 #include "throttle-adapt.h"
 
+/* Too slow: over the target for more than 1/THROTTLE_ADAPT_PCT_DIV of
+ * the samples (the 90th percentile, above); fast enough: over 2/3 of
+ * it for at most as many.
+ */
+#define THROTTLE_ADAPT_PCT_DIV 10
 #define THROTTLE_ADAPT_QUIET 8
 #define THROTTLE_ADAPT_HOLD_MIN 4
 #define THROTTLE_ADAPT_HOLD_MAX 128
@@ -64,13 +69,24 @@ open_window (struct throttle_adapt *a, uint64_t now_ns)
   memset (&a->all, 0, sizeof a->all);
 }
 
+/* The window restarts: what it had counted described what no longer
+ * holds.
+ */
+static void
+restart (struct throttle_adapt *a, uint64_t now_ns)
+{
+  a->changed_ns = now_ns;
+  a->hold = 0;
+  open_window (a, now_ns);
+}
+
 int
 throttle_adapt_init (struct throttle_adapt *a,
                      uint64_t floor, uint64_t ceiling,
                      uint64_t target_ns, uint64_t window_ns,
                      uint64_t capacity, uint64_t now_ns)
 {
-  if (floor == 0 || floor > ceiling || target_ns == 0 || window_ns == 0) {
+  if (floor == 0 || window_ns == 0 || (target_ns && floor > ceiling)) {
     errno = EINVAL;
     return -1;
   }
@@ -79,11 +95,10 @@ throttle_adapt_init (struct throttle_adapt *a,
   a->ceiling = ceiling;
   a->target_ns = target_ns;
   a->window_ns = window_ns;
-  a->capacity = capacity < floor ? floor :
-    capacity > ceiling ? ceiling : capacity;
-  a->changed_ns = now_ns;
+  a->capacity = !target_ns || capacity > ceiling ? ceiling :
+    capacity < floor ? floor : capacity;
   a->windows_since_read = THROTTLE_ADAPT_QUIET;
-  open_window (a, now_ns);
+  restart (a, now_ns);
   return 0;
 }
 
@@ -103,6 +118,16 @@ count (struct throttle_adapt_counts *c, const struct throttle_adapt *a,
     c->over_twice++;
 }
 
+/* A caller's clock read before the window opened must not look like a
+ * window that lasted for ever.
+ */
+static bool
+window_over (const struct throttle_adapt *a, uint64_t now_ns)
+{
+  return a->target_ns && now_ns >= a->window_start_ns &&
+    now_ns - a->window_start_ns >= a->window_ns;
+}
+
 bool
 throttle_adapt_sample (struct throttle_adapt *a, uint64_t now_ns,
                        uint64_t latency_ns, bool is_read)
@@ -110,7 +135,8 @@ throttle_adapt_sample (struct throttle_adapt *a, uint64_t now_ns,
   /* Admitted before the last change (or before the start): it
    * measured a capacity that no longer holds.
    */
-  if (latency_ns <= now_ns && now_ns - latency_ns >= a->changed_ns) {
+  if (a->target_ns && latency_ns <= now_ns &&
+      now_ns - latency_ns >= a->changed_ns) {
     /* An idle stretch is no part of a window: it starts with its first
      * sample, so that one sample after a pause is not judged alone.
      */
@@ -120,11 +146,7 @@ throttle_adapt_sample (struct throttle_adapt *a, uint64_t now_ns,
     if (is_read)
       count (&a->reads, a, latency_ns);
   }
-  /* A caller's clock read before the window opened must not look like
-   * a window that lasted for ever.
-   */
-  return a->all.n > 0 && now_ns >= a->window_start_ns &&
-    now_ns - a->window_start_ns >= a->window_ns;
+  return a->all.n > 0 && window_over (a, now_ns);
 }
 
 /* More than a tenth of n. */
@@ -163,12 +185,13 @@ step_up (const struct throttle_adapt *a)
   return cap > a->ceiling - d ? a->ceiling : cap + d;
 }
 
-enum throttle_adapt_step
-throttle_adapt_judge (struct throttle_adapt *a, uint64_t now_ns,
-                      bool work_waiting)
+/* Judge the window, which has samples: the capacity it asks for.
+ * 'work_waiting': requests waited for credit during the window.
+ */
+static uint64_t
+judge (struct throttle_adapt *a, uint64_t now_ns, bool work_waiting)
 {
   const struct throttle_adapt_counts *c = NULL;
-  enum throttle_adapt_step step = THROTTLE_ADAPT_NONE;
   uint64_t cap = a->capacity;
 
   if (a->reads.n > 0) {
@@ -184,31 +207,25 @@ throttle_adapt_judge (struct throttle_adapt *a, uint64_t now_ns,
   if (a->windows_since_step < UINT32_MAX / 2)
     a->windows_since_step++;
 
-  if (c && c->n > 0) {
-    if (over_pct (c->over_target, c->n)) {
-      cap = step_down (a, c);
-      if (cap < a->capacity) {
-        step = THROTTLE_ADAPT_DOWN;
-        if (a->last_step == THROTTLE_ADAPT_UP &&
-            a->windows_since_step <= THROTTLE_ADAPT_BOUNCE) {
-          a->hold = a->hold * 2;
-          if (a->hold < THROTTLE_ADAPT_HOLD_MIN)
-            a->hold = THROTTLE_ADAPT_HOLD_MIN;
-          if (a->hold > THROTTLE_ADAPT_HOLD_MAX)
-            a->hold = THROTTLE_ADAPT_HOLD_MAX;
-        }
-        else
-          /* The backend got slower: not a probe that failed. */
-          a->hold = 0;
+  if (c && over_pct (c->over_target, c->n)) {
+    cap = step_down (a, c);
+    if (cap < a->capacity) {
+      if (a->last_step == THROTTLE_ADAPT_UP &&
+          a->windows_since_step <= THROTTLE_ADAPT_BOUNCE) {
+        a->hold = a->hold * 2;
+        if (a->hold < THROTTLE_ADAPT_HOLD_MIN)
+          a->hold = THROTTLE_ADAPT_HOLD_MIN;
+        if (a->hold > THROTTLE_ADAPT_HOLD_MAX)
+          a->hold = THROTTLE_ADAPT_HOLD_MAX;
       }
-    }
-    else if (!over_pct (c->over_low, c->n) && work_waiting &&
-             a->windows_since_step >= a->hold) {
-      cap = step_up (a);
-      if (cap > a->capacity)
-        step = THROTTLE_ADAPT_UP;
+      else
+        /* The backend got slower: not a probe that failed. */
+        a->hold = 0;
     }
   }
+  else if (c && !over_pct (c->over_low, c->n) && work_waiting &&
+           a->windows_since_step >= a->hold)
+    cap = step_up (a);
 
   a->last.judged = true;
   a->last.decided = c != NULL;
@@ -219,63 +236,64 @@ throttle_adapt_judge (struct throttle_adapt *a, uint64_t now_ns,
     c = &a->all;
   a->last.samples = c->n;
   a->last.over_target = c->over_target;
-  a->last.mean_ns = c->n ? c->sum_ns / c->n : 0;
+  a->last.mean_ns = c->sum_ns / c->n;
   a->last.max_ns = c->max_ns;
-
-  if (step != THROTTLE_ADAPT_NONE) {
-    a->capacity = cap;
-    a->last_step = step;
-    a->windows_since_step = 0;
-    a->changed_ns = now_ns;
-    if (step == THROTTLE_ADAPT_DOWN)
-      a->steps_down++;
-    else
-      a->steps_up++;
-  }
-  open_window (a, now_ns);
-  return step;
+  return cap;
 }
 
 enum throttle_adapt_step
 throttle_adapt_tick (struct throttle_adapt *a, uint64_t now_ns,
-                     uint64_t waiters, uint64_t in_flight)
+                     const struct throttle_stats *s)
 {
+  enum throttle_adapt_step step;
   uint64_t cap;
 
-  if (now_ns < a->window_start_ns || now_ns - a->window_start_ns < a->window_ns)
+  if (!window_over (a, now_ns))
     return THROTTLE_ADAPT_NONE;
   if (a->all.n > 0)
-    return throttle_adapt_judge (a, now_ns, waiters > 0);
-  if (waiters == 0 || in_flight > 0)
+    cap = judge (a, now_ns, s->waited != a->waited_mark || s->waiters > 0);
+  else if (s->waiters > 0 && s->in_flight == 0)
+    /* Work waits and nothing runs: no sample will ever come to end a
+     * window, and the capacity says nothing about latency.
+     */
+    cap = step_up (a);
+  else
+    return THROTTLE_ADAPT_NONE;
+  open_window (a, now_ns);
+  a->waited_mark = s->waited;
+  if (cap == a->capacity)
     return THROTTLE_ADAPT_NONE;
 
-  /* Work waits and nothing runs: no sample will ever come to end a
-   * window, and the capacity says nothing about latency.
-   */
-  open_window (a, now_ns);
-  cap = step_up (a);
-  if (cap <= a->capacity)
-    return THROTTLE_ADAPT_NONE;
+  step = cap < a->capacity ? THROTTLE_ADAPT_DOWN : THROTTLE_ADAPT_UP;
   a->capacity = cap;
-  a->last_step = THROTTLE_ADAPT_UP;
+  a->last_step = step;
   a->windows_since_step = 0;
   a->changed_ns = now_ns;
-  a->steps_up++;
-  return THROTTLE_ADAPT_UP;
+  if (step == THROTTLE_ADAPT_DOWN)
+    a->steps_down++;
+  else
+    a->steps_up++;
+  return step;
 }
 
 int
 throttle_adapt_set_target (struct throttle_adapt *a, uint64_t target_ns,
                            uint64_t now_ns)
 {
-  if (target_ns == 0) {
+  if (target_ns && a->floor > a->ceiling) {
     errno = EINVAL;
     return -1;
   }
+  if (target_ns == 0 || a->target_ns == 0) {
+    /* Off, or on afresh: from the ceiling, as at the start. */
+    a->capacity = a->ceiling;
+    a->windows_since_read = THROTTLE_ADAPT_QUIET;
+    a->windows_since_step = 0;
+    a->last_step = THROTTLE_ADAPT_NONE;
+    a->last.judged = false;
+  }
   a->target_ns = target_ns;
-  a->changed_ns = now_ns;
-  a->hold = 0;
-  open_window (a, now_ns);
+  restart (a, now_ns);
   return 0;
 }
 
@@ -283,14 +301,12 @@ int
 throttle_adapt_set_ceiling (struct throttle_adapt *a, uint64_t ceiling,
                             uint64_t now_ns)
 {
-  if (ceiling < a->floor) {
+  if (a->target_ns && ceiling < a->floor) {
     errno = EINVAL;
     return -1;
   }
   a->ceiling = ceiling;
   a->capacity = ceiling;
-  a->changed_ns = now_ns;
-  a->hold = 0;
-  open_window (a, now_ns);
+  restart (a, now_ns);
   return 0;
 }

@@ -6,13 +6,15 @@
  * (or all requests, when there are no reads) are too slow, the
  * effective capacity of the budget steps down multiplicatively; when
  * they are fast enough and work was waiting for credit, it steps up.
- * It never leaves [floor, ceiling].
+ * It never leaves [floor, ceiling].  Without a target (off) the
+ * capacity is the ceiling.
  *
  * The controller is a pure state machine: it reads no clock (the
  * caller passes every timestamp, so tests run on a simulated clock),
- * takes no lock and touches no budget (the caller applies the capacity
- * it computes).  All calls on one controller must be serialized by the
- * caller: the filter holds the export's adapt lock around each call.
+ * takes no lock and touches no budget (the caller passes its budget's
+ * statistics and applies the capacity it computes).  All calls on one
+ * controller must be serialized by the caller: the filter holds the
+ * export's adapt lock around each call.
  */
 
 #ifndef THROTTLE_ADAPT_H
@@ -21,12 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* A window is judged too slow when more than 1/THROTTLE_ADAPT_PCT_DIV
- * of its samples took longer than the target (its 90th percentile is
- * above the target); fast enough when at most that many took longer
- * than target * 2/3.
- */
-#define THROTTLE_ADAPT_PCT_DIV 10
+#include "throttle-budget.h"
 
 /* Counters of one class of samples (reads, or all) in one window. */
 struct throttle_adapt_counts {
@@ -56,8 +53,8 @@ struct throttle_adapt_window {
 
 struct throttle_adapt {
   /* Parameters. */
-  uint64_t floor, ceiling;    /* 1 <= floor <= ceiling */
-  uint64_t target_ns;
+  uint64_t floor, ceiling;    /* 1 <= floor; floor <= ceiling with a target */
+  uint64_t target_ns;         /* 0: off */
   uint64_t window_ns;
 
   uint64_t capacity;          /* the effective capacity now */
@@ -65,6 +62,8 @@ struct throttle_adapt {
   /* The open window. */
   uint64_t window_start_ns;
   struct throttle_adapt_counts reads, all;
+  /* The budget's 'waited' when the window opened. */
+  uint64_t waited_mark;
   /* Samples of requests admitted before the last change of capacity
    * say nothing about the new one: they are not counted.
    */
@@ -78,13 +77,13 @@ struct throttle_adapt {
    */
   unsigned hold;
 
-  uint64_t steps_down, steps_up;
-  struct throttle_adapt_window last;
+  uint64_t steps_down, steps_up;        /* since init, over every target */
+  struct throttle_adapt_window last;    /* since the target was turned on */
 };
 
-/* Start a controller at 'capacity', clamped to [floor, ceiling].
- * Returns -1 (errno EINVAL) if floor is 0, floor > ceiling, or
- * target_ns or window_ns is 0.
+/* Start a controller with target_ns (0: off), at 'capacity' clamped to
+ * [floor, ceiling] (off: at the ceiling).  Returns -1 (errno EINVAL)
+ * if floor or window_ns is 0, or with a target if floor > ceiling.
  */
 extern int throttle_adapt_init (struct throttle_adapt *a,
                                 uint64_t floor, uint64_t ceiling,
@@ -92,53 +91,47 @@ extern int throttle_adapt_init (struct throttle_adapt *a,
                                 uint64_t capacity, uint64_t now_ns);
 
 /* Record the completion at now_ns of a request whose latency (from its
- * admission) was latency_ns.  Returns true when the window is over (it
- * has lasted window_ns since its first counted sample) and must be
- * judged with throttle_adapt_judge before the next sample.
+ * admission) was latency_ns (nothing without a target).  Returns true
+ * when the window is over (it has lasted window_ns since its first
+ * counted sample): the caller ends it with throttle_adapt_tick.
  */
 extern bool throttle_adapt_sample (struct throttle_adapt *a, uint64_t now_ns,
                                    uint64_t latency_ns, bool is_read);
 
-/* Judge the window that throttle_adapt_sample said was over, and open
- * the next.  'work_waiting': requests had to wait for credit during
- * the window (without it the capacity never grows: a capacity that did
- * not bind says nothing about a larger one).  Returns the step taken;
- * a->capacity is the new effective capacity.
- */
-extern enum throttle_adapt_step throttle_adapt_judge (struct throttle_adapt *a,
-                                                      uint64_t now_ns,
-                                                      bool work_waiting);
-
-/* Called by the caller on a timer (at least once per window_ns), with
- * the budget's 'waiters' (requests waiting for credit now) and
- * 'in_flight' (units held now): windows end on time, not only on
- * completions, so that the controller cannot hold a stalled export.
- * Once the open window has lasted window_ns:
- * - with samples, it is judged as throttle_adapt_judge would at the
- *   next completion (work_waiting: waiters > 0);
- * - without samples, with requests waiting and nothing in flight, the
- *   capacity is too low for the waiting work to start and tells
- *   nothing about latency: it steps up (whatever the hold after
- *   bounces), so that it reaches the ceiling within a bounded number
- *   of windows;
- * - otherwise (idle, or requests in flight that have not completed)
+/* End the window if it has lasted window_ns, given the statistics 's'
+ * of the budget now: called at the completion that
+ * throttle_adapt_sample said ended it, and on a timer (at least once
+ * per window_ns), so that windows end on time, not only on
+ * completions, and the controller cannot hold a stalled export.
+ * - A window with samples is judged: down when too slow; up when fast
+ *   enough and work waited for credit in it (s->waited moved) or waits
+ *   now (without it the capacity never grows: a capacity that did not
+ *   bind says nothing about a larger one), unless held after bounces.
+ * - A window without samples, while requests wait (s->waiters) and
+ *   nothing is in flight (s->in_flight): the capacity is too low for
+ *   the waiting work to start and tells nothing about latency: it
+ *   steps up (whatever the hold), so that it reaches the ceiling
+ *   within a bounded number of windows.
+ * - Otherwise (idle, or requests in flight that have not completed)
  *   nothing: a slow request is judged by its latency when it
  *   completes.
  * Returns the step taken; a->capacity is the new effective capacity.
+ * Without a target, nothing.
  */
-extern enum throttle_adapt_step throttle_adapt_tick (struct throttle_adapt *a,
-                                                     uint64_t now_ns,
-                                                     uint64_t waiters,
-                                                     uint64_t in_flight);
+extern enum throttle_adapt_step throttle_adapt_tick
+  (struct throttle_adapt *a, uint64_t now_ns, const struct throttle_stats *s);
 
-/* Change the target; the window restarts.  -1 (EINVAL) if 0. */
+/* Change the target, 0 to turn it off; the window restarts.  Turned on
+ * (or off) the capacity is the ceiling, as at the start.  -1 (EINVAL)
+ * if on and the ceiling is below the floor.
+ */
 extern int throttle_adapt_set_target (struct throttle_adapt *a,
                                       uint64_t target_ns, uint64_t now_ns);
 
 /* Change the ceiling, and the capacity with it, at once: an operator
  * who sets a capacity gets it now, raised or lowered, and the
  * controller moves on from there.  The window restarts.  -1 (EINVAL)
- * if below the floor.
+ * if a target is on and it is below the floor.
  */
 extern int throttle_adapt_set_ceiling (struct throttle_adapt *a,
                                        uint64_t ceiling, uint64_t now_ns);

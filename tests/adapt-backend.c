@@ -133,7 +133,8 @@ sim_run (struct sim *s, uint64_t ns)
 
     if (throttle_adapt_sample (&s->a, s->now, done.done - done.admitted,
                                done.read)) {
-      throttle_adapt_judge (&s->a, s->now, s->waited || s->queued > 0);
+      throttle_adapt_tick (&s->a, s->now, &(struct throttle_stats) {
+          .waiters = s->waited || s->queued > 0 });
       s->waited = false;
       ck_assert_uint_ge (s->a.capacity, s->a.floor);
       ck_assert_uint_le (s->a.capacity, s->a.ceiling);

@@ -568,11 +568,8 @@ sim_complete (struct sim *s, struct req *r)
   if (e->adapt && throttle_adapt_sample (&e->ctl, s->now, latency,
                                          r->op == THROTTLE_OP_READ)) {
     struct throttle_stats st = sim_stats (&e->b);
-    /* As the glue: work waited during the window, or waits now. */
-    bool waiting = st.waited != e->waited_mark || st.waiters > 0;
 
-    e->waited_mark = st.waited;
-    sim_apply (s, r->exp, throttle_adapt_judge (&e->ctl, s->now, waiting),
+    sim_apply (s, r->exp, throttle_adapt_tick (&e->ctl, s->now, &st),
            "window");
   }
   if (len < r->count)

@@ -69,7 +69,6 @@ struct export {
   struct throttle_adapt ctl;
   uint64_t ceiling;
   uint64_t stall_since, stall_cap;   /* 0: not stalled */
-  uint64_t waited_mark;       /* the budget's 'waited' when the window began */
 };
 
 struct sim {

@@ -35,16 +35,26 @@ START_TEST (test_params)
   ck_assert_int_eq (throttle_adapt_init (&a, 0, 10, MS, MS, 10, 0), -1);
   ck_assert_int_eq (errno, EINVAL);
   ck_assert_int_eq (throttle_adapt_init (&a, 11, 10, MS, MS, 10, 0), -1);
-  ck_assert_int_eq (throttle_adapt_init (&a, 1, 10, 0, MS, 10, 0), -1);
   ck_assert_int_eq (throttle_adapt_init (&a, 1, 10, MS, 0, 10, 0), -1);
   /* The start is clamped to [floor, ceiling]. */
   ck_assert_int_eq (throttle_adapt_init (&a, 4, 10, MS, MS, 100, 0), 0);
   ck_assert_uint_eq (a.capacity, 10);
   ck_assert_int_eq (throttle_adapt_init (&a, 4, 10, MS, MS, 1, 0), 0);
   ck_assert_uint_eq (a.capacity, 4);
-  ck_assert_int_eq (throttle_adapt_set_target (&a, 0, 0), -1);
   ck_assert_int_eq (throttle_adapt_set_ceiling (&a, 3, 0), -1);
   ck_assert_uint_eq (a.ceiling, 10);
+  /* Off: at the ceiling, which may then go below the floor, counting
+   * no sample; on again only from a ceiling at the floor or above.
+   */
+  ck_assert_int_eq (throttle_adapt_set_target (&a, 0, 0), 0);
+  ck_assert_uint_eq (a.capacity, 10);
+  ck_assert (!throttle_adapt_sample (&a, 2 * MS, 1, true));
+  ck_assert_uint_eq (a.all.n, 0);
+  ck_assert_int_eq (throttle_adapt_set_ceiling (&a, 3, 0), 0);
+  ck_assert_uint_eq (a.capacity, 3);
+  ck_assert_int_eq (throttle_adapt_set_target (&a, MS, 0), -1);
+  ck_assert_int_eq (throttle_adapt_init (&a, 11, 10, 0, MS, 1, 0), 0);
+  ck_assert_uint_eq (a.capacity, 10);
   ck_assert_int_eq (throttle_adapt_init (&a, 4, 100, MS, MS, 100, 0), 0);
   ck_assert_int_eq (throttle_adapt_set_ceiling (&a, 50, 0), 0);
   ck_assert_uint_eq (a.capacity, 50);
@@ -252,6 +262,22 @@ close_window (struct throttle_adapt *a, uint64_t *t, uint64_t lat, bool read)
   ck_assert (throttle_adapt_sample (a, *t, lat, read));
 }
 
+/* End the window on a tick, requests waiting at its end or not. */
+static enum throttle_adapt_step
+judge (struct throttle_adapt *a, uint64_t t, bool waiting)
+{
+  return throttle_adapt_tick (a, t, &(struct throttle_stats) {
+      .waiters = waiting });
+}
+
+static enum throttle_adapt_step
+tick (struct throttle_adapt *a, uint64_t t, uint64_t waiters,
+      uint64_t in_flight)
+{
+  return throttle_adapt_tick (a, t, &(struct throttle_stats) {
+      .waiters = waiters, .in_flight = in_flight });
+}
+
 /* A window of two samples of the same latency. */
 static enum throttle_adapt_step
 uniform_window (struct throttle_adapt *a, uint64_t *t, uint64_t lat,
@@ -260,7 +286,7 @@ uniform_window (struct throttle_adapt *a, uint64_t *t, uint64_t lat,
   *t += 100 * MS;
   sample_n (a, *t, 1, lat, read);
   close_window (a, t, lat, read);
-  return throttle_adapt_judge (a, *t, waiting);
+  return judge (a, *t, waiting);
 }
 
 /* Reads decide when there are any: fast reads among slow writes step
@@ -278,7 +304,7 @@ START_TEST (test_reads_decide)
   sample_n (&a, t, 20, 50 * MS, false);
   sample_n (&a, t, 5, 1 * MS, true);
   close_window (&a, &t, 1 * MS, true);
-  ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_UP);
+  ck_assert_int_eq (judge (&a, t, true), THROTTLE_ADAPT_UP);
   ck_assert_uint_eq (a.capacity, 10 * M);
   ck_assert (a.last.reads);
   ck_assert_uint_eq (a.last.samples, 6);
@@ -314,7 +340,7 @@ START_TEST (test_percentile_band_hold)
   t += 100 * MS;
   sample_n (&a, t, 9, 1 * MS, true);
   close_window (&a, &t, 7 * MS, true);
-  ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_UP);
+  ck_assert_int_eq (judge (&a, t, true), THROTTLE_ADAPT_UP);
   ck_assert_uint_eq (a.last.over_target, 1);
   ck_assert_uint_eq (a.capacity, 10 * M);
 
@@ -322,7 +348,7 @@ START_TEST (test_percentile_band_hold)
   sample_n (&a, t, 8, 1 * MS, true);
   sample_n (&a, t, 1, 7 * MS, true);
   close_window (&a, &t, 7 * MS, true);
-  ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_DOWN);
+  ck_assert_int_eq (judge (&a, t, true), THROTTLE_ADAPT_DOWN);
   ck_assert_uint_eq (a.capacity, 10 * M - 10 * M / 4);
   ck_assert_uint_eq (a.hold, 4);
 
@@ -343,6 +369,28 @@ START_TEST (test_percentile_band_hold)
                     THROTTLE_ADAPT_NONE);
   ck_assert_uint_eq (a.steps_up, 2);
   ck_assert_uint_eq (a.steps_down, 1);
+}
+END_TEST
+
+/* Work waited in a window when the budget's count of waits moved during
+ * it, though none waits at its end; not when it did not move.
+ */
+START_TEST (test_waited_in_window)
+{
+  struct throttle_adapt a;
+  struct throttle_stats st = { .waited = 5 };
+  uint64_t t = 10 * S;
+
+  throttle_adapt_init (&a, 1 * M, 16 * M, 5 * MS, 100 * MS, 8 * M, t);
+  t += 100 * MS;
+  sample_n (&a, t, 1, 1 * MS, true);
+  close_window (&a, &t, 1 * MS, true);
+  ck_assert_int_eq (throttle_adapt_tick (&a, t, &st), THROTTLE_ADAPT_UP);
+  t += 100 * MS;
+  sample_n (&a, t, 1, 1 * MS, true);
+  close_window (&a, &t, 1 * MS, true);
+  ck_assert_int_eq (throttle_adapt_tick (&a, t, &st), THROTTLE_ADAPT_NONE);
+  ck_assert_uint_eq (a.capacity, 10 * M);
 }
 END_TEST
 
@@ -370,12 +418,12 @@ START_TEST (test_stale_samples_and_pauses)
    */
   sample_n (&a, t, 1, 2 * MS, true);
   close_window (&a, &t, 2 * MS, true);
-  ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_UP);
+  ck_assert_int_eq (judge (&a, t, true), THROTTLE_ADAPT_UP);
   /* A pause of 10 s, then one sample: no window of one. */
   t += 10 * S;
   ck_assert (!throttle_adapt_sample (&a, t, 2 * MS, true));
   close_window (&a, &t, 2 * MS, true);
-  ck_assert_int_eq (throttle_adapt_judge (&a, t, true), THROTTLE_ADAPT_UP);
+  ck_assert_int_eq (judge (&a, t, true), THROTTLE_ADAPT_UP);
   ck_assert_uint_eq (a.last.samples, 2);
   ck_assert_uint_eq (a.last.length_ns, 100 * MS);
   /* Samples from before the controller started are not counted. */
@@ -405,17 +453,17 @@ START_TEST (test_tick_stalled)
   a.hold = 128;
   /* Within the window: nothing. */
   t += 50 * MS;
-  ck_assert_int_eq (throttle_adapt_tick (&a, t, 8, 0), THROTTLE_ADAPT_NONE);
+  ck_assert_int_eq (tick (&a, t, 8, 0), THROTTLE_ADAPT_NONE);
   t += 50 * MS;
   /* Over, but idle, or requests in flight that did not complete. */
-  ck_assert_int_eq (throttle_adapt_tick (&a, t, 0, 0), THROTTLE_ADAPT_NONE);
-  ck_assert_int_eq (throttle_adapt_tick (&a, t, 8, 4 * K),
+  ck_assert_int_eq (tick (&a, t, 0, 0), THROTTLE_ADAPT_NONE);
+  ck_assert_int_eq (tick (&a, t, 8, 4 * K),
                     THROTTLE_ADAPT_NONE);
   ck_assert_uint_eq (a.capacity, 4 * K);
   /* Stalled: a step up per window, ticked every 50 ms. */
   for (;;) {
     cap = a.capacity;
-    if (throttle_adapt_tick (&a, t, 8, 0) == THROTTLE_ADAPT_UP)
+    if (tick (&a, t, 8, 0) == THROTTLE_ADAPT_UP)
       ck_assert_uint_gt (a.capacity, cap);
     else
       ck_assert_uint_eq (a.capacity, cap);
@@ -425,14 +473,14 @@ START_TEST (test_tick_stalled)
     ticks++;
     ck_assert_uint_lt (ticks, 2 * 26);
   }
-  ck_assert_int_eq (throttle_adapt_tick (&a, t + S, 8, 0),
+  ck_assert_int_eq (tick (&a, t + S, 8, 0),
                     THROTTLE_ADAPT_NONE);
   /* A window with samples that no completion closes: judged on time. */
   throttle_adapt_init (&a, 4 * K, 1 * M, 1 * MS, 100 * MS, 512 * K, t);
   sample_n (&a, t + 200 * MS, 10, 100 * MS, true);
-  ck_assert_int_eq (throttle_adapt_tick (&a, t + 250 * MS, 8, 0),
+  ck_assert_int_eq (tick (&a, t + 250 * MS, 8, 0),
                     THROTTLE_ADAPT_NONE);
-  ck_assert_int_eq (throttle_adapt_tick (&a, t + 300 * MS, 8, 0),
+  ck_assert_int_eq (tick (&a, t + 300 * MS, 8, 0),
                     THROTTLE_ADAPT_DOWN);
 }
 END_TEST
@@ -474,6 +522,7 @@ throttle_test_suite (void)
   tcase_add_test (tc, test_no_work_waiting_no_growth);
   tcase_add_test (tc, test_reads_decide);
   tcase_add_test (tc, test_percentile_band_hold);
+  tcase_add_test (tc, test_waited_in_window);
   tcase_add_test (tc, test_stale_samples_and_pauses);
   tcase_add_test (tc, test_tick_stalled);
   tcase_add_test (tc, test_set_ceiling_at_once);

@@ -325,12 +325,10 @@ step_time (struct sim *s)
   for (i = 0; i < s->nexp; i++)
     if (s->e[i].adapt) {
       struct throttle_stats st = sim_stats (&s->e[i].b);
-      uint64_t window = s->e[i].ctl.window_start_ns;
+      /* A window with samples is judged; one without steps up, stalled. */
+      const char *why = s->e[i].ctl.all.n > 0 ? "window" : "tick";
 
-      sim_apply (s, i, throttle_adapt_tick (&s->e[i].ctl, s->now, st.waiters,
-                                        st.in_flight), "tick");
-      if (s->e[i].ctl.window_start_ns != window)
-        s->e[i].waited_mark = st.waited;
+      sim_apply (s, i, throttle_adapt_tick (&s->e[i].ctl, s->now, &st), why);
     }
 }
 

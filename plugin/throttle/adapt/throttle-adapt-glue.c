@@ -14,11 +14,12 @@
  * another, down to the floor.  Writes in writeback mode are not
  * sampled: their reply comes before the backend has them.
  *
- * Windows end on time, not only at completions: while any export has
- * a target, a clock thread ticks every controller (throttle_adapt_tick)
- * twice a window, so that an export whose requests all wait, with
- * nothing in flight to complete, still sees its window end and its
- * capacity step back up.
+ * A window ends at the completion that finds it over, or on time: from
+ * the first target on, a clock thread ticks every controller
+ * (throttle_adapt_tick) twice a window, so that an export whose
+ * requests all wait, with nothing in flight to complete, still sees
+ * its window end and its capacity step back up.  Both end it through
+ * the same call, end_window.
  */
 
 #include <config.h>
@@ -30,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <nbdkit-filter.h>
 
@@ -48,7 +50,7 @@
 #include "throttle-parse.h"
 #include "throttle-writeback.h"
 
-/* Lock order (ae->lock, clock_lock): HACKING.md, "Locks". */
+/* Lock order (ae->lock): HACKING.md, "Locks". */
 
 /* As blk-wbt's default window. */
 #define WINDOW_NS (100 * 1000000ULL)
@@ -62,32 +64,25 @@ static uint64_t config_floor;           /* 0 = the default */
 static const char *config_floor_text;   /* as given, for its errors */
 static const char *config_target_text;  /* as given, for its warning */
 
-/* The clock thread.  Lock rule: clock_lock guards the four fields
- * below; a leaf, never held while the clock walks the exports.
+/* The clock thread, started by the main thread (.after_fork) or the
+ * control thread (a target first set live), which runs between the
+ * two and stops before .cleanup joins it: clock_started needs no lock.
  */
-static pthread_mutex_t clock_lock = THROTTLE_LOCK_INITIALIZER;
-static pthread_cond_t clock_cond;       /* CLOCK_MONOTONIC */
 static pthread_t clock_thread;
-static bool clock_started, clock_stop;
-static unsigned targets_on;             /* exports with a target */
+static bool clock_started;
+static bool clock_stop;                 /* atomic */
 
 struct throttle_adapt_export {
-  /* Lock rule: 'lock' guards every field below but 'target_ns', and is
-   * taken by the request threads at each completion (only while a
-   * target is set), by the clock and by the control thread; the
-   * budget's lock and clock_lock nest inside it.
+  /* Lock rule: 'lock' guards 'ctl', and is taken by the request
+   * threads at each completion (only while a target is set), by the
+   * clock and by the control thread; the budget's lock nests inside
+   * it.
    */
   pthread_mutex_t lock;
-  struct throttle_export *exp;  /* whose state this is */
-  struct throttle_budget *budget;
-  /* The target, 0 when off.  Written under the lock; read without it
-   * (atomically) by the data path to decide whether to read the clock.
+  /* The controller, with a target (its window) or without (floor,
+   * ceiling and the steps taken go on from one target to the next).
    */
-  uint64_t target_ns;
-  uint64_t floor, ceiling;
-  struct throttle_adapt ctl;    /* valid while target_ns != 0 */
-  uint64_t waited_mark;         /* the budget's 'waited' when the window began */
-  uint64_t steps_down, steps_up;        /* since the start, over every target */
+  struct throttle_adapt ctl;
 };
 
 /* --- configuration ------------------------------------------------------- */
@@ -138,6 +133,7 @@ const struct throttle_param throttle_adapt_param_table[] = {
 
 static void *adapt_attach (struct throttle_export *exp);
 static void adapt_detach (void *state);
+static void stats_json (FILE *fp, struct throttle_export *exp);
 
 static const struct throttle_export_feature adapt_feature = {
   .attach = adapt_attach,
@@ -160,13 +156,6 @@ throttle_adapt_config_complete (void)
 {
   uint64_t ceiling = throttle_config.capacity;
   uint64_t min = throttle_capacity_min (&throttle_config.metric);
-  pthread_condattr_t attr;
-
-  /* Before any export exists: a target turned on signals it. */
-  pthread_condattr_init (&attr);
-  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
-  pthread_cond_init (&clock_cond, &attr);
-  pthread_condattr_destroy (&attr);
 
   if (config_floor == 0) {
     /* A sixteenth: with the default 16M, four of the kernel's usual
@@ -207,112 +196,66 @@ throttle_adapt_config_complete (void)
                   throttle_writeback_enabled () ?
                   " (writeback: writes are not sampled)" : "");
   adapt_slot = throttle_export_add_feature (&adapt_feature);
-  throttle_report_add (throttle_adapt_stats_json, NULL);
+  throttle_report_add (stats_json, NULL);
   return 0;
-}
-
-/* Why reads are charged, into buf: throttle-reads as written, or the
- * real-time guard's setting, or both; the parameters that uncharge
- * them into *fix.  The caller's duty: reads are charged
- * (throttle_config.charge_reads, final once the guards are ready).
- */
-static void
-reads_charged_by (char *buf, size_t len, const char **fix)
-{
-  const char *key = throttle_guards_key ("throttle-rt");
-  bool rt = throttle_guards_rt_active ();
-  bool asked = throttle_config.reads_asked;
-  size_t n = 0;
-
-  buf[0] = '\0';
-  if (asked)
-    n = snprintf (buf, len, "throttle-reads=%s%s", throttle_config.reads_text,
-                  rt ? "; and " : "");
-  if (rt && n < len) {
-    if (throttle_guards_params.rt == THROTTLE_GUARD_ON)
-      snprintf (buf + n, len - n, "%s=on: real-time request threads "
-                "charge them", key);
-    else
-      snprintf (buf + n, len - n, "throttle-rt=auto: the request threads "
-                "may become real-time here, and real-time threads charge "
-                "them");
-  }
-  *fix = asked && rt ? "throttle-rt=off and throttle-reads=false" :
-    rt ? "throttle-rt=off" : "throttle-reads=false";
 }
 
 int
 throttle_adapt_get_ready (int thread_model)
 {
-  char why[256];
-  const char *fix;
+  bool rt = throttle_guards_rt_active ();
+  bool asked = throttle_config.reads_asked;
+  char reads[128] = "", rt_on[128];
+  const char *rt_why = "";
 
   if (config_target_ns == 0 || !throttle_config.charge_reads)
     return 0;
-  reads_charged_by (why, sizeof why, &fix);
-  throttle_warning ("throttle-latency-target=%s: reads are charged (%s): a "
-                    "read waits for credit behind writes, on top of the "
+  /* Why reads are charged (final once the guards are ready):
+   * throttle-reads as written, or the real-time guard's setting, or
+   * both.
+   */
+  if (asked)
+    snprintf (reads, sizeof reads, "throttle-reads=%s%s",
+              throttle_config.reads_text, rt ? "; and " : "");
+  if (rt && throttle_guards_params.rt == THROTTLE_GUARD_ON) {
+    snprintf (rt_on, sizeof rt_on, "%s=on: real-time request threads "
+              "charge them", throttle_guards_key ("throttle-rt"));
+    rt_why = rt_on;
+  }
+  else if (rt)
+    rt_why = "throttle-rt=auto: the request threads may become real-time "
+      "here, and real-time threads charge them";
+  throttle_warning ("throttle-latency-target=%s: reads are charged (%s%s): "
+                    "a read waits for credit behind writes, on top of the "
                     "latency the target keeps, so the target cannot keep "
                     "reads within it; it protects uncharged reads only: "
-                    "set %s", config_target_text, why, fix);
+                    "set %s", config_target_text, reads, rt_why,
+                    asked && rt ? "throttle-rt=off and throttle-reads=false"
+                    : rt ? "throttle-rt=off" : "throttle-reads=false");
   return 0;
 }
 
 /* --- per export ---------------------------------------------------------- */
 
-/* Called with an export's ae->lock held, when its target goes from
- * off to on (+1) or back (-1): the clock ticks while any is on.
- */
-static void
-count_target (int d)
-{
-  throttle_lock (&clock_lock);
-  targets_on += d;
-  pthread_cond_signal (&clock_cond);
-  throttle_unlock (&clock_lock);
-}
-
 static throttle_sample_fn sample;
 
-/* Called with ae->lock held: start a controller at the ceiling. */
-static void
-start_locked (struct throttle_adapt_export *ae, uint64_t target_ns)
-{
-  struct throttle_stats s;
-
-  throttle_lock_assert_held (&ae->lock);
-  throttle_adapt_init (&ae->ctl, ae->floor, ae->ceiling, target_ns,
-                       WINDOW_NS, ae->ceiling, throttle_now_ns ());
-  throttle_budget_get_stats (ae->budget, &s);
-  ae->waited_mark = s.waited;
-  throttle_budget_set_capacity (ae->budget, ae->ctl.capacity);
-  __atomic_store_n (&ae->target_ns, target_ns, __ATOMIC_RELAXED);
-  __atomic_store_n (&ae->exp->sample, sample, __ATOMIC_RELAXED);
-  count_target (1);
-}
-
-/* The state of a new export, whose budget starts at its capacity
+/* The state of a new export, whose budget starts at its capacity, the
+ * ceiling, which config_complete checked is not below the floor
  * (throttle_export_feature's attach).
  */
 static void *
 adapt_attach (struct throttle_export *exp)
 {
-  struct throttle_budget *budget = &exp->budget;
-  uint64_t capacity = throttle_budget_get_capacity (budget);
   struct throttle_adapt_export *ae = calloc (1, sizeof *ae);
+  uint64_t ceiling = throttle_budget_get_capacity (&exp->budget);
 
   if (ae == NULL)
     return NULL;
   throttle_lock_init (&ae->lock);
-  ae->exp = exp;
-  ae->budget = budget;
-  ae->floor = config_floor ? config_floor : 1;
-  ae->ceiling = capacity;
-  if (config_target_ns && ae->floor <= ae->ceiling) {
-    throttle_lock (&ae->lock);
-    start_locked (ae, config_target_ns);
-    throttle_unlock (&ae->lock);
-  }
+  throttle_adapt_init (&ae->ctl, config_floor, ceiling, config_target_ns,
+                       WINDOW_NS, ceiling, throttle_now_ns ());
+  if (config_target_ns)
+    __atomic_store_n (&exp->sample, sample, __ATOMIC_RELAXED);
   return ae;
 }
 
@@ -321,40 +264,55 @@ adapt_detach (void *state)
 {
   struct throttle_adapt_export *ae = state;
 
-  /* A named export's budget goes with its last connection, target on
-   * or not.
-   */
-  if (__atomic_load_n (&ae->target_ns, __ATOMIC_RELAXED) != 0)
-    count_target (-1);
   pthread_mutex_destroy (&ae->lock);
   free (ae);
 }
 
-/* --- the data path ------------------------------------------------------- */
-/* The controller took 'step' (not THROTTLE_ADAPT_NONE): give its budget
- * the new capacity and count the step.  Called with ae->lock held: the
- * capacity the budget gets is then the controller's latest, never one
- * that a judgement or a tick on another thread has already replaced.
- * Returns the new capacity.
+/* --- ending a window ------------------------------------------------------ */
+
+/* Called with ae->lock held: end the export's window if it is over
+ * (throttle_adapt_tick), and give its budget the new capacity: then
+ * the capacity the budget gets is the controller's latest, never one
+ * that a step on another thread has already replaced.  With -D
+ * throttle.adapt=1 the step is logged here, under the lock: only that
+ * debug line allocates under it.
  */
-static uint64_t
-apply_step (struct throttle_adapt_export *ae, enum throttle_adapt_step step)
+static void
+end_window (struct throttle_export *exp, struct throttle_adapt_export *ae,
+            uint64_t now)
 {
-  throttle_budget_set_capacity (ae->budget, ae->ctl.capacity);
-  if (step == THROTTLE_ADAPT_DOWN)
-    ae->steps_down++;
+  const struct throttle_adapt_window *w = &ae->ctl.last;
+  uint64_t before = ae->ctl.capacity;
+  bool judged = ae->ctl.all.n > 0;      /* else stalled, if it steps */
+  enum throttle_adapt_step step;
+  struct throttle_stats s;
+  const char *dir;
+
+  throttle_lock_assert_held (&ae->lock);
+  throttle_budget_get_stats (&exp->budget, &s);
+  step = throttle_adapt_tick (&ae->ctl, now, &s);
+  if (step == THROTTLE_ADAPT_NONE)
+    return;
+  throttle_budget_set_capacity (&exp->budget, ae->ctl.capacity);
+  if (!throttle_debug_adapt)
+    return;
+  dir = step == THROTTLE_ADAPT_DOWN ? "down" : "up";
+  if (judged)
+    nbdkit_debug ("throttle: adapt: export \"%s\": capacity %" PRIu64
+                  " -> %" PRIu64 " (%s): %" PRIu64 " of %" PRIu64 " %s "
+                  "over the %.3f ms target, mean %.3f ms, max %.3f ms, "
+                  "window %.1f ms",
+                  exp->name, before, ae->ctl.capacity, dir, w->over_target,
+                  w->samples, w->reads ? "reads" : "requests",
+                  ae->ctl.target_ns / 1e6, w->mean_ns / 1e6,
+                  w->max_ns / 1e6, w->length_ns / 1e6);
   else
-    ae->steps_up++;
-  return ae->ctl.capacity;
+    nbdkit_debug ("throttle: adapt: export \"%s\": capacity %" PRIu64
+                  " -> %" PRIu64 " (%s): the window ended on time with %"
+                  PRIu64 " waiting and %" PRIu64 " units in flight",
+                  exp->name, before, ae->ctl.capacity, dir, s.waiters,
+                  s.in_flight);
 }
-
-static const char *
-step_name (enum throttle_adapt_step step)
-{
-  return step == THROTTLE_ADAPT_DOWN ? "down" : "up";
-}
-
-
 
 /* The export's sampler (throttle_export.sample) while it has a target:
  * a request admitted at 'start' has been served and succeeded.
@@ -363,47 +321,18 @@ static void
 sample (struct throttle_export *exp, uint64_t start, enum throttle_op op)
 {
   struct throttle_adapt_export *ae = adapt_of (exp);
-  enum throttle_adapt_step step = THROTTLE_ADAPT_NONE;
-  struct throttle_adapt_window w = { .judged = false };
-  uint64_t now, before = 0, after = 0, target = 0;
+  uint64_t now;
 
   throttle_lock (&ae->lock);
-  /* Read under the lock, so that the controller sees time go forward. */
-  now = throttle_now_ns ();
-  /* The target may have been turned off, or changed, since start:
-   * a controller started later ignores what was admitted before it.
+  /* Read under the lock, so that the controller sees time go forward.
+   * The target may have been turned off, or changed, since start: the
+   * controller ignores what was admitted before.
    */
-  if (ae->target_ns &&
-      throttle_adapt_sample (&ae->ctl, now, now - start,
-                             op == THROTTLE_OP_READ)) {
-    struct throttle_stats s;
-    bool waiting;
-
-    /* Work waited for credit in this window: some request was
-     * admitted after waiting, or is waiting now.
-     */
-    throttle_budget_get_stats (ae->budget, &s);
-    waiting = s.waited != ae->waited_mark || s.waiters > 0;
-    ae->waited_mark = s.waited;
-    before = ae->ctl.capacity;
-    step = throttle_adapt_judge (&ae->ctl, now, waiting);
-    if (step != THROTTLE_ADAPT_NONE) {
-      after = apply_step (ae, step);
-      w = ae->ctl.last;
-      target = ae->target_ns;
-    }
-  }
+  now = throttle_now_ns ();
+  if (throttle_adapt_sample (&ae->ctl, now, now - start,
+                             op == THROTTLE_OP_READ))
+    end_window (exp, ae, now);
   throttle_unlock (&ae->lock);
-
-  if (step != THROTTLE_ADAPT_NONE && throttle_debug_adapt)
-    nbdkit_debug ("throttle: adapt: export \"%s\": capacity %" PRIu64
-                  " -> %" PRIu64 " (%s): %" PRIu64 " of %" PRIu64 " %s "
-                  "over the %.3f ms target, mean %.3f ms, max %.3f ms, "
-                  "window %.1f ms",
-                  exp->name, before, after, step_name (step),
-                  w.over_target, w.samples, w.reads ? "reads" : "requests",
-                  target / 1e6, w.mean_ns / 1e6, w.max_ns / 1e6,
-                  w.length_ns / 1e6);
 }
 
 /* --- the clock ----------------------------------------------------------- */
@@ -415,88 +344,49 @@ static void
 tick_export (struct throttle_export *exp, void *opaque)
 {
   struct throttle_adapt_export *ae = adapt_of (exp);
-  enum throttle_adapt_step step = THROTTLE_ADAPT_NONE;
-  uint64_t before = 0, after = 0, waiters = 0, in_flight = 0;
 
-  if (ae == NULL || __atomic_load_n (&ae->target_ns, __ATOMIC_RELAXED) == 0)
+  if (__atomic_load_n (&exp->sample, __ATOMIC_RELAXED) == NULL)
     return;
   throttle_lock (&ae->lock);
-  if (ae->target_ns) {
-    uint64_t window = ae->ctl.window_start_ns;
-    struct throttle_stats s;
-
-    throttle_budget_get_stats (ae->budget, &s);
-    waiters = s.waiters;
-    in_flight = s.in_flight;
-    before = ae->ctl.capacity;
-    step = throttle_adapt_tick (&ae->ctl, throttle_now_ns (),
-                                waiters, in_flight);
-    /* A window ended here: the next one counts its own waits. */
-    if (ae->ctl.window_start_ns != window)
-      ae->waited_mark = s.waited;
-    if (step != THROTTLE_ADAPT_NONE)
-      after = apply_step (ae, step);
-  }
+  end_window (exp, ae, throttle_now_ns ());
   throttle_unlock (&ae->lock);
-
-  if (step != THROTTLE_ADAPT_NONE && throttle_debug_adapt)
-    nbdkit_debug ("throttle: adapt: export \"%s\": capacity %" PRIu64
-                  " -> %" PRIu64 " (%s): the window ended on time with %"
-                  PRIu64 " waiting and %" PRIu64 " units in flight",
-                  exp->name, before, after, step_name (step),
-                  waiters, in_flight);
 }
 
+/* A tick every TICK_NS until .cleanup: it sleeps between them, and
+ * .cleanup waits for the one under way.
+ */
 static void *
 clock_main (void *arg)
 {
-  uint64_t next = 0;
+  const struct timespec tick = { .tv_nsec = TICK_NS };
 
   throttle_thread_enter ();
-  throttle_lock (&clock_lock);
-  while (!clock_stop) {
-    uint64_t now;
-
-    if (targets_on == 0) {
-      pthread_cond_wait (&clock_cond, &clock_lock);
-      continue;
-    }
-    now = throttle_now_ns ();
-    if (now < next) {
-      struct timespec ts = { .tv_sec = next / 1000000000,
-                             .tv_nsec = next % 1000000000 };
-
-      pthread_cond_timedwait (&clock_cond, &clock_lock, &ts);
-      continue;
-    }
-    throttle_unlock (&clock_lock);
+  while (!__atomic_load_n (&clock_stop, __ATOMIC_RELAXED)) {
+    nanosleep (&tick, NULL);
     throttle_export_foreach (tick_export, NULL);
-    throttle_lock (&clock_lock);
-    next = now + TICK_NS;
   }
-  throttle_unlock (&clock_lock);
   return NULL;
 }
 
 /* Start the clock if it is not running: 0, or -1 with a message for
- * the operator in err.  After fork only.
+ * the operator in err.  After fork, from the main thread or the
+ * control thread (above).
  */
 static int
 start_clock (char *err, size_t errlen)
 {
-  int r = 0;
+  int r;
 
-  throttle_lock (&clock_lock);
-  if (!clock_started) {
-    r = pthread_create (&clock_thread, NULL, clock_main, NULL);
-    if (r != 0)
-      snprintf (err, errlen, "cannot start the latency target's clock: "
-                "pthread_create: %s", throttle_errtext (r));
-    else
-      clock_started = true;
+  if (clock_started)
+    return 0;
+  r = pthread_create (&clock_thread, NULL, clock_main, NULL);
+  if (r != 0) {
+    snprintf (err, errlen, "cannot start the latency target's clock: "
+              "pthread_create: %s", throttle_errtext (r));
+    return -1;
   }
-  throttle_unlock (&clock_lock);
-  return r == 0 ? 0 : -1;
+  clock_started = true;
+  return 0;
 }
 
 int
@@ -504,9 +394,7 @@ throttle_adapt_after_fork (void)
 {
   char err[256];
 
-  if (config_target_ns == 0)
-    return 0;
-  if (start_clock (err, sizeof err) == -1) {
+  if (config_target_ns && start_clock (err, sizeof err) == -1) {
     nbdkit_error ("throttle: %s", err);
     return -1;
   }
@@ -516,15 +404,10 @@ throttle_adapt_after_fork (void)
 void
 throttle_adapt_cleanup (void)
 {
-  bool started;
-
-  throttle_lock (&clock_lock);
-  started = clock_started;
-  clock_stop = true;
-  pthread_cond_signal (&clock_cond);
-  throttle_unlock (&clock_lock);
-  if (started)
-    pthread_join (clock_thread, NULL);
+  if (!clock_started)
+    return;
+  __atomic_store_n (&clock_stop, true, __ATOMIC_RELAXED);
+  pthread_join (clock_thread, NULL);
   clock_started = false;
 }
 
@@ -538,43 +421,30 @@ throttle_adapt_export_set_target (struct throttle_export *exp,
   struct throttle_adapt_export *ae = adapt_of (exp);
   const char *why;
   uint64_t ns;
+  int r;
 
   if (parse_target (value, &ns, &why) == -1) {
     snprintf (err, errlen, "bad latency-target \"%s\": %s", value, why);
     return -1;
   }
+  /* The first target set live: the clock was not needed before. */
+  if (ns && start_clock (err, errlen) == -1)
+    return -1;
 
   throttle_lock (&ae->lock);
-  *previous = ae->target_ns;
-  if (ns && ae->floor > ae->ceiling) {
-    throttle_unlock (&ae->lock);
+  *previous = ae->ctl.target_ns;
+  r = throttle_adapt_set_target (&ae->ctl, ns, throttle_now_ns ());
+  if (r == -1)
     snprintf (err, errlen, "cannot set a latency-target: the capacity %"
               PRIu64 " is below throttle-min-capacity=%" PRIu64
-              ": raise it first with set capacity", ae->ceiling, ae->floor);
-    return -1;
-  }
-  if (ns == 0) {
-    /* Back to the fixed capacity, the ceiling. */
-    if (ae->target_ns)
-      count_target (-1);
-    __atomic_store_n (&ae->target_ns, 0, __ATOMIC_RELAXED);
-    __atomic_store_n (&exp->sample, NULL, __ATOMIC_RELAXED);
-    throttle_budget_set_capacity (ae->budget, ae->ceiling);
-  }
-  else if (ae->target_ns == 0) {
-    /* The first target set live: the clock was not needed before. */
-    if (start_clock (err, errlen) == -1) {
-      throttle_unlock (&ae->lock);
-      return -1;
-    }
-    start_locked (ae, ns);
-  }
+              ": raise it first with set capacity", ae->ctl.ceiling,
+              ae->ctl.floor);
   else {
-    throttle_adapt_set_target (&ae->ctl, ns, throttle_now_ns ());
-    __atomic_store_n (&ae->target_ns, ns, __ATOMIC_RELAXED);
+    throttle_budget_set_capacity (&exp->budget, ae->ctl.capacity);
+    __atomic_store_n (&exp->sample, ns ? sample : NULL, __ATOMIC_RELAXED);
   }
   throttle_unlock (&ae->lock);
-  return 0;
+  return r;
 }
 
 int
@@ -583,26 +453,20 @@ throttle_adapt_export_set_ceiling (struct throttle_export *exp,
                                    char *err, size_t errlen)
 {
   struct throttle_adapt_export *ae = adapt_of (exp);
+  int r;
 
   throttle_lock (&ae->lock);
-  *previous = ae->ceiling;
-  if (ae->target_ns) {
-    if (throttle_adapt_set_ceiling (&ae->ctl, ceiling,
-                                    throttle_now_ns ()) == -1) {
-      throttle_unlock (&ae->lock);
-      snprintf (err, errlen, "capacity %" PRIu64 " is below "
-                "throttle-min-capacity=%" PRIu64 ", the floor of the "
-                "latency target (set latency-target EXPORT off first)",
-                ceiling, ae->floor);
-      return -1;
-    }
-    throttle_budget_set_capacity (ae->budget, ae->ctl.capacity);
-  }
+  *previous = ae->ctl.ceiling;
+  r = throttle_adapt_set_ceiling (&ae->ctl, ceiling, throttle_now_ns ());
+  if (r == -1)
+    snprintf (err, errlen, "capacity %" PRIu64 " is below "
+              "throttle-min-capacity=%" PRIu64 ", the floor of the "
+              "latency target (set latency-target EXPORT off first)",
+              ceiling, ae->ctl.floor);
   else
-    throttle_budget_set_capacity (ae->budget, ceiling);
-  ae->ceiling = ceiling;
+    throttle_budget_set_capacity (&exp->budget, ae->ctl.capacity);
   throttle_unlock (&ae->lock);
-  return 0;
+  return r;
 }
 
 uint64_t
@@ -612,50 +476,42 @@ throttle_adapt_export_ceiling (struct throttle_export *exp)
   uint64_t ceiling;
 
   throttle_lock (&ae->lock);
-  ceiling = ae->ceiling;
+  ceiling = ae->ctl.ceiling;
   throttle_unlock (&ae->lock);
   return ceiling;
 }
 
-void
-throttle_adapt_stats_json (FILE *fp, struct throttle_export *exp)
+/* JSON members of an export's stats (throttle_report_json_fn). */
+static void
+stats_json (FILE *fp, struct throttle_export *exp)
 {
   struct throttle_adapt_export *ae = exp ? adapt_of (exp) : NULL;
-  struct throttle_adapt_window w = { .judged = false };
-  uint64_t target, floor, ceiling, down, up;
+  struct throttle_adapt c;
+  const struct throttle_adapt_window *w = &c.last;
 
   if (ae == NULL)
     return;
   throttle_lock (&ae->lock);
-  target = ae->target_ns;
-  if (target)
-    w = ae->ctl.last;
-  floor = ae->floor;
-  ceiling = ae->ceiling;
-  down = ae->steps_down;
-  up = ae->steps_up;
+  c = ae->ctl;
   throttle_unlock (&ae->lock);
 
   /* The effective capacity is the export's "capacity", read from the
    * budget: a copy here could disagree with it by a step.
    */
-  if (target == 0) {
-    fprintf (fp, ",\"adapt\":{\"latency_target_ns\":null,\"floor\":%" PRIu64
-             ",\"ceiling\":%" PRIu64 ",\"steps_down\":%" PRIu64
-             ",\"steps_up\":%" PRIu64 "}", floor, ceiling, down, up);
-    return;
-  }
-  fprintf (fp, ",\"adapt\":{\"latency_target_ns\":%" PRIu64
-           ",\"floor\":%" PRIu64 ",\"ceiling\":%" PRIu64 ",\"window\":",
-           target, floor, ceiling);
-  if (w.judged)
-    fprintf (fp, "{\"judged_on\":\"%s\",\"length_ns\":%" PRIu64
+  if (c.target_ns == 0)
+    fputs (",\"adapt\":{\"latency_target_ns\":null", fp);
+  else
+    fprintf (fp, ",\"adapt\":{\"latency_target_ns\":%" PRIu64, c.target_ns);
+  fprintf (fp, ",\"floor\":%" PRIu64 ",\"ceiling\":%" PRIu64,
+           c.floor, c.ceiling);
+  if (c.target_ns && w->judged)
+    fprintf (fp, ",\"window\":{\"judged_on\":\"%s\",\"length_ns\":%" PRIu64
              ",\"samples\":%" PRIu64 ",\"over_target\":%" PRIu64
              ",\"mean_ns\":%" PRIu64 ",\"max_ns\":%" PRIu64 "}",
-             !w.decided ? "none" : w.reads ? "reads" : "all",
-             w.length_ns, w.samples, w.over_target, w.mean_ns, w.max_ns);
-  else
-    fputs ("null", fp);
+             !w->decided ? "none" : w->reads ? "reads" : "all",
+             w->length_ns, w->samples, w->over_target, w->mean_ns, w->max_ns);
+  else if (c.target_ns)
+    fputs (",\"window\":null", fp);
   fprintf (fp, ",\"steps_down\":%" PRIu64 ",\"steps_up\":%" PRIu64 "}",
-           down, up);
+           c.steps_down, c.steps_up);
 }

@@ -11,16 +11,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
-#include "throttle-budget.h"
-#include "throttle-metric.h"
 #include "throttle-params.h"
 
 struct throttle_export;
-
-/* -D throttle.adapt=1: log every step. */
-extern int throttle_debug_adapt;
 
 extern const struct throttle_param throttle_adapt_param_table[];
 extern int throttle_adapt_config_complete (void);
@@ -69,8 +63,5 @@ extern int throttle_adapt_export_set_ceiling (struct throttle_export *exp,
  * target, the ceiling; the most the export can have in flight.
  */
 extern uint64_t throttle_adapt_export_ceiling (struct throttle_export *exp);
-
-/* JSON members for the control socket (throttle_report_json_fn). */
-extern void throttle_adapt_stats_json (FILE *fp, struct throttle_export *exp);
 
 #endif /* THROTTLE_ADAPT_GLUE_H */
