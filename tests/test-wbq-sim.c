@@ -596,7 +596,6 @@ run_schedule (uint64_t seed, bool verbose)
   const struct throttle_wbq_hooks hooks = {
     .queued = hook_queued, .retired = hook_retired,
   };
-  enum throttle_wbq_failure why;
 
   memset (s, 0, sizeof *s);
   s->seed = s->rng = seed;
@@ -605,7 +604,7 @@ run_schedule (uint64_t seed, bool verbose)
   s->nwriters = 1 + pick (s, MAX_WRITERS);
   s->q = throttle_wbq_create (s->nr, s->nwriters,
                               THROTTLE_WBQ_ELEM << pick (s, 3), false,
-                              &hooks, &why);
+                              &hooks);
   ck_assert_ptr_nonnull (s->q);
   s->seen[0] = s->seen[1] = throttle_wbq_seen_at_open (s->q);
   say (s, "seed %" PRIu64 ": %zu buffers, %zu writers", seed, s->nr,

@@ -211,41 +211,21 @@ wb_queue_create (struct throttle_export *exp, bool lock)
   const struct throttle_wbq_hooks hooks = {
     .queued = wb_queued, .retired = wb_retired, .opaque = exp,
   };
-  enum throttle_wbq_failure failed;
-  struct throttle_wbq *q;
   uint64_t pool_bytes = throttle_writeback_pool_bytes ();
   unsigned nr_writers = throttle_writeback_writers ();
   size_t bounce = throttle_writeback_bounce_size ();
-  size_t nr = pool_bytes / THROTTLE_WBQ_ELEM;
+  struct throttle_wbq *q;
 
-  q = throttle_wbq_create (nr, nr_writers, bounce, lock, &hooks, &failed);
-  if (q)
-    return q;
-  switch (failed) {
-  case THROTTLE_WBQ_FAIL_ALLOC:
-    nbdkit_error ("calloc: %s", throttle_errtext (errno));
-    break;
-  case THROTTLE_WBQ_FAIL_POOL:
-  case THROTTLE_WBQ_FAIL_BOUNCE:
-    nbdkit_error ("throttle: writeback: cannot create the %s pool of "
-                  "export \"%s\" (%" PRIu64 " bytes%s): %s%s",
-                  failed == THROTTLE_WBQ_FAIL_BOUNCE ? "writers'" : "write",
-                  exp->name,
-                  failed == THROTTLE_WBQ_FAIL_BOUNCE
-                  ? (uint64_t) nr_writers * bounce : pool_bytes,
+  q = throttle_wbq_create (pool_bytes / THROTTLE_WBQ_ELEM, nr_writers, bounce,
+                           lock, &hooks);
+  if (q == NULL)
+    nbdkit_error ("throttle: writeback: cannot create the write pool of "
+                  "export \"%s\" (%" PRIu64 " bytes%s): %s%s", exp->name,
+                  throttle_wbq_memory (pool_bytes, nr_writers, bounce),
                   lock ? ", locked" : "", throttle_errtext (errno),
                   lock ? " (raise ulimit -l, lower throttle-writeback-pool, "
                   "or throttle-mlock=off)" : "");
-    break;
-  case THROTTLE_WBQ_FAIL_MMAP:
-    nbdkit_error ("throttle: writeback: mmap: %s", throttle_errtext (errno));
-    break;
-  case THROTTLE_WBQ_FAIL_MLOCK:
-    nbdkit_error ("throttle: writeback: mlock of %zu bytes: %s",
-                  throttle_wbq_meta_bytes (nr), throttle_errtext (errno));
-    break;
-  }
-  return NULL;
+  return q;
 }
 
 /* NULL with *read_only set if the backend takes no writes: nothing
