@@ -708,7 +708,6 @@ throttle_wbq_get_stats (struct throttle_wbq *q, struct throttle_wbq_stats *s)
   s->direct = q->direct;
   s->pool_used = (q->nr - q->nr_free) * THROTTLE_WBQ_ELEM;
   s->pool_size = q->nr * THROTTLE_WBQ_ELEM;
-  s->nr = q->nr;
   s->error_unreported = q->error_unreported;
   s->last = q->last;
   throttle_unlock (&q->lock);

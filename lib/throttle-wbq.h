@@ -254,7 +254,6 @@ struct throttle_wbq_stats {
   uint64_t pending, pending_bytes, peak_pending_bytes;
   uint64_t written, written_bytes, failed, direct;
   size_t pool_used, pool_size;  /* bytes */
-  size_t nr;                    /* buffers */
   bool error_unreported;        /* no flush has reported the last one */
   struct throttle_wbq_error last;       /* the last failure, if any */
 };

@@ -1,7 +1,17 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: each export's writer threads, from the first
- * writable open of the export to cleanup.  See
- * throttle-writeback-writers.h.
+/* nbdkit-throttle filter: each export's write-behind queue and writer
+ * threads, from the first writable open of the export to cleanup, and
+ * their statistics.
+ *
+ * Writeback serves the default export "" alone (other names are
+ * refused at open and left out of the export list).  Its first
+ * writable open makes its queue, its locked, prefaulted pool and its
+ * writer threads; each writer takes the queue's next job and puts it
+ * on the backend through a backend context of its own, crediting the
+ * write's units then.  Cleanup drains every export and stops its
+ * writers.  The writers need the guards: each calls
+ * throttle_thread_enter at its start, and the pools are locked unless
+ * throttle_guards_lock_pools () says otherwise.
  *
  * Lock order: HACKING.md, "Locks".  all_lock is held while the writers
  * of each export are joined at cleanup: a writer takes neither it nor
@@ -19,6 +29,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <nbdkit-filter.h>
 
@@ -29,10 +40,9 @@
 #include "throttle-guards-config.h"
 #include "throttle-lock.h"
 #include "throttle-parse.h"
+#include "throttle-prom.h"
 #include "throttle-wbq.h"
-#include "throttle-writeback-config.h"
-#include "throttle-writeback-state.h"
-#include "throttle-writeback-writers.h"
+#include "throttle-writeback.h"
 
 /* Every export's state, for cleanup.  Lock rule: all_lock guards
  * all_wbs and each state's next_all; see the lock order above.
@@ -347,9 +357,7 @@ throttle_writeback_list_exports (nbdkit_next_list_exports *next,
 }
 
 int
-throttle_writeback_open (struct throttle_export *exp, nbdkit_context *context,
-                         int readonly, const char *exportname,
-                         struct throttle_wb_conn *c)
+throttle_writeback_make (struct throttle_export *exp, nbdkit_context *context)
 {
   /* Lock rule: held from looking at exp->wb to publishing a new
    * state, so that an export gets one; see the lock order above.
@@ -357,60 +365,27 @@ throttle_writeback_open (struct throttle_export *exp, nbdkit_context *context,
   static pthread_mutex_t create_lock = THROTTLE_LOCK_INITIALIZER;
   struct throttle_wb *wb;
   bool read_only = false;
+  int r = 0;
 
-  c->exp = NULL;
-  c->seen_errors = 0;
-  if (!throttle_writeback_enabled ())
-    return 0;
-  c->exp = exp;
-
-  /* A read-only connection creates nothing, but still sees (through
-   * c->exp) the pending writes of the export's other connections.
-   */
   throttle_lock (&create_lock);
-  wb = exp->wb;
-  if (wb == NULL && !readonly) {
-    wb = wb_create (exp, nbdkit_context_get_backend (context), exportname,
+  if (exp->wb == NULL) {
+    wb = wb_create (exp, nbdkit_context_get_backend (context), exp->name,
                     &read_only);
-    if (wb == NULL) {
-      throttle_unlock (&create_lock);
-      if (read_only) {
-        nbdkit_debug ("throttle: writeback: export \"%s\" takes no writes",
-                      exportname);
-        return 0;
-      }
-      return -1;
+    if (wb) {
+      throttle_lock (&all_lock);
+      wb->next_all = all_wbs;
+      all_wbs = wb;
+      throttle_unlock (&all_lock);
+      __atomic_store_n (&exp->wb, wb, __ATOMIC_RELEASE);
     }
-    throttle_lock (&all_lock);
-    wb->next_all = all_wbs;
-    all_wbs = wb;
-    throttle_unlock (&all_lock);
-    __atomic_store_n (&exp->wb, wb, __ATOMIC_RELEASE);
+    else if (read_only)
+      nbdkit_debug ("throttle: writeback: export \"%s\" takes no writes",
+                    exp->name);
+    else
+      r = -1;
   }
   throttle_unlock (&create_lock);
-  if (wb == NULL)
-    return 0;
-
-  c->seen_errors = throttle_wbq_seen_at_open (wb->q);
-  return 0;
-}
-
-int
-throttle_writeback_finalize (struct throttle_wb_conn *c)
-{
-  struct throttle_wb *wb = throttle_wb_of (c->exp);
-  struct throttle_wbq_stats s;
-
-  if (wb == NULL)
-    return 0;
-  if (throttle_debug_verbose) {
-    throttle_wbq_get_stats (wb->q, &s);
-    if (s.pending)
-      nbdkit_debug ("throttle: writeback: disconnect waits for %" PRIu64
-                    " pending writes", s.pending);
-  }
-  throttle_wbq_drain (wb->q);
-  return 0;
+  return r;
 }
 
 void
@@ -430,4 +405,99 @@ throttle_writeback_cleanup (void)
     wb_destroy (wb);            /* waits for the pending writes */
   }
   throttle_unlock (&all_lock);
+}
+
+#define PREFIX "nbdkit_throttle_writeback_"
+
+/* An export's numbers, in the order of the stats' member and of the
+ * metrics: each one's member of the JSON (NULL: the last, the error,
+ * which the JSON gives as its name) and family (never rename one:
+ * scripts and dashboards use them).
+ */
+static const struct {
+  const char *json, *family;
+  bool counter;
+  const char *help;
+} wb_stats[] = {
+  { "pending_writes", PREFIX "pending_writes", false,
+    "Writes acknowledged and not yet on the backend" },
+  { "pending_bytes", PREFIX "pending_bytes", false,
+    "Bytes acknowledged and not yet on the backend" },
+  { "peak_pending_bytes", PREFIX "peak_pending_bytes", false,
+    "Most bytes pending at once" },
+  { "pool_used", PREFIX "pool_used_bytes", false,
+    "Bytes of the locked pool in use" },
+  { "pool_size", PREFIX "pool_size_bytes", false,
+    "Bytes of the locked pool" },
+  { "written", PREFIX "written_writes_total", true,
+    "Writes the writers put on the backend" },
+  { "direct", PREFIX "direct_writes_total", true,
+    "Writes too large for the pool, passed straight through" },
+  { "failed", PREFIX "failed_writes_total", true,
+    "Writes that failed on the backend" },
+  { NULL, PREFIX "error_unreported", false,
+    "1 while a failed write has not been reported by a flush" },
+};
+#define NR_WB_STATS (sizeof wb_stats / sizeof wb_stats[0])
+
+/* wb's numbers in the order of wb_stats, zeros for wb == NULL. */
+static void
+wb_values (struct throttle_wb *wb, uint64_t v[NR_WB_STATS],
+           struct throttle_wbq_stats *s)
+{
+  memset (s, 0, sizeof *s);
+  if (wb)
+    throttle_wbq_get_stats (wb->q, s);
+  v[0] = s->pending;
+  v[1] = s->pending_bytes;
+  v[2] = s->peak_pending_bytes;
+  v[3] = s->pool_used;
+  v[4] = s->pool_size;
+  v[5] = s->written;
+  v[6] = s->direct;
+  v[7] = s->failed;
+  v[8] = s->error_unreported;
+}
+
+void
+throttle_writeback_stats_json (FILE *fp, struct throttle_export *exp)
+{
+  struct throttle_wb *wb = throttle_wb_of (exp);
+  struct throttle_wbq_stats s;
+  uint64_t v[NR_WB_STATS];
+  size_t i;
+
+  if (wb == NULL)
+    return;
+  wb_values (wb, v, &s);
+  for (i = 0; wb_stats[i].json; i++)
+    fprintf (fp, "%s\"%s\":%" PRIu64, i ? "," : ",\"writeback\":{",
+             wb_stats[i].json, v[i]);
+  if (s.error_unreported)
+    fprintf (fp, ",\"error\":\"%s\"}",
+             strerrorname_np (s.last.errnum) ? : "EIO");
+  else
+    fputs (",\"error\":null}", fp);
+}
+
+void
+throttle_writeback_metrics (FILE *fp)
+{
+  /* Writeback serves the default export alone. */
+  struct throttle_export *exp = throttle_export_get ("");
+  struct throttle_wb *wb = throttle_wb_of (exp);
+  struct throttle_wbq_stats s;
+  uint64_t v[NR_WB_STATS];
+  size_t i;
+
+  wb_values (wb, v, &s);
+  for (i = 0; i < NR_WB_STATS; i++) {
+    throttle_prom_family (fp, wb_stats[i].family,
+                          wb_stats[i].counter ? "counter" : "gauge",
+                          wb_stats[i].help);
+    if (wb)
+      throttle_prom_sample (fp, wb_stats[i].family, "export", "", v[i]);
+  }
+  if (exp)
+    throttle_export_put (exp);
 }
