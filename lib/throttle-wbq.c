@@ -334,33 +334,22 @@ record_error (struct throttle_wbq *q, int err, uint32_t count,
   q->last.count = count;
 }
 
-/* Called with q->lock held: wait until no write older than seq is
- * pending in [offset, end).
+/* Called with q->lock held: wait until no write older than seq (and,
+ * if started, already started) is pending in [offset, end).
  */
 static void
 wait_older (struct throttle_wbq *q, uint64_t seq, uint64_t offset,
-            uint64_t end)
+            uint64_t end, bool started)
 {
   struct throttle_wbq_rec *r;
 
   throttle_lock_assert_held (&q->lock);
  again:
   for (r = q->head; r && r->seq < seq; r = r->next)
-    if (rec_overlaps (r, offset, end)) {
+    if ((r->writing || !started) && rec_overlaps (r, offset, end)) {
       pthread_cond_wait (&q->done, &q->lock);
       goto again;
     }
-}
-
-/* Called with q->lock held: wait until no write older than seq is
- * pending anywhere.
- */
-static void
-wait_all_older (struct throttle_wbq *q, uint64_t seq)
-{
-  throttle_lock_assert_held (&q->lock);
-  while (q->head && q->head->seq < seq)
-    pthread_cond_wait (&q->done, &q->lock);
 }
 
 /* Called with q->lock held. */
@@ -460,7 +449,7 @@ throttle_wbq_barrier_begin (struct throttle_wbq *q,
 {
   throttle_lock (&q->lock);
   barrier_add (q, b, offset, count, false);
-  wait_older (q, b->seq, b->offset, b->end);
+  wait_older (q, b->seq, b->offset, b->end, false);
   throttle_unlock (&q->lock);
 }
 
@@ -488,7 +477,7 @@ throttle_wbq_read_begin (struct throttle_wbq *q,
 {
   uint64_t end = offset + count;
   struct throttle_wbq_rec *r;
-  bool any = false, busy;
+  bool any = false;
 
   throttle_lock (&q->lock);
   for (r = q->head; r && !any; r = r->next)
@@ -500,13 +489,7 @@ throttle_wbq_read_begin (struct throttle_wbq *q,
 
   /* Freeze what has not started; wait for what has. */
   barrier_add (q, b, offset, count, true);
-  do {
-    busy = false;
-    for (r = q->head; r && !busy; r = r->next)
-      busy = r->writing && rec_overlaps (r, offset, end);
-    if (busy)
-      pthread_cond_wait (&q->done, &q->lock);
-  } while (busy);
+  wait_older (q, UINT64_MAX, offset, end, true);
   throttle_unlock (&q->lock);
   return true;
 }
@@ -549,7 +532,7 @@ throttle_wbq_flush_wait (struct throttle_wbq *q,
                          bool writers_flush)
 {
   throttle_lock (&q->lock);
-  wait_all_older (q, f->seq);
+  wait_older (q, f->seq, 0, UINT64_MAX, false);
   if (writers_flush) {
     uint64_t gen = ++q->flush_gen;
     bool waiting;
@@ -601,7 +584,7 @@ void
 throttle_wbq_drain (struct throttle_wbq *q)
 {
   throttle_lock (&q->lock);
-  wait_all_older (q, q->next_seq);
+  wait_older (q, q->next_seq, 0, UINT64_MAX, false);
   throttle_unlock (&q->lock);
 }
 

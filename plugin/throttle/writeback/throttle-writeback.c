@@ -6,7 +6,7 @@
  * each request of a connection in its place there: a write queued or
  * passed through, a read, zero, trim or extents ordered against the
  * pending writes, a flush waiting for the writes acknowledged before
- * it.  They take no lock of their own (the queue's are inside
+ * it.  They take no lock of their own (the queue's is inside
  * throttle_wbq_*).
  */
 
