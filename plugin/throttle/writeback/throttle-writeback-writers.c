@@ -13,9 +13,8 @@
  * throttle_thread_enter at its start, and the pools are locked unless
  * throttle_guards_lock_pools () says otherwise.
  *
- * Lock order: HACKING.md, "Locks".  all_lock is held while the writers
- * of each export are joined at cleanup: a writer takes neither it nor
- * create_lock.
+ * Lock order: HACKING.md, "Locks".  create_lock is held while the
+ * writers are made, and joined at cleanup: a writer never takes it.
  *
  * Writers write through backend contexts of their own, opened shared:
  * a connection's context may be gone before its writes are, and one
@@ -44,11 +43,13 @@
 #include "throttle-wbq.h"
 #include "throttle-writeback.h"
 
-/* Every export's state, for cleanup.  Lock rule: all_lock guards
- * all_wbs and each state's next_all; see the lock order above.
+/* The state made, for cleanup: at most one, the default export's
+ * (throttle_writeback_preopen refuses every other name).  Lock rule:
+ * create_lock is held from looking at it to publishing it in the
+ * export, so that the export gets one, and while it is freed.
  */
-static pthread_mutex_t all_lock = THROTTLE_LOCK_INITIALIZER;
-static struct throttle_wb *all_wbs;
+static pthread_mutex_t create_lock = THROTTLE_LOCK_INITIALIZER;
+static struct throttle_wb *made;
 
 /* The queue's hooks, called with its lock held: an acknowledged write
  * counts for an abort's drain until it is on the backend, and its units
@@ -359,25 +360,15 @@ throttle_writeback_list_exports (nbdkit_next_list_exports *next,
 int
 throttle_writeback_make (struct throttle_export *exp, nbdkit_context *context)
 {
-  /* Lock rule: held from looking at exp->wb to publishing a new
-   * state, so that an export gets one; see the lock order above.
-   */
-  static pthread_mutex_t create_lock = THROTTLE_LOCK_INITIALIZER;
-  struct throttle_wb *wb;
   bool read_only = false;
   int r = 0;
 
   throttle_lock (&create_lock);
-  if (exp->wb == NULL) {
-    wb = wb_create (exp, nbdkit_context_get_backend (context), exp->name,
-                    &read_only);
-    if (wb) {
-      throttle_lock (&all_lock);
-      wb->next_all = all_wbs;
-      all_wbs = wb;
-      throttle_unlock (&all_lock);
-      __atomic_store_n (&exp->wb, wb, __ATOMIC_RELEASE);
-    }
+  if (made == NULL) {
+    made = wb_create (exp, nbdkit_context_get_backend (context), exp->name,
+                      &read_only);
+    if (made)
+      __atomic_store_n (&exp->wb, made, __ATOMIC_RELEASE);
     else if (read_only)
       nbdkit_debug ("throttle: writeback: export \"%s\" takes no writes",
                     exp->name);
@@ -391,20 +382,20 @@ throttle_writeback_make (struct throttle_export *exp, nbdkit_context *context)
 void
 throttle_writeback_cleanup (void)
 {
-  struct throttle_wb *wb;
   struct throttle_wbq_stats s;
 
-  throttle_lock (&all_lock);
-  while ((wb = all_wbs) != NULL) {
-    all_wbs = wb->next_all;
-    throttle_wbq_get_stats (wb->q, &s);
+  throttle_lock (&create_lock);
+  if (made) {
+    throttle_wbq_get_stats (made->q, &s);
     if (s.pending)
       nbdkit_debug ("throttle: writeback: export \"%s\": writing %" PRIu64
-                    " pending writes before exit", wb->exp->name, s.pending);
-    wb->exp->wb = NULL;
-    wb_destroy (wb);            /* waits for the pending writes */
+                    " pending writes before exit", made->exp->name,
+                    s.pending);
+    made->exp->wb = NULL;
+    wb_destroy (made);          /* waits for the pending writes */
+    made = NULL;
   }
-  throttle_unlock (&all_lock);
+  throttle_unlock (&create_lock);
 }
 
 #define PREFIX "nbdkit_throttle_writeback_"

@@ -115,10 +115,6 @@ struct throttle_wb_writer {
  * freed at cleanup.
  */
 struct throttle_wb {
-  /* The list of every export's state, for cleanup: under
-   * throttle-writeback-writers.c's all_lock.
-   */
-  struct throttle_wb *next_all;
   struct throttle_export *exp;
   struct throttle_wbq *q;
   /* Set before the writers start, read-only afterwards. */
