@@ -11,8 +11,8 @@
  *   writers' bounce buffers, the records describing pending writes and
  *   the links chaining a write's buffers.  Buffer i's link is links[i],
  *   so the free buffers are a chain too, and a write takes its buffers
- *   as the head of that chain.  A write needs one record, so with as
- *   many records as buffers, whoever holds buffers always finds one.
+ *   as the head of that chain; its record is recs[i] of its first
+ *   buffer i, so whoever holds buffers has a record.
  *
  * - A write waits for all of its buffers at once, in the FIFO of
  *   throttle_wait: two writes each holding part of the pool while
@@ -46,7 +46,7 @@
 #define NO_SLOT UINT32_MAX
 
 struct throttle_wbq_rec {       /* a pending write */
-  struct throttle_wbq_rec *prev, *next; /* pending list (seq order), or free list */
+  struct throttle_wbq_rec *prev, *next; /* pending list (seq order) */
   uint64_t seq;
   uint64_t offset;
   uint64_t charged;
@@ -65,7 +65,6 @@ struct throttle_wbq {
   pthread_cond_t work;          /* writers: something may be startable */
   pthread_cond_t done;          /* a write finished, a writer flushed */
   struct throttle_wbq_rec *head, *tail;
-  struct throttle_wbq_rec *free_recs;
   struct throttle_wait_queue bufq;      /* writes waiting for buffers */
   uint32_t free_buf;            /* the free buffers' chain */
   size_t nr_free;
@@ -78,7 +77,8 @@ struct throttle_wbq {
   size_t map_len;
   unsigned char *bufs;          /* buffer i at bufs + i * THROTTLE_WBQ_ELEM */
   uint32_t *links;              /* links[i]: the buffer after i, or NO_SLOT */
-  struct throttle_wbq_rec *recs;
+  struct throttle_wbq_rec *recs;       /* recs[i]: of the write whose
+                                           first buffer is i */
   size_t nr;                    /* buffers, links and records */
   size_t bounce_len;
 
@@ -160,8 +160,6 @@ throttle_wbq_create (size_t nr, size_t nr_writers, size_t bounce_len,
   q->links = (uint32_t *) (q->recs + nr);
   q->free_buf = NO_SLOT;
   for (i = nr; i-- > 0; ) {
-    q->recs[i].next = q->free_recs;
-    q->free_recs = &q->recs[i];
     q->links[i] = q->free_buf;
     q->free_buf = i;
   }
@@ -286,10 +284,6 @@ retire (struct throttle_wbq *q, struct throttle_wbq_rec *r)
   q->pending--;
   q->pending_bytes -= r->count;
   q->hooks.retired (q->hooks.opaque, r->charged);
-
-  r->prev = NULL;
-  r->next = q->free_recs;
-  q->free_recs = r;
 
   pthread_cond_broadcast (&q->done);
   pthread_cond_broadcast (&q->work);
@@ -420,8 +414,7 @@ throttle_wbq_queue (struct throttle_wbq *q, const void *buf, uint32_t count,
   }
 
   throttle_lock (&q->lock);
-  r = q->free_recs;             /* as many records as buffers */
-  q->free_recs = r->next;
+  r = &q->recs[w.got];
   r->offset = offset;
   r->count = count;
   r->charged = charged;

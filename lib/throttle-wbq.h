@@ -72,14 +72,13 @@ struct throttle_wbq_hooks {
   void *opaque;
 };
 
-/* A queue of 'nr' buffers (and as many records: whoever holds
- * buffers always finds one) for 'nr_writers' writer threads, numbered
- * from 0, each with a bounce buffer of 'bounce_len' bytes (a multiple
- * of THROTTLE_WBQ_ELEM, at most throttle_wbq_max_write of the pool): a
- * write larger than that reaches the backend in pieces
- * (throttle_wbq_piece).  All of it lives in one mapping of
- * throttle_wbq_memory bytes, touched, and locked if 'lock'.  NULL with
- * errno set on error.  hooks is copied.
+/* A queue of 'nr' buffers (each with a link and a record) for
+ * 'nr_writers' writer threads, numbered from 0, each with a bounce
+ * buffer of 'bounce_len' bytes (a multiple of THROTTLE_WBQ_ELEM, at
+ * most throttle_wbq_max_write of the pool): a write larger than that
+ * reaches the backend in pieces (throttle_wbq_piece).  All of it lives
+ * in one mapping of throttle_wbq_memory bytes, touched, and locked if
+ * 'lock'.  NULL with errno set on error.  hooks is copied.
  */
 extern struct throttle_wbq *
 throttle_wbq_create (size_t nr, size_t nr_writers, size_t bounce_len,
