@@ -573,14 +573,6 @@ throttle_wbq_seen_at_open (struct throttle_wbq *q)
   return seen;
 }
 
-void
-throttle_wbq_drain (struct throttle_wbq *q)
-{
-  throttle_lock (&q->lock);
-  wait_older (q, q->next_seq, 0, UINT64_MAX, false);
-  throttle_unlock (&q->lock);
-}
-
 const void *
 throttle_wbq_piece (struct throttle_wbq *q, size_t writer,
                     const struct throttle_wbq_job *job,

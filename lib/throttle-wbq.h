@@ -195,11 +195,6 @@ extern uint64_t throttle_wbq_flush_end (struct throttle_wbq *q,
  */
 extern uint64_t throttle_wbq_seen_at_open (struct throttle_wbq *q);
 
-/* Waits until every write queued so far is on the backend or failed
- * (the writers' throttle_wbq_write_done).
- */
-extern void throttle_wbq_drain (struct throttle_wbq *q);
-
 /* --- the writers' side -------------------------------------------- */
 
 enum throttle_wbq_job_kind {

@@ -546,6 +546,7 @@ drain (struct sim *s)
 {
   unsigned round;
   struct throttle_wbq_job job;
+  struct throttle_wbq_flush f;
   size_t i;
 
   for (round = 0; round < 100000; round++) {
@@ -579,7 +580,8 @@ drain (struct sim *s)
   for (i = 0; i < MAX_W; i++)
     if (s->w[i].state != W_FREE)
       sim_fail (s, "the drain left write %" PRIu64 " pending", s->w[i].ord);
-  throttle_wbq_drain (s->q);
+  throttle_wbq_flush_begin (s->q, &f);
+  throttle_wbq_flush_wait (s->q, &f, false);
   throttle_wbq_stop (s->q);
   for (i = 0; i < s->nwriters; i++)
     if (throttle_wbq_next (s->q, i, &job) != THROTTLE_WBQ_STOP)

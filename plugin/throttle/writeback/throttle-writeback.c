@@ -294,6 +294,7 @@ throttle_writeback_conn_finalize (void *state)
   struct throttle_wb_conn *c = state;
   struct throttle_wb *wb = c ? throttle_wb_of (c->exp) : NULL;
   struct throttle_wbq_stats s;
+  struct throttle_wbq_flush f;
 
   if (wb == NULL)
     return 0;
@@ -303,7 +304,9 @@ throttle_writeback_conn_finalize (void *state)
       nbdkit_debug ("throttle: writeback: disconnect waits for %" PRIu64
                     " pending writes", s.pending);
   }
-  throttle_wbq_drain (wb->q);
+  /* As a flush waits, without the writers' flushes. */
+  throttle_wbq_flush_begin (wb->q, &f);
+  throttle_wbq_flush_wait (wb->q, &f, false);
   return 0;
 }
 
