@@ -156,8 +156,7 @@ wb_destroy (struct throttle_wb *wb)
   struct throttle_wbq_stats s;
   size_t i;
 
-  if (wb->q)
-    throttle_wbq_stop (wb->q);
+  throttle_wbq_stop (wb->q);
   for (i = 0; i < wb->nr_writers; ++i) {
     struct throttle_wb_writer *w = &wb->writers[i];
 
@@ -165,34 +164,32 @@ wb_destroy (struct throttle_wb *wb)
       pthread_join (w->thread, NULL);
     close_writer_ctx (w);
   }
-  if (wb->q) {
-    throttle_wbq_get_stats (wb->q, &s);
-    if (wb->started_all)
-      nbdkit_debug ("throttle: writeback summary export=\"%s\" written=%"
-                    PRIu64 " written_bytes=%" PRIu64 " direct=%" PRIu64
-                    " failed=%" PRIu64 " peak_pending_bytes=%" PRIu64,
-                    wb->exp->name, s.written, s.written_bytes, s.direct,
-                    s.failed, s.peak_pending_bytes);
-    if (s.error_unreported)
-      nbdkit_error ("throttle: writeback: export \"%s\": %" PRIu64
-                    " background write(s) failed and no flush reported it; "
-                    "last: %" PRIu32 " bytes at %" PRIu64 ": %s",
-                    wb->exp->name, s.failed, s.last.count, s.last.offset,
-                    throttle_errtext (s.last.errnum));
-    throttle_wbq_destroy (wb->q);
-  }
+  throttle_wbq_get_stats (wb->q, &s);
+  if (wb->started_all)
+    nbdkit_debug ("throttle: writeback summary export=\"%s\" written=%"
+                  PRIu64 " written_bytes=%" PRIu64 " direct=%" PRIu64
+                  " failed=%" PRIu64 " peak_pending_bytes=%" PRIu64,
+                  wb->exp->name, s.written, s.written_bytes, s.direct,
+                  s.failed, s.peak_pending_bytes);
+  if (s.error_unreported)
+    nbdkit_error ("throttle: writeback: export \"%s\": %" PRIu64
+                  " background write(s) failed and no flush reported it; "
+                  "last: %" PRIu32 " bytes at %" PRIu64 ": %s",
+                  wb->exp->name, s.failed, s.last.count, s.last.offset,
+                  throttle_errtext (s.last.errnum));
+  throttle_wbq_destroy (wb->q);
   free (wb);
 }
 
 /* Returns 1 if the backend does not take writes at all. */
 static int
 open_writer_ctx (struct throttle_wb *wb, struct throttle_wb_writer *w,
-                 nbdkit_backend *backend, const char *exportname)
+                 nbdkit_backend *backend)
 {
-  w->ctx = nbdkit_next_context_open (backend, 0, exportname, 1);
+  w->ctx = nbdkit_next_context_open (backend, 0, wb->exp->name, 1);
   if (w->ctx == NULL) {
     nbdkit_error ("throttle: writeback: cannot open a backend context "
-                  "for export \"%s\"", exportname);
+                  "for export \"%s\"", wb->exp->name);
     return -1;
   }
   /* nbdkit checks each request against what these returned, so ask
@@ -215,9 +212,12 @@ open_writer_ctx (struct throttle_wb *wb, struct throttle_wb_writer *w,
   return 0;
 }
 
-/* The queue of a new export, or NULL after nbdkit_error. */
-static struct throttle_wbq *
-wb_queue_create (struct throttle_export *exp, bool lock)
+/* NULL with *read_only set if the backend takes no writes: nothing
+ * to write behind then, and nbdkit refuses the client's writes itself.
+ */
+static struct throttle_wb *
+wb_create (struct throttle_export *exp, nbdkit_backend *backend,
+           bool *read_only)
 {
   const struct throttle_wbq_hooks hooks = {
     .queued = wb_queued, .retired = wb_retired, .opaque = exp,
@@ -225,28 +225,7 @@ wb_queue_create (struct throttle_export *exp, bool lock)
   uint64_t pool_bytes = throttle_writeback_pool_bytes ();
   unsigned nr_writers = throttle_writeback_writers ();
   size_t bounce = throttle_writeback_bounce_size ();
-  struct throttle_wbq *q;
-
-  q = throttle_wbq_create (pool_bytes / THROTTLE_WBQ_ELEM, nr_writers, bounce,
-                           lock, &hooks);
-  if (q == NULL)
-    nbdkit_error ("throttle: writeback: cannot create the write pool of "
-                  "export \"%s\" (%" PRIu64 " bytes%s): %s%s", exp->name,
-                  throttle_wbq_memory (pool_bytes, nr_writers, bounce),
-                  lock ? ", locked" : "", throttle_errtext (errno),
-                  lock ? " (raise ulimit -l, lower throttle-writeback-pool, "
-                  "or throttle-mlock=off)" : "");
-  return q;
-}
-
-/* NULL with *read_only set if the backend takes no writes: nothing
- * to write behind then, and nbdkit refuses the client's writes itself.
- */
-static struct throttle_wb *
-wb_create (struct throttle_export *exp, nbdkit_backend *backend,
-           const char *exportname, bool *read_only)
-{
-  unsigned nr_writers = throttle_writeback_writers ();
+  bool lock = throttle_guards_lock_pools ();
   struct throttle_wb *wb;
   size_t i;
   int err;
@@ -258,16 +237,25 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
   }
   wb->exp = exp;
   wb->nr_writers = nr_writers;
-  wb->q = wb_queue_create (exp, throttle_guards_lock_pools ());
-  if (wb->q == NULL)
-    goto fail;
+  wb->q = throttle_wbq_create (pool_bytes / THROTTLE_WBQ_ELEM, nr_writers,
+                               bounce, lock, &hooks);
+  if (wb->q == NULL) {
+    nbdkit_error ("throttle: writeback: cannot create the write pool of "
+                  "export \"%s\" (%" PRIu64 " bytes%s): %s%s", exp->name,
+                  throttle_wbq_memory (pool_bytes, nr_writers, bounce),
+                  lock ? ", locked" : "", throttle_errtext (errno),
+                  lock ? " (raise ulimit -l, lower throttle-writeback-pool, "
+                  "or throttle-mlock=off)" : "");
+    free (wb);
+    return NULL;
+  }
 
   for (i = 0; i < nr_writers; ++i) {
     struct throttle_wb_writer *w = &wb->writers[i];
 
     w->wb = wb;
     w->idx = i;
-    switch (open_writer_ctx (wb, w, backend, exportname)) {
+    switch (open_writer_ctx (wb, w, backend)) {
     case 0: break;
     case 1: *read_only = true; /* fallthrough */
     default: goto fail;
@@ -287,10 +275,8 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
   wb->started_all = true;
   nbdkit_debug ("throttle: writeback: export \"%s\": %" PRIu64 " buffers, "
                 "%zu writers with %zu-byte bounce buffers, backend "
-                "multi-conn %d", exp->name,
-                throttle_writeback_pool_bytes () / THROTTLE_WBQ_ELEM,
-                wb->nr_writers, throttle_writeback_bounce_size (),
-                wb->multi_conn);
+                "multi-conn %d", exp->name, pool_bytes / THROTTLE_WBQ_ELEM,
+                wb->nr_writers, bounce, wb->multi_conn);
   return wb;
 
  fail:
@@ -365,8 +351,7 @@ throttle_writeback_make (struct throttle_export *exp, nbdkit_context *context)
 
   throttle_lock (&create_lock);
   if (made == NULL) {
-    made = wb_create (exp, nbdkit_context_get_backend (context), exp->name,
-                      &read_only);
+    made = wb_create (exp, nbdkit_context_get_backend (context), &read_only);
     if (made)
       __atomic_store_n (&exp->wb, made, __ATOMIC_RELEASE);
     else if (read_only)
