@@ -28,7 +28,6 @@ struct throttle_mempool {
   pthread_mutex_t lock;         /* the free stack, held[], the waiters;
                                    a leaf: HACKING.md, "Locks" */
   struct throttle_wait_queue queue;
-  bool shutdown;
 
   size_t nr;                    /* elements */
   size_t size;                  /* element size, page multiple */
@@ -124,7 +123,6 @@ throttle_mempool_create (size_t nr, size_t size, bool lock)
   pool->map = map;
   pool->map_len = map_len;
   pool->locked = lock ? map_len : 0;
-  pool->shutdown = false;
 
   /* Pop order is ascending address: the first buffers handed out are
    * the first in memory, which makes dumps easier to read.
@@ -214,32 +212,27 @@ acquire (void *owner, struct throttle_waiter *w)
   return true;
 }
 
-/* throttle_putback_fn: called with the lock held (push checks it). */
-static void
-putback (void *owner, struct throttle_waiter *w)
-{
-  push (owner, w->item);
-}
-
 void *
-throttle_mempool_alloc (struct throttle_mempool *pool,
-                        throttle_cancel_fn cancel, void *opaque,
-                        unsigned poll_ms)
+throttle_mempool_alloc (struct throttle_mempool *pool)
 {
+  /* Nothing ends a wait but a grant, so it is never abandoned and
+   * needs no putback.
+   */
+  static const bool never = false;
   struct throttle_waiter w = { .want = 1 };
-  void *buf = NULL;
+  void *buf;
 
   throttle_lock (&pool->lock);
   /* A free buffer implies an empty queue (free grants waiters first),
    * so taking it here overtakes nobody.
    */
-  if (pool->shutdown)
-    ;
-  else if (pool->nr_free > 0)
+  if (pool->nr_free > 0)
     buf = pop (pool);
-  else if (throttle_wait (&pool->queue, &w, &pool->shutdown, cancel, opaque,
-                          poll_ms, acquire, putback, pool) == 0)
+  else {
+    throttle_wait (&pool->queue, &w, &never, NULL, NULL, 0, acquire, NULL,
+                   pool);
     buf = w.item;
+  }
   throttle_unlock (&pool->lock);
   return buf;
 }
@@ -250,7 +243,7 @@ throttle_mempool_try_alloc (struct throttle_mempool *pool)
   void *buf = NULL;
 
   throttle_lock (&pool->lock);
-  if (!pool->shutdown && pool->nr_free > 0)
+  if (pool->nr_free > 0)
     buf = pop (pool);
   throttle_unlock (&pool->lock);
   return buf;
@@ -272,15 +265,6 @@ throttle_mempool_free (struct throttle_mempool *pool, void *buf)
   }
   push (pool, buf);
   throttle_wait_grant (&pool->queue, acquire, pool);
-  throttle_unlock (&pool->lock);
-}
-
-void
-throttle_mempool_shutdown (struct throttle_mempool *pool)
-{
-  throttle_lock (&pool->lock);
-  pool->shutdown = true;
-  throttle_wait_wake_all (&pool->queue);
   throttle_unlock (&pool->lock);
 }
 

@@ -42,16 +42,11 @@ extern int throttle_mempool_relock (struct throttle_mempool *pool);
 /* Unmaps everything.  The caller ensures nobody waits or holds a buffer. */
 extern void throttle_mempool_destroy (struct throttle_mempool *pool);
 
-/* Take a buffer, waiting while none is free (see throttle_wait).
- * Returns NULL if the wait was cancelled (by 'cancel' or
- * throttle_mempool_shutdown).
+/* Take a buffer, waiting while none is free (see throttle_wait) until
+ * another holder frees one: the caller ensures every holder does.
  */
-extern void *throttle_mempool_alloc (struct throttle_mempool *pool,
-                                     throttle_cancel_fn cancel, void *opaque,
-                                     unsigned poll_ms);
-/* Take a buffer only if one is free now; NULL otherwise (and after
- * shutdown).
- */
+extern void *throttle_mempool_alloc (struct throttle_mempool *pool);
+/* Take a buffer only if one is free now; NULL otherwise. */
 extern void *throttle_mempool_try_alloc (struct throttle_mempool *pool);
 /* Give a buffer back (it goes to the oldest waiter, if any).  Freeing a
  * pointer that is not a buffer of this pool, or a buffer that is not
@@ -59,8 +54,6 @@ extern void *throttle_mempool_try_alloc (struct throttle_mempool *pool);
  * holders.
  */
 extern void throttle_mempool_free (struct throttle_mempool *pool, void *buf);
-/* Fail every current and future wait.  Buffers can still be freed. */
-extern void throttle_mempool_shutdown (struct throttle_mempool *pool);
 
 extern size_t throttle_mempool_size (const struct throttle_mempool *pool);   /* element size */
 extern size_t throttle_mempool_nr (const struct throttle_mempool *pool);

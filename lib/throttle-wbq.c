@@ -1,21 +1,22 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: the write-behind queue.
  *
- * Lock order: HACKING.md, "Locks".  alloc_lock is held across a wait
- * for pool buffers; lock never is, and is dropped by every wait on work
- * or done.
+ * Lock order: HACKING.md, "Locks".  The lock is dropped by every wait:
+ * on work, on done, and for buffers (throttle_wait, lib/throttle-wait.c).
  *
  * Why it is shaped like this:
  *
  * - Nothing may allocate once the queue exists: the payload goes into
- *   page-sized buffers of a locked, prefaulted pool, and the record
- *   describing a pending write, and the links between its buffers, come
- *   from arrays made (and locked) with the pool.  A write needs one
- *   record and one link per buffer, so with as many records and links
- *   as buffers, whoever holds buffers always finds both.
+ *   page-sized buffers of one locked, prefaulted mapping, beside the
+ *   writers' bounce buffers, the records describing pending writes and
+ *   the links chaining a write's buffers.  Buffer i's link is links[i],
+ *   so the free buffers are a chain too, and a write takes its buffers
+ *   as the head of that chain; its record is recs[i] of its first
+ *   buffer i, so whoever holds buffers has a record.
  *
- * - One multi-buffer allocation at a time (alloc_lock): two writes each
- *   holding part of the pool while waiting for the rest would deadlock.
+ * - A write waits for all of its buffers at once, in the FIFO of
+ *   throttle_wait: two writes each holding part of the pool while
+ *   waiting for the rest would deadlock.
  *
  * - Failures a flush reports are counted like the kernel's errseq_t: a
  *   counter that only grows.  Each flush samples it when it arrives and
@@ -35,7 +36,6 @@
 #include <sys/mman.h>
 
 #include "throttle-lock.h"
-#include "throttle-mempool.h"
 #include "throttle-wbq.h"
 
 /* How many queued writes a writer looks at for one it may start:
@@ -46,18 +46,13 @@
 #define NO_SLOT UINT32_MAX
 
 struct throttle_wbq_rec {       /* a pending write */
-  struct throttle_wbq_rec *prev, *next; /* pending list (seq order), or free list */
+  struct throttle_wbq_rec *prev, *next; /* pending list (seq order) */
   uint64_t seq;
   uint64_t offset;
   uint64_t charged;
   uint32_t count;
-  uint32_t first;               /* first link */
+  uint32_t first;               /* its first buffer */
   bool writing;
-};
-
-struct wbq_link {               /* one buffer of a pending write */
-  void *buf;
-  uint32_t next;
 };
 
 struct wbq_writer {
@@ -66,27 +61,26 @@ struct wbq_writer {
 };
 
 struct throttle_wbq {
-  pthread_mutex_t lock;         /* everything below but what is marked;
-                                   after alloc_lock, before the pools' */
+  pthread_mutex_t lock;         /* everything below but what is marked */
   pthread_cond_t work;          /* writers: something may be startable */
   pthread_cond_t done;          /* a write finished, a writer flushed */
   struct throttle_wbq_rec *head, *tail;
-  struct throttle_wbq_rec *free_recs;
-  uint32_t free_link;
+  struct throttle_wait_queue bufq;      /* writes waiting for buffers */
+  uint32_t free_buf;            /* the free buffers' chain */
+  size_t nr_free;
   struct throttle_wbq_barrier *barriers;
   uint64_t next_seq;
   bool stopping;
 
-  pthread_mutex_t alloc_lock;   /* one allocation at a time; guards no
-                                   field; first of the queue's locks */
-  struct throttle_mempool *pool;        /* set at creation */
-  struct throttle_mempool *bounce_pool; /* set at creation */
-  size_t bounce_len;                    /* set at creation */
-  size_t nr;                    /* buffers, records and links */
-  struct throttle_wbq_rec *recs;
-  struct wbq_link *links;
-  void *meta;                   /* the mapping holding recs and links */
-  size_t meta_len;
+  /* Set at creation: the mapping, and what lies in it. */
+  unsigned char *map;
+  size_t map_len;
+  unsigned char *bufs;          /* buffer i at bufs + i * THROTTLE_WBQ_ELEM */
+  uint32_t *links;              /* links[i]: the buffer after i, or NO_SLOT */
+  struct throttle_wbq_rec *recs;       /* recs[i]: of the write whose
+                                           first buffer is i */
+  size_t nr;                    /* buffers, links and records */
+  size_t bounce_len;
 
   uint64_t error_seq;
   bool error_unreported;
@@ -109,95 +103,65 @@ throttle_wbq_max_write (uint64_t pool_bytes)
     ? pool_bytes : THROTTLE_WBQ_MAX_WRITE;
 }
 
-size_t
-throttle_wbq_meta_bytes (size_t nr)
-{
-  return nr * (sizeof (struct throttle_wbq_rec) + sizeof (struct wbq_link));
-}
-
 uint64_t
 throttle_wbq_memory (uint64_t pool_bytes, size_t nr_writers,
                      size_t bounce_len)
 {
   uint64_t nr = pool_bytes / THROTTLE_WBQ_ELEM;
-  /* Per buffer: its record and link, and the pool's free stack entry
-   * and held byte.
-   */
-  uint64_t per = sizeof (struct throttle_wbq_rec) + sizeof (struct wbq_link) +
-    sizeof (void *) + 1;
 
-  return pool_bytes + nr * per + (uint64_t) nr_writers * bounce_len;
+  return pool_bytes + (uint64_t) nr_writers * bounce_len +
+    nr * (sizeof (struct throttle_wbq_rec) + sizeof (uint32_t));
 }
 
 struct throttle_wbq *
 throttle_wbq_create (size_t nr, size_t nr_writers, size_t bounce_len,
-                     bool lock, const struct throttle_wbq_hooks *hooks,
-                     enum throttle_wbq_failure *failed)
+                     bool lock, const struct throttle_wbq_hooks *hooks)
 {
   struct throttle_wbq *q;
+  unsigned char *bounce;
   size_t i;
   int err;
 
   q = calloc (1, sizeof *q + nr_writers * sizeof q->writers[0]);
-  if (q == NULL) {
-    *failed = THROTTLE_WBQ_FAIL_ALLOC;
+  if (q == NULL)
     return NULL;
-  }
-  q->hooks = *hooks;
-  q->nr = nr;
-  q->nr_writers = nr_writers;
-  q->free_link = NO_SLOT;
   if ((err = throttle_lock_init (&q->lock)) != 0) {
     free (q);
     errno = err;
-    *failed = THROTTLE_WBQ_FAIL_ALLOC;
-    return NULL;
-  }
-  if ((err = throttle_lock_init (&q->alloc_lock)) != 0) {
-    pthread_mutex_destroy (&q->lock);
-    free (q);
-    errno = err;
-    *failed = THROTTLE_WBQ_FAIL_ALLOC;
     return NULL;
   }
   pthread_cond_init (&q->work, NULL);
   pthread_cond_init (&q->done, NULL);
-
-  q->pool = throttle_mempool_create (nr, THROTTLE_WBQ_ELEM, lock);
-  if (q->pool == NULL) {
-    *failed = THROTTLE_WBQ_FAIL_POOL;
-    goto fail;
-  }
+  throttle_wait_queue_init (&q->bufq, &q->lock);
+  q->hooks = *hooks;
+  q->nr = q->nr_free = nr;
+  q->nr_writers = nr_writers;
   q->bounce_len = bounce_len;
-  q->bounce_pool = throttle_mempool_create (nr_writers, bounce_len, lock);
-  if (q->bounce_pool == NULL) {
-    *failed = THROTTLE_WBQ_FAIL_BOUNCE;
-    goto fail;
-  }
-  for (i = 0; i < nr_writers; ++i)
-    q->writers[i].bounce = throttle_mempool_try_alloc (q->bounce_pool);
 
-  /* Records and links beside the pool, prefaulted and locked like it. */
-  q->meta_len = throttle_wbq_meta_bytes (nr);
-  q->meta = mmap (NULL, q->meta_len, PROT_READ|PROT_WRITE,
-                  MAP_PRIVATE|MAP_ANONYMOUS, -1, 0);
-  if (q->meta == MAP_FAILED) {
-    q->meta = NULL;
-    *failed = THROTTLE_WBQ_FAIL_MMAP;
+  /* Written to fault every page in (MAP_POPULATE populates nothing
+   * under mlockall (MCL_ONFAULT)), then locked.
+   */
+  q->map_len = throttle_wbq_memory ((uint64_t) nr * THROTTLE_WBQ_ELEM,
+                                    nr_writers, bounce_len);
+  q->map = mmap (NULL, q->map_len, PROT_READ|PROT_WRITE,
+                 MAP_PRIVATE|MAP_ANONYMOUS, -1, 0);
+  if (q->map == MAP_FAILED) {
+    q->map = NULL;
     goto fail;
   }
-  memset (q->meta, 0, q->meta_len);
-  if (lock && mlock (q->meta, q->meta_len) == -1) {
-    *failed = THROTTLE_WBQ_FAIL_MLOCK;
+  memset (q->map, 0, q->map_len);
+  if (lock && mlock (q->map, q->map_len) == -1)
     goto fail;
-  }
-  q->recs = q->meta;
-  q->links = (struct wbq_link *) (q->recs + nr);
+  q->bufs = q->map;
+  bounce = q->bufs + nr * THROTTLE_WBQ_ELEM;
+  for (i = 0; i < nr_writers; ++i)
+    q->writers[i].bounce = bounce + i * bounce_len;
+  q->recs = (struct throttle_wbq_rec *) (bounce + nr_writers * bounce_len);
+  q->links = (uint32_t *) (q->recs + nr);
+  q->free_buf = NO_SLOT;
   for (i = nr; i-- > 0; ) {
-    q->recs[i].next = q->free_recs;
-    q->free_recs = &q->recs[i];
-    q->links[i].next = q->free_link;
-    q->free_link = i;
+    q->links[i] = q->free_buf;
+    q->free_buf = i;
   }
   return q;
 
@@ -211,21 +175,13 @@ throttle_wbq_create (size_t nr, size_t nr_writers, size_t bounce_len,
 void
 throttle_wbq_destroy (struct throttle_wbq *q)
 {
-  size_t i;
-
   if (q == NULL)
     return;
-  for (i = 0; i < q->nr_writers; ++i)
-    if (q->writers[i].bounce)
-      throttle_mempool_free (q->bounce_pool, q->writers[i].bounce);
-  throttle_mempool_destroy (q->pool);
-  throttle_mempool_destroy (q->bounce_pool);
-  if (q->meta)
-    munmap (q->meta, q->meta_len);
+  if (q->map)
+    munmap (q->map, q->map_len);
   pthread_cond_destroy (&q->work);
   pthread_cond_destroy (&q->done);
   pthread_mutex_destroy (&q->lock);
-  pthread_mutex_destroy (&q->alloc_lock);
   free (q);
 }
 
@@ -268,22 +224,51 @@ pick (struct throttle_wbq *q)
   return NULL;
 }
 
-/* Called with q->lock held: give a chain of links, and their buffers,
- * back.
+/* A throttle_acquire_fn, called with q->lock held: w->want buffers,
+ * all or none, as a chain from w->got.
  */
-static void
-free_links (struct throttle_wbq *q, uint32_t first)
+static bool
+take_bufs (void *owner, struct throttle_waiter *w)
 {
-  uint32_t l, next;
+  struct throttle_wbq *q = owner;
+  uint32_t l = q->free_buf;
+  uint64_t i;
 
   throttle_lock_assert_held (&q->lock);
-  for (l = first; l != NO_SLOT; l = next) {
-    next = q->links[l].next;
-    throttle_mempool_free (q->pool, q->links[l].buf);
-    q->links[l].buf = NULL;
-    q->links[l].next = q->free_link;
-    q->free_link = l;
+  if (q->nr_free < w->want)
+    return false;
+  for (i = 1; i < w->want; ++i)
+    l = q->links[l];
+  w->got = q->free_buf;
+  q->free_buf = q->links[l];
+  q->links[l] = NO_SLOT;
+  q->nr_free -= w->want;
+  return true;
+}
+
+/* Called with q->lock held: a chain of buffers goes back to the free
+ * chain.  The caller grants the waiters.
+ */
+static void
+free_bufs (struct throttle_wbq *q, uint32_t first)
+{
+  uint32_t l = first;
+
+  throttle_lock_assert_held (&q->lock);
+  q->nr_free++;
+  while (q->links[l] != NO_SLOT) {
+    l = q->links[l];
+    q->nr_free++;
   }
+  q->links[l] = q->free_buf;
+  q->free_buf = first;
+}
+
+/* A throttle_putback_fn, called with q->lock held. */
+static void
+put_bufs (void *owner, struct throttle_waiter *w)
+{
+  free_bufs (owner, w->got);
 }
 
 /* Called with q->lock held: the write is on the backend or failed. */
@@ -294,14 +279,11 @@ retire (struct throttle_wbq *q, struct throttle_wbq_rec *r)
   if (r->prev) r->prev->next = r->next; else q->head = r->next;
   if (r->next) r->next->prev = r->prev; else q->tail = r->prev;
 
-  free_links (q, r->first);
+  free_bufs (q, r->first);
+  throttle_wait_grant (&q->bufq, take_bufs, q);
   q->pending--;
   q->pending_bytes -= r->count;
   q->hooks.retired (q->hooks.opaque, r->charged);
-
-  r->prev = NULL;
-  r->next = q->free_recs;
-  q->free_recs = r;
 
   pthread_cond_broadcast (&q->done);
   pthread_cond_broadcast (&q->work);
@@ -319,15 +301,15 @@ copy_out (const struct throttle_wbq *q, const struct throttle_wbq_rec *r,
   uint32_t off = from % THROTTLE_WBQ_ELEM;
 
   while (skip--)
-    l = q->links[l].next;
+    l = q->links[l];
   while (len > 0) {
     uint32_t n = THROTTLE_WBQ_ELEM - off < len ? THROTTLE_WBQ_ELEM - off : len;
 
-    memcpy (dst, (unsigned char *) q->links[l].buf + off, n);
+    memcpy (dst, q->bufs + (size_t) l * THROTTLE_WBQ_ELEM + off, n);
     dst += n;
     len -= n;
     off = 0;
-    l = q->links[l].next;
+    l = q->links[l];
   }
 }
 
@@ -346,33 +328,22 @@ record_error (struct throttle_wbq *q, int err, uint32_t count,
   q->last.count = count;
 }
 
-/* Called with q->lock held: wait until no write older than seq is
- * pending in [offset, end).
+/* Called with q->lock held: wait until no write older than seq (and,
+ * if started, already started) is pending in [offset, end).
  */
 static void
 wait_older (struct throttle_wbq *q, uint64_t seq, uint64_t offset,
-            uint64_t end)
+            uint64_t end, bool started)
 {
   struct throttle_wbq_rec *r;
 
   throttle_lock_assert_held (&q->lock);
  again:
   for (r = q->head; r && r->seq < seq; r = r->next)
-    if (rec_overlaps (r, offset, end)) {
+    if ((r->writing || !started) && rec_overlaps (r, offset, end)) {
       pthread_cond_wait (&q->done, &q->lock);
       goto again;
     }
-}
-
-/* Called with q->lock held: wait until no write older than seq is
- * pending anywhere.
- */
-static void
-wait_all_older (struct throttle_wbq *q, uint64_t seq)
-{
-  throttle_lock_assert_held (&q->lock);
-  while (q->head && q->head->seq < seq)
-    pthread_cond_wait (&q->done, &q->lock);
 }
 
 /* Called with q->lock held. */
@@ -415,55 +386,40 @@ throttle_wbq_queue (struct throttle_wbq *q, const void *buf, uint32_t count,
                     uint64_t offset, uint64_t charged,
                     throttle_cancel_fn cancel, void *opaque)
 {
-  size_t n = (count + THROTTLE_WBQ_ELEM - 1) / THROTTLE_WBQ_ELEM, i;
+  struct throttle_waiter w = {
+    .want = (count + THROTTLE_WBQ_ELEM - 1) / THROTTLE_WBQ_ELEM,
+  };
   const unsigned char *src = buf;
-  uint32_t first = NO_SLOT, last = NO_SLOT, l;
   struct throttle_wbq_rec *r;
-
-  /* Each buffer is filled as soon as it is had, and chained through a
-   * link: holding a buffer guarantees a free link (there are as many
-   * links as buffers), and nothing here needs stack beyond a few words.
-   */
-  throttle_lock (&q->alloc_lock);
-  for (i = 0; i < n; ++i) {
-    size_t len = count - i * THROTTLE_WBQ_ELEM < THROTTLE_WBQ_ELEM
-      ? count - i * THROTTLE_WBQ_ELEM : THROTTLE_WBQ_ELEM;
-    void *b = throttle_mempool_try_alloc (q->pool);
-
-    if (b == NULL)
-      b = throttle_mempool_alloc (q->pool, cancel, opaque,
-                                  THROTTLE_WAIT_POLL_MS);
-    if (b == NULL) {
-      throttle_unlock (&q->alloc_lock);
-      throttle_lock (&q->lock);
-      free_links (q, first);
-      throttle_unlock (&q->lock);
-      return -1;
-    }
-    memcpy (b, src + i * THROTTLE_WBQ_ELEM, len);
-
-    throttle_lock (&q->lock);
-    l = q->free_link;
-    q->free_link = q->links[l].next;
-    q->links[l].buf = b;
-    q->links[l].next = NO_SLOT;
-    if (last == NO_SLOT)
-      first = l;
-    else
-      q->links[last].next = l;
-    last = l;
-    throttle_unlock (&q->lock);
-  }
-  throttle_unlock (&q->alloc_lock);
+  uint32_t done, l;
 
   throttle_lock (&q->lock);
-  r = q->free_recs;             /* as many records as buffers, too */
-  q->free_recs = r->next;
+  if ((q->bufq.head || !take_bufs (q, &w)) &&
+      throttle_wait (&q->bufq, &w, &q->stopping, cancel, opaque,
+                     THROTTLE_WAIT_POLL_MS, take_bufs, put_bufs, q) == -1) {
+    throttle_unlock (&q->lock);
+    return -1;
+  }
+  throttle_unlock (&q->lock);
+
+  /* The buffers are this write's alone until it is queued: they are
+   * filled without the lock.
+   */
+  for (l = w.got, done = 0; done < count; l = q->links[l]) {
+    uint32_t n = count - done < THROTTLE_WBQ_ELEM
+      ? count - done : THROTTLE_WBQ_ELEM;
+
+    memcpy (q->bufs + (size_t) l * THROTTLE_WBQ_ELEM, src + done, n);
+    done += n;
+  }
+
+  throttle_lock (&q->lock);
+  r = &q->recs[w.got];
   r->offset = offset;
   r->count = count;
   r->charged = charged;
   r->writing = false;
-  r->first = first;
+  r->first = w.got;
   r->seq = q->next_seq++;
   r->next = NULL;
   r->prev = q->tail;
@@ -486,7 +442,7 @@ throttle_wbq_barrier_begin (struct throttle_wbq *q,
 {
   throttle_lock (&q->lock);
   barrier_add (q, b, offset, count, false);
-  wait_older (q, b->seq, b->offset, b->end);
+  wait_older (q, b->seq, b->offset, b->end, false);
   throttle_unlock (&q->lock);
 }
 
@@ -514,7 +470,7 @@ throttle_wbq_read_begin (struct throttle_wbq *q,
 {
   uint64_t end = offset + count;
   struct throttle_wbq_rec *r;
-  bool any = false, busy;
+  bool any = false;
 
   throttle_lock (&q->lock);
   for (r = q->head; r && !any; r = r->next)
@@ -526,13 +482,7 @@ throttle_wbq_read_begin (struct throttle_wbq *q,
 
   /* Freeze what has not started; wait for what has. */
   barrier_add (q, b, offset, count, true);
-  do {
-    busy = false;
-    for (r = q->head; r && !busy; r = r->next)
-      busy = r->writing && rec_overlaps (r, offset, end);
-    if (busy)
-      pthread_cond_wait (&q->done, &q->lock);
-  } while (busy);
+  wait_older (q, UINT64_MAX, offset, end, true);
   throttle_unlock (&q->lock);
   return true;
 }
@@ -575,7 +525,7 @@ throttle_wbq_flush_wait (struct throttle_wbq *q,
                          bool writers_flush)
 {
   throttle_lock (&q->lock);
-  wait_all_older (q, f->seq);
+  wait_older (q, f->seq, 0, UINT64_MAX, false);
   if (writers_flush) {
     uint64_t gen = ++q->flush_gen;
     bool waiting;
@@ -623,14 +573,6 @@ throttle_wbq_seen_at_open (struct throttle_wbq *q)
   return seen;
 }
 
-void
-throttle_wbq_drain (struct throttle_wbq *q)
-{
-  throttle_lock (&q->lock);
-  wait_all_older (q, q->next_seq);
-  throttle_unlock (&q->lock);
-}
-
 const void *
 throttle_wbq_piece (struct throttle_wbq *q, size_t writer,
                     const struct throttle_wbq_job *job,
@@ -639,9 +581,9 @@ throttle_wbq_piece (struct throttle_wbq *q, size_t writer,
   const struct throttle_wbq_rec *r = job->rec;
   uint32_t left = r->count - done;
 
-  if (q->links[r->first].next == NO_SLOT) {   /* one buffer: done is 0 */
+  if (q->links[r->first] == NO_SLOT) {        /* one buffer: done is 0 */
     *n = left;
-    return (const char *) q->links[r->first].buf + done;
+    return q->bufs + (size_t) r->first * THROTTLE_WBQ_ELEM;
   }
   *n = left < q->bounce_len ? left : q->bounce_len;
   copy_out (q, r, done, *n, q->writers[writer].bounce);
@@ -716,6 +658,7 @@ throttle_wbq_stop (struct throttle_wbq *q)
 {
   throttle_lock (&q->lock);
   q->stopping = true;
+  throttle_wait_wake_all (&q->bufq);
   pthread_cond_broadcast (&q->work);
   throttle_unlock (&q->lock);
 }
@@ -731,9 +674,8 @@ throttle_wbq_get_stats (struct throttle_wbq *q, struct throttle_wbq_stats *s)
   s->written_bytes = q->written_bytes;
   s->failed = q->failed;
   s->direct = q->direct;
-  s->pool_used = throttle_mempool_in_use (q->pool) * THROTTLE_WBQ_ELEM;
+  s->pool_used = (q->nr - q->nr_free) * THROTTLE_WBQ_ELEM;
   s->pool_size = q->nr * THROTTLE_WBQ_ELEM;
-  s->nr = q->nr;
   s->error_unreported = q->error_unreported;
   s->last = q->last;
   throttle_unlock (&q->lock);

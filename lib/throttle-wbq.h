@@ -26,13 +26,12 @@
  *   reported by every flush waiting when it happened and by the next
  *   flush of every connection open then; see throttle_wbq_flush_end.
  *
- * Locks: each queue has two mutexes, taken only inside these functions
- * (their order among the filter's: HACKING.md, "Locks").  No function
- * here is called with either held, nor from a hook: checking builds
- * abort if one is (lib/throttle-lock.h).  Those that wait say for
- * whose call; they sleep with the queue's lock released
- * (throttle_wbq_queue keeps the allocation lock while it waits for
- * buffers).  The others hold the queue's lock briefly and never sleep.
+ * Locks: each queue has one mutex, taken only inside these functions
+ * (its place among the filter's: HACKING.md, "Locks").  No function
+ * here is called with it held, nor from a hook: checking builds abort
+ * if one is (lib/throttle-lock.h).  Those that wait say for whose
+ * call; they sleep with the lock released.  The others hold it
+ * briefly and never sleep.
  */
 
 #ifndef THROTTLE_WBQ_H
@@ -73,43 +72,29 @@ struct throttle_wbq_hooks {
   void *opaque;
 };
 
-/* What throttle_wbq_create could not make, for the caller's message. */
-enum throttle_wbq_failure {
-  THROTTLE_WBQ_FAIL_ALLOC,      /* the queue itself (calloc) */
-  THROTTLE_WBQ_FAIL_POOL,       /* the write pool */
-  THROTTLE_WBQ_FAIL_BOUNCE,     /* the writers' buffers */
-  THROTTLE_WBQ_FAIL_MMAP,       /* the records and links */
-  THROTTLE_WBQ_FAIL_MLOCK,      /* locking them */
-};
-
-/* A queue of 'nr' buffers (and as many records and links: whoever
- * holds buffers always finds both) for 'nr_writers' writer threads,
- * numbered from 0, each with a bounce buffer of 'bounce_len' bytes (a
- * multiple of THROTTLE_WBQ_ELEM, at most throttle_wbq_max_write of the
- * pool): a write larger than that reaches the backend in pieces
- * (throttle_wbq_piece).  Everything is touched, and locked if 'lock'.
- * NULL with errno set and *failed saying what on error.  hooks is
- * copied.
+/* A queue of 'nr' buffers (each with a link and a record) for
+ * 'nr_writers' writer threads, numbered from 0, each with a bounce
+ * buffer of 'bounce_len' bytes (a multiple of THROTTLE_WBQ_ELEM, at
+ * most throttle_wbq_max_write of the pool): a write larger than that
+ * reaches the backend in pieces (throttle_wbq_piece).  All of it lives
+ * in one mapping of throttle_wbq_memory bytes, touched, and locked if
+ * 'lock'.  NULL with errno set on error.  hooks is copied.
  */
 extern struct throttle_wbq *
 throttle_wbq_create (size_t nr, size_t nr_writers, size_t bounce_len,
-                     bool lock, const struct throttle_wbq_hooks *hooks,
-                     enum throttle_wbq_failure *failed);
+                     bool lock, const struct throttle_wbq_hooks *hooks);
 /* Called after throttle_wbq_stop, once no thread is inside any other
  * function of this file.
  */
 extern void throttle_wbq_destroy (struct throttle_wbq *q);
 
-/* Bytes a queue of pool_bytes (a multiple of THROTTLE_WBQ_ELEM) with
- * nr_writers bounce buffers of bounce_len takes, all of it touched and
- * maybe locked: the pool with its bookkeeping, the records and links,
- * the writers' buffers.  The caller ensures pool_bytes is at most half
- * of RAM, so nothing overflows.
+/* Bytes of the mapping of a queue of pool_bytes (a multiple of
+ * THROTTLE_WBQ_ELEM) with nr_writers bounce buffers of bounce_len: the
+ * pool, the writers' buffers, the records and links.  The caller
+ * ensures pool_bytes is at most half of RAM, so nothing overflows.
  */
 extern uint64_t throttle_wbq_memory (uint64_t pool_bytes, size_t nr_writers,
                                      size_t bounce_len);
-/* Bytes of the records and links of a queue of nr buffers. */
-extern size_t throttle_wbq_meta_bytes (size_t nr);
 /* The largest write that can be queued in a pool of pool_bytes. */
 extern size_t throttle_wbq_max_write (uint64_t pool_bytes);
 
@@ -121,11 +106,13 @@ extern size_t throttle_wbq_max_write (uint64_t pool_bytes);
 extern bool throttle_wbq_fits (const struct throttle_wbq *q, uint32_t count);
 
 /* Copies a write (throttle_wbq_fits) into the pool and queues it with
- * 'charged', which the retired hook is given back.  Waits for free
- * buffers (a writer's throttle_wbq_write_done frees them), asking
- * cancel every THROTTLE_WAIT_POLL_MS.  Returns 0 once queued, or -1 if
- * cancelled while waiting: then nothing is queued and 'charged' stays
- * the caller's.
+ * 'charged', which the retired hook is given back.  Waits, first come
+ * first served, until every buffer it needs is free (a writer's
+ * throttle_wbq_write_done frees them), asking cancel every
+ * THROTTLE_WAIT_POLL_MS: a write never holds part of the pool while it
+ * waits for the rest, as two such writes could forever.  Returns 0
+ * once queued, or -1 if cancelled while waiting or the queue stopped:
+ * then nothing is queued and 'charged' stays the caller's.
  */
 extern int throttle_wbq_queue (struct throttle_wbq *q, const void *buf,
                                uint32_t count, uint64_t offset,
@@ -208,11 +195,6 @@ extern uint64_t throttle_wbq_flush_end (struct throttle_wbq *q,
  */
 extern uint64_t throttle_wbq_seen_at_open (struct throttle_wbq *q);
 
-/* Waits until every write queued so far is on the backend or failed
- * (the writers' throttle_wbq_write_done).
- */
-extern void throttle_wbq_drain (struct throttle_wbq *q);
-
 /* --- the writers' side -------------------------------------------- */
 
 enum throttle_wbq_job_kind {
@@ -266,7 +248,6 @@ struct throttle_wbq_stats {
   uint64_t pending, pending_bytes, peak_pending_bytes;
   uint64_t written, written_bytes, failed, direct;
   size_t pool_used, pool_size;  /* bytes */
-  size_t nr;                    /* buffers */
   bool error_unreported;        /* no flush has reported the last one */
   struct throttle_wbq_error last;       /* the last failure, if any */
 };

@@ -159,11 +159,9 @@ START_TEST (test_wbq_hook_calls_back_aborts)
   const struct throttle_wbq_hooks hooks = {
     .queued = queued_calls_back, .retired = retired,
   };
-  enum throttle_wbq_failure failed;
   static char buf[THROTTLE_WBQ_ELEM];
 
-  hooked = throttle_wbq_create (4, 1, THROTTLE_WBQ_ELEM, false, &hooks,
-                                &failed);
+  hooked = throttle_wbq_create (4, 1, THROTTLE_WBQ_ELEM, false, &hooks);
   ck_assert_ptr_nonnull (hooked);
   throttle_wbq_queue (hooked, buf, sizeof buf, 0, 1, NULL, NULL);
 }

@@ -95,8 +95,8 @@ START_TEST (test_alloc_free)
   ck_assert_uint_eq (throttle_mempool_in_use (pool), 0);
   ck_assert_uint_eq (throttle_mempool_bytes_locked (pool), 0);
 
-  a = throttle_mempool_alloc (pool, NULL, NULL, 0);
-  b = throttle_mempool_alloc (pool, NULL, NULL, 0);
+  a = throttle_mempool_alloc (pool);
+  b = throttle_mempool_alloc (pool);
   c = throttle_mempool_try_alloc (pool);
   ck_assert_ptr_nonnull (a);
   ck_assert_ptr_nonnull (b);
@@ -175,8 +175,6 @@ END_TEST
 
 struct waiter_arg {
   struct throttle_mempool *pool;
-  throttle_cancel_fn cancel;
-  void *opaque;
   void *got;
   atomic_int done;
   int id;
@@ -187,7 +185,7 @@ waiter_thread (void *vp)
 {
   struct waiter_arg *a = vp;
 
-  a->got = throttle_mempool_alloc (a->pool, a->cancel, a->opaque, 10);
+  a->got = throttle_mempool_alloc (a->pool);
   atomic_store (&a->done, 1);
   return NULL;
 }
@@ -234,7 +232,7 @@ fifo_thread (void *vp)
 {
   struct waiter_arg *a = vp;
 
-  a->got = throttle_mempool_alloc (a->pool, NULL, NULL, 0);
+  a->got = throttle_mempool_alloc (a->pool);
   pthread_mutex_lock (&order_lock);
   order[norder++] = a->id;
   pthread_mutex_unlock (&order_lock);
@@ -269,127 +267,10 @@ START_TEST (test_fifo)
 }
 END_TEST
 
-struct cancel_ctl {
-  struct throttle_mempool *pool;
-  atomic_int calls;
-  atomic_int stop;
-  void *free_in_callback;       /* freed on the first call */
-};
-
-/* Also checks that the callback runs outside the pool's lock: calling
- * into the pool here would deadlock (and time out) otherwise.
- */
-static bool
-cancel_cb (void *vp)
-{
-  struct cancel_ctl *c = vp;
-
-  (void) throttle_mempool_in_use (c->pool);
-  if (c->free_in_callback) {
-    throttle_mempool_free (c->pool, c->free_in_callback);
-    c->free_in_callback = NULL;
-  }
-  atomic_fetch_add (&c->calls, 1);
-  return atomic_load (&c->stop) != 0;
-}
-
-START_TEST (test_cancel)
-{
-  struct throttle_mempool *pool = throttle_mempool_create (1, 4096, false);
-  struct cancel_ctl c = { .pool = pool };
-  struct waiter_arg a = { .pool = pool, .cancel = cancel_cb, .opaque = &c };
-  pthread_t t;
-  void *held;
-
-  held = throttle_mempool_try_alloc (pool);
-  ck_assert_int_eq (pthread_create (&t, NULL, waiter_thread, &a), 0);
-  await_waiters (pool, 1);
-  while (atomic_load (&c.calls) < 3)     /* polled every 10 ms */
-    sleep_ms (5);
-  ck_assert_int_eq (atomic_load (&a.done), 0);
-  atomic_store (&c.stop, 1);
-  pthread_join (t, NULL);
-  ck_assert_ptr_null (a.got);
-  ck_assert_uint_eq (throttle_mempool_waiters (pool), 0);
-  ck_assert_uint_eq (throttle_mempool_in_use (pool), 1);
-
-  /* Nothing leaked: the freed buffer is not granted to a ghost. */
-  throttle_mempool_free (pool, held);
-  ck_assert_uint_eq (throttle_mempool_in_use (pool), 0);
-  held = throttle_mempool_try_alloc (pool);
-  ck_assert_ptr_nonnull (held);
-  throttle_mempool_free (pool, held);
-  throttle_mempool_destroy (pool);
-}
-END_TEST
-
-/* A buffer granted while the cancel callback runs, and then abandoned
- * because it said cancel, must go back to the pool.
- */
-START_TEST (test_cancel_after_grant)
-{
-  struct throttle_mempool *pool = throttle_mempool_create (1, 4096, false);
-  struct cancel_ctl c = { .pool = pool };
-  struct waiter_arg a = { .pool = pool, .cancel = cancel_cb, .opaque = &c };
-  pthread_t t;
-
-  c.free_in_callback = throttle_mempool_try_alloc (pool);
-  atomic_store (&c.stop, 1);
-  ck_assert_int_eq (pthread_create (&t, NULL, waiter_thread, &a), 0);
-  pthread_join (t, NULL);
-  ck_assert_ptr_null (a.got);
-  ck_assert_int_eq (atomic_load (&c.calls), 1);
-  ck_assert_uint_eq (throttle_mempool_in_use (pool), 0);
-  ck_assert_uint_eq (throttle_mempool_waiters (pool), 0);
-  ck_assert_ptr_nonnull (throttle_mempool_try_alloc (pool));
-  throttle_mempool_destroy (pool);
-}
-END_TEST
-
-START_TEST (test_shutdown)
-{
-  enum { N = 4 };
-  struct throttle_mempool *pool = throttle_mempool_create (1, 4096, false);
-  struct cancel_ctl c = { .pool = pool };
-  struct waiter_arg a[N];
-  pthread_t t[N];
-  void *held;
-  int i;
-
-  held = throttle_mempool_try_alloc (pool);
-  for (i = 0; i < N; ++i) {
-    /* Half wait without a callback: only shutdown can end that. */
-    a[i] = (struct waiter_arg) { .pool = pool, .id = i,
-                                 .cancel = i % 2 ? cancel_cb : NULL,
-                                 .opaque = &c };
-    ck_assert_int_eq (pthread_create (&t[i], NULL, waiter_thread, &a[i]), 0);
-  }
-  await_waiters (pool, N);
-  throttle_mempool_shutdown (pool);
-  for (i = 0; i < N; ++i) {
-    pthread_join (t[i], NULL);
-    ck_assert_ptr_null (a[i].got);
-  }
-  ck_assert_uint_eq (throttle_mempool_waiters (pool), 0);
-  /* Future waits fail at once, even with buffers free. */
-  throttle_mempool_free (pool, held);
-  ck_assert_uint_eq (throttle_mempool_in_use (pool), 0);
-  ck_assert_ptr_null (throttle_mempool_alloc (pool, NULL, NULL, 0));
-  ck_assert_ptr_null (throttle_mempool_try_alloc (pool));
-  throttle_mempool_destroy (pool);
-}
-END_TEST
-
 /* Many threads, few buffers: a buffer is never held by two threads. */
 enum { HAMMER_THREADS = 16, HAMMER_ITERS = 10000, HAMMER_NR = 4 };
 static atomic_int holders, max_holders;
 static atomic_int violations;
-
-static bool
-never_cancel (void *vp)
-{
-  return false;
-}
 
 static void *
 hammer_thread (void *vp)
@@ -405,8 +286,7 @@ hammer_thread (void *vp)
     if (i % 3 == 0 && (b = throttle_mempool_try_alloc (a->pool)) != NULL)
       ;
     else
-      b = throttle_mempool_alloc (a->pool, i % 2 ? never_cancel : NULL,
-                                  NULL, 1);
+      b = throttle_mempool_alloc (a->pool);
     if (b == NULL) {
       atomic_fetch_add (&violations, 1);
       continue;
@@ -660,9 +540,6 @@ throttle_test_suite (void)
   tcase_add_test (tc, test_prefaulted);
   tcase_add_test (tc, test_exhaustion_blocks);
   tcase_add_test (tc, test_fifo);
-  tcase_add_test (tc, test_cancel);
-  tcase_add_test (tc, test_cancel_after_grant);
-  tcase_add_test (tc, test_shutdown);
   tcase_add_test (tc, test_hammer);
   tcase_add_test_raise_signal (tc, test_free_foreign_aborts, SIGABRT);
   tcase_add_test_raise_signal (tc, test_double_free_aborts, SIGABRT);

@@ -359,6 +359,7 @@ START_TEST (test_hammer)
   pthread_t sub[H_SUBMITTERS], wr[H_WRITERS];
   size_t max_versions = H_SUBMITTERS * H_OPS + 1;
   struct throttle_wbq_stats s;
+  struct throttle_wbq_flush f;
   uint32_t b;
   int i;
 
@@ -381,7 +382,8 @@ START_TEST (test_hammer)
     pthread_create (&sub[i], NULL, h_submitter, (void *) (uintptr_t) i);
   for (i = 0; i < H_SUBMITTERS; ++i)
     pthread_join (sub[i], NULL);
-  throttle_wbq_drain (h.q);
+  throttle_wbq_flush_begin (h.q, &f);
+  throttle_wbq_flush_wait (h.q, &f, false);
   throttle_wbq_stop (h.q);
   for (i = 0; i < H_WRITERS; ++i)
     pthread_join (wr[i], NULL);

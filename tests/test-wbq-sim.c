@@ -546,6 +546,7 @@ drain (struct sim *s)
 {
   unsigned round;
   struct throttle_wbq_job job;
+  struct throttle_wbq_flush f;
   size_t i;
 
   for (round = 0; round < 100000; round++) {
@@ -579,7 +580,8 @@ drain (struct sim *s)
   for (i = 0; i < MAX_W; i++)
     if (s->w[i].state != W_FREE)
       sim_fail (s, "the drain left write %" PRIu64 " pending", s->w[i].ord);
-  throttle_wbq_drain (s->q);
+  throttle_wbq_flush_begin (s->q, &f);
+  throttle_wbq_flush_wait (s->q, &f, false);
   throttle_wbq_stop (s->q);
   for (i = 0; i < s->nwriters; i++)
     if (throttle_wbq_next (s->q, i, &job) != THROTTLE_WBQ_STOP)
@@ -596,7 +598,6 @@ run_schedule (uint64_t seed, bool verbose)
   const struct throttle_wbq_hooks hooks = {
     .queued = hook_queued, .retired = hook_retired,
   };
-  enum throttle_wbq_failure why;
 
   memset (s, 0, sizeof *s);
   s->seed = s->rng = seed;
@@ -605,7 +606,7 @@ run_schedule (uint64_t seed, bool verbose)
   s->nwriters = 1 + pick (s, MAX_WRITERS);
   s->q = throttle_wbq_create (s->nr, s->nwriters,
                               THROTTLE_WBQ_ELEM << pick (s, 3), false,
-                              &hooks, &why);
+                              &hooks);
   ck_assert_ptr_nonnull (s->q);
   s->seen[0] = s->seen[1] = throttle_wbq_seen_at_open (s->q);
   say (s, "seed %" PRIu64 ": %zu buffers, %zu writers", seed, s->nr,

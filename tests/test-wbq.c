@@ -514,18 +514,57 @@ START_TEST (test_cancel)
 }
 END_TEST
 
+/* The cancel callback of a write waiting for buffers finishes the
+ * write that holds them, which grants them to the waiter, and then
+ * says cancel: the waiter gives them back.
+ */
+static struct throttle_wbq_job granting_job;
+
+static bool
+grant_then_cancel (void *opaque)
+{
+  struct throttle_wbq *q = opaque;
+
+  throttle_wbq_write_done (q, &granting_job, 0);
+  return true;
+}
+
+START_TEST (test_cancel_after_grant)
+{
+  struct throttle_wbq *q = make_queue (2, 1);
+  unsigned char buf[8192] = { 0 };
+  struct throttle_wbq_job j;
+
+  ck_assert_int_eq (throttle_wbq_queue (q, buf, 8192, 0, 1, NULL, NULL), 0);
+  granting_job = take_write (q, 0, 0);
+  ck_assert_int_eq (throttle_wbq_queue (q, buf, 4096, 0, 2,
+                                        grant_then_cancel, q), -1);
+  ck_assert_uint_eq (stats_of (q).pending, 0);
+  ck_assert_uint_eq (stats_of (q).pool_used, 0);
+  ck_assert_uint_eq (atomic_load (&nr_queued), 1);
+  ck_assert_int_eq (throttle_wbq_queue (q, buf, 8192, 0, 3, NULL, NULL), 0);
+  j = take_write (q, 0, 0);
+  finish_write (q, &j, 0);
+  ck_assert_uint_eq (atomic_load (&units_retired), 4);
+  throttle_wbq_stop (q);
+  throttle_wbq_destroy (q);
+}
+END_TEST
+
 /* A stopped queue's writers still write what is pending first. */
 START_TEST (test_stop_drains)
 {
   struct throttle_wbq *q = make_queue (4, 1);
   struct throttle_wbq_job j;
+  struct throttle_wbq_error e;
+  uint64_t seen = throttle_wbq_seen_at_open (q);
 
   queue_write (q, 1, 0, 4096);
   throttle_wbq_stop (q);
   j = take_write (q, 0, 0);
   finish_write (q, &j, 0);
   ck_assert_int_eq (throttle_wbq_next (q, 0, &j), THROTTLE_WBQ_STOP);
-  throttle_wbq_drain (q);
+  ck_assert_uint_eq (flush_conn (q, &seen, &e), 0);
   throttle_wbq_destroy (q);
 }
 END_TEST
@@ -544,6 +583,7 @@ throttle_test_suite (void)
   tcase_add_test (tc, test_flush_exact);
   tcase_add_test (tc, test_errors);
   tcase_add_test (tc, test_cancel);
+  tcase_add_test (tc, test_cancel_after_grant);
   tcase_add_test (tc, test_stop_drains);
   suite_add_tcase (s, tc);
   return s;

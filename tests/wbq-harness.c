@@ -47,14 +47,12 @@ make_queue (size_t nr, size_t nr_writers)
   const struct throttle_wbq_hooks hooks = {
     .queued = on_queued, .retired = on_retired,
   };
-  enum throttle_wbq_failure failed;
   struct throttle_wbq *q;
 
   atomic_store (&nr_queued, 0);
   atomic_store (&nr_retired, 0);
   atomic_store (&units_retired, 0);
-  q = throttle_wbq_create (nr, nr_writers, TEST_BOUNCE, false, &hooks,
-                           &failed);
+  q = throttle_wbq_create (nr, nr_writers, TEST_BOUNCE, false, &hooks);
   ck_assert_ptr_nonnull (q);
   return q;
 }

@@ -98,20 +98,6 @@ full_pwrite (int wfd, const void *buf, size_t count, uint64_t offset)
   return 0;
 }
 
-/* Only shutdown can fail the wait, and nbdkit never shuts the pool
- * down while requests run; a wait ends when another request finishes
- * its I/O.
- */
-static void *
-get_buffer (void)
-{
-  void *b = throttle_mempool_alloc (throttle_disk.pool, NULL, NULL, 0);
-
-  if (b == NULL)
-    errno = ESHUTDOWN;
-  return b;
-}
-
 int
 throttle_disk_pread (void *handle, void *buf, uint32_t count,
                      uint64_t offset, uint32_t flags)
@@ -126,8 +112,8 @@ throttle_disk_pread (void *handle, void *buf, uint32_t count,
     nbdkit_debug ("pread count=%" PRIu32 " offset=%" PRIu64, count, offset);
   if (check_aligned ("pread", count, offset) == -1)
     return -1;
-  if ((bounce = get_buffer ()) == NULL)
-    return -1;
+  /* A wait for a buffer ends when another request finishes its I/O. */
+  bounce = throttle_mempool_alloc (throttle_disk.pool);
   while (count > 0) {
     n = count < buffer_size ? count : buffer_size;
     if ((r = full_pread (bounce, n, offset)) == -1)
@@ -161,8 +147,7 @@ throttle_disk_pwrite (void *handle, const void *buf, uint32_t count,
                   count, offset, flags & NBDKIT_FLAG_FUA ? " fua" : "");
   if (check_aligned ("pwrite", count, offset) == -1)
     return -1;
-  if ((bounce = get_buffer ()) == NULL)
-    return -1;
+  bounce = throttle_mempool_alloc (throttle_disk.pool);
   while (count > 0) {
     n = count < buffer_size ? count : buffer_size;
     memcpy (bounce, in, n);

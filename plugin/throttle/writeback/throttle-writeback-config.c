@@ -23,9 +23,7 @@
 #include "throttle-report.h"
 #include "throttle-params.h"
 #include "throttle-wbq.h"
-#include "throttle-wbsize.h"
-#include "throttle-writeback-config.h"
-#include "throttle-writeback-stats.h"
+#include "throttle-writeback.h"
 
 /* The names the configuration uses (see lib/throttle-wbq.h). */
 #define WB_ELEM THROTTLE_WBQ_ELEM
@@ -33,10 +31,29 @@
 #define NO_SLOT (THROTTLE_WBQ_MAX_BUFS + 1)   /* buffers are below it */
 
 /* throttle-writeback-threads: 0, the default, sizes the writers from
- * the thread model in get_ready (throttle_wbsize_writers).
+ * the thread model in get_ready.  Under sustained load the writers,
+ * not the clients, set the pace: a full pool drains at (writers /
+ * backend latency) writes per second, while writethrough puts as many
+ * writes on the backend at once as nbdkit has request threads serving
+ * the connection (16 unless -t, which a filter cannot ask for): fewer
+ * writers drained a full pool at 0.59x of writethrough (bench case 4).
+ * Under serialize_requests writethrough gets one write per client
+ * connection on the backend, and each writer is a backend handle of
+ * its own (for plugins with this model often a costly one: a session,
+ * a remote connection): 4 cover the usual multi-connection clients
+ * (nbd-client -C 4).
  */
 #define WB_DEFAULT_THREADS 0
-#define WB_MAX_THREADS THROTTLE_WBSIZE_MAX
+#define WB_PARALLEL_WRITERS 16
+#define WB_SERIAL_WRITERS 4
+#define WB_MAX_THREADS 64
+/* The writers' bounce buffers together hold at most this (what the old
+ * default of 4 writers locked), so locked memory does not grow with
+ * the writer count; a writer writes a record larger than its bounce
+ * buffer in pieces, in order.  At most WB_MAX_THREADS writers, each
+ * share is a whole number of buffers.
+ */
+#define WB_BOUNCE_BYTES (8 * 1024 * 1024)
 
 static int writeback;             /* throttle-mode: 1 = writeback */
 static uint64_t pool_param;      /* throttle-writeback-pool, 0 = default */
@@ -66,27 +83,19 @@ wb_sizing_writers (void)
 {
   if (nr_writers)
     return nr_writers;
-  return nr_threads ? nr_threads : THROTTLE_WBSIZE_NBDKIT_THREADS;
+  return nr_threads ? nr_threads : WB_PARALLEL_WRITERS;
 }
 
+/* Each writer's: the largest write written behind if that fits in its
+ * share of WB_BOUNCE_BYTES, else the share in whole buffers.
+ */
 size_t
 throttle_writeback_bounce_size (void)
 {
-  return throttle_wbsize_bounce_size (wb_sizing_writers (),
-                                      throttle_wbq_max_write (pool_bytes));
-}
+  size_t share = WB_BOUNCE_BYTES / wb_sizing_writers () / WB_ELEM * WB_ELEM;
+  size_t max_write = throttle_wbq_max_write (pool_bytes);
 
-/* Bytes an export's writeback state takes, all of it touched and
- * (unless throttle-mlock=off) locked: the pool, with its free stack
- * and its records and links, and the writers' bounce buffers.  The
- * caller ensures pool is at most half of RAM, so nothing here
- * overflows.
- */
-static uint64_t
-wb_memory (uint64_t pool)
-{
-  return throttle_wbq_memory (pool, wb_sizing_writers (),
-                              throttle_writeback_bounce_size ());
+  return max_write < share ? max_write : share;
 }
 
 int
@@ -171,7 +180,10 @@ throttle_writeback_config_complete (void)
    * of RAM, as throttle-reserve is judged.
    */
   ram = (uint64_t) sysconf (_SC_PHYS_PAGES) * sysconf (_SC_PAGESIZE);
-  if (pool_bytes > ram / 2 || (need = wb_memory (pool_bytes)) > ram / 2) {
+  if (pool_bytes > ram / 2 ||
+      (need = throttle_wbq_memory (pool_bytes, wb_sizing_writers (),
+                                   throttle_writeback_bounce_size ()))
+      > ram / 2) {
     nbdkit_error ("%s: a writeback pool of %" PRIu64 " bytes per export "
                   "(plus its records and %u writers' buffers) needs more "
                   "than half of RAM, %" PRIu64 " of %" PRIu64 " bytes: %s",
@@ -223,10 +235,19 @@ throttle_writeback_get_ready (int thread_model)
                   ? "serialize_connections" : "serialize_all_requests");
     return -1;
   }
-  nr_writers = throttle_wbsize_writers (
-    thread_model == NBDKIT_THREAD_MODEL_SERIALIZE_REQUESTS
-    ? THROTTLE_WBSIZE_SERIALIZE_REQUESTS : THROTTLE_WBSIZE_PARALLEL,
-    nr_threads, &why);
+  if (nr_threads) {
+    nr_writers = nr_threads;
+    why = "throttle-writeback-threads";
+  }
+  else if (thread_model == NBDKIT_THREAD_MODEL_SERIALIZE_REQUESTS) {
+    nr_writers = WB_SERIAL_WRITERS;
+    why = "thread model serialize_requests: one request per handle";
+  }
+  else {
+    nr_writers = WB_PARALLEL_WRITERS;
+    why = "thread model parallel: as many as nbdkit's request threads "
+      "per connection";
+  }
   nbdkit_debug ("throttle: writeback: %u writer threads per export (%s), "
                 "each with a bounce buffer of %zu bytes", nr_writers, why,
                 throttle_writeback_bounce_size ());

@@ -1,11 +1,20 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: each export's writer threads, from the first
- * writable open of the export to cleanup.  See
- * throttle-writeback-writers.h.
+/* nbdkit-throttle filter: each export's write-behind queue and writer
+ * threads, from the first writable open of the export to cleanup, and
+ * their statistics.
  *
- * Lock order: HACKING.md, "Locks".  all_lock is held while the writers
- * of each export are joined at cleanup: a writer takes neither it nor
- * create_lock.
+ * Writeback serves the default export "" alone (other names are
+ * refused at open and left out of the export list).  Its first
+ * writable open makes its queue, its locked, prefaulted pool and its
+ * writer threads; each writer takes the queue's next job and puts it
+ * on the backend through a backend context of its own, crediting the
+ * write's units then.  Cleanup drains every export and stops its
+ * writers.  The writers need the guards: each calls
+ * throttle_thread_enter at its start, and the pools are locked unless
+ * throttle_guards_lock_pools () says otherwise.
+ *
+ * Lock order: HACKING.md, "Locks".  create_lock is held while the
+ * writers are made, and joined at cleanup: a writer never takes it.
  *
  * Writers write through backend contexts of their own, opened shared:
  * a connection's context may be gone before its writes are, and one
@@ -19,6 +28,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <nbdkit-filter.h>
 
@@ -29,16 +39,17 @@
 #include "throttle-guards-config.h"
 #include "throttle-lock.h"
 #include "throttle-parse.h"
+#include "throttle-prom.h"
 #include "throttle-wbq.h"
-#include "throttle-writeback-config.h"
-#include "throttle-writeback-state.h"
-#include "throttle-writeback-writers.h"
+#include "throttle-writeback.h"
 
-/* Every export's state, for cleanup.  Lock rule: all_lock guards
- * all_wbs and each state's next_all; see the lock order above.
+/* The state made, for cleanup: at most one, the default export's
+ * (throttle_writeback_preopen refuses every other name).  Lock rule:
+ * create_lock is held from looking at it to publishing it in the
+ * export, so that the export gets one, and while it is freed.
  */
-static pthread_mutex_t all_lock = THROTTLE_LOCK_INITIALIZER;
-static struct throttle_wb *all_wbs;
+static pthread_mutex_t create_lock = THROTTLE_LOCK_INITIALIZER;
+static struct throttle_wb *made;
 
 /* The queue's hooks, called with its lock held: an acknowledged write
  * counts for an abort's drain until it is on the backend, and its units
@@ -145,8 +156,7 @@ wb_destroy (struct throttle_wb *wb)
   struct throttle_wbq_stats s;
   size_t i;
 
-  if (wb->q)
-    throttle_wbq_stop (wb->q);
+  throttle_wbq_stop (wb->q);
   for (i = 0; i < wb->nr_writers; ++i) {
     struct throttle_wb_writer *w = &wb->writers[i];
 
@@ -154,34 +164,32 @@ wb_destroy (struct throttle_wb *wb)
       pthread_join (w->thread, NULL);
     close_writer_ctx (w);
   }
-  if (wb->q) {
-    throttle_wbq_get_stats (wb->q, &s);
-    if (wb->started_all)
-      nbdkit_debug ("throttle: writeback summary export=\"%s\" written=%"
-                    PRIu64 " written_bytes=%" PRIu64 " direct=%" PRIu64
-                    " failed=%" PRIu64 " peak_pending_bytes=%" PRIu64,
-                    wb->exp->name, s.written, s.written_bytes, s.direct,
-                    s.failed, s.peak_pending_bytes);
-    if (s.error_unreported)
-      nbdkit_error ("throttle: writeback: export \"%s\": %" PRIu64
-                    " background write(s) failed and no flush reported it; "
-                    "last: %" PRIu32 " bytes at %" PRIu64 ": %s",
-                    wb->exp->name, s.failed, s.last.count, s.last.offset,
-                    throttle_errtext (s.last.errnum));
-    throttle_wbq_destroy (wb->q);
-  }
+  throttle_wbq_get_stats (wb->q, &s);
+  if (wb->started_all)
+    nbdkit_debug ("throttle: writeback summary export=\"%s\" written=%"
+                  PRIu64 " written_bytes=%" PRIu64 " direct=%" PRIu64
+                  " failed=%" PRIu64 " peak_pending_bytes=%" PRIu64,
+                  wb->exp->name, s.written, s.written_bytes, s.direct,
+                  s.failed, s.peak_pending_bytes);
+  if (s.error_unreported)
+    nbdkit_error ("throttle: writeback: export \"%s\": %" PRIu64
+                  " background write(s) failed and no flush reported it; "
+                  "last: %" PRIu32 " bytes at %" PRIu64 ": %s",
+                  wb->exp->name, s.failed, s.last.count, s.last.offset,
+                  throttle_errtext (s.last.errnum));
+  throttle_wbq_destroy (wb->q);
   free (wb);
 }
 
 /* Returns 1 if the backend does not take writes at all. */
 static int
 open_writer_ctx (struct throttle_wb *wb, struct throttle_wb_writer *w,
-                 nbdkit_backend *backend, const char *exportname)
+                 nbdkit_backend *backend)
 {
-  w->ctx = nbdkit_next_context_open (backend, 0, exportname, 1);
+  w->ctx = nbdkit_next_context_open (backend, 0, wb->exp->name, 1);
   if (w->ctx == NULL) {
     nbdkit_error ("throttle: writeback: cannot open a backend context "
-                  "for export \"%s\"", exportname);
+                  "for export \"%s\"", wb->exp->name);
     return -1;
   }
   /* nbdkit checks each request against what these returned, so ask
@@ -204,58 +212,20 @@ open_writer_ctx (struct throttle_wb *wb, struct throttle_wb_writer *w,
   return 0;
 }
 
-/* The queue of a new export, or NULL after nbdkit_error. */
-static struct throttle_wbq *
-wb_queue_create (struct throttle_export *exp, bool lock)
-{
-  const struct throttle_wbq_hooks hooks = {
-    .queued = wb_queued, .retired = wb_retired, .opaque = exp,
-  };
-  enum throttle_wbq_failure failed;
-  struct throttle_wbq *q;
-  uint64_t pool_bytes = throttle_writeback_pool_bytes ();
-  unsigned nr_writers = throttle_writeback_writers ();
-  size_t bounce = throttle_writeback_bounce_size ();
-  size_t nr = pool_bytes / THROTTLE_WBQ_ELEM;
-
-  q = throttle_wbq_create (nr, nr_writers, bounce, lock, &hooks, &failed);
-  if (q)
-    return q;
-  switch (failed) {
-  case THROTTLE_WBQ_FAIL_ALLOC:
-    nbdkit_error ("calloc: %s", throttle_errtext (errno));
-    break;
-  case THROTTLE_WBQ_FAIL_POOL:
-  case THROTTLE_WBQ_FAIL_BOUNCE:
-    nbdkit_error ("throttle: writeback: cannot create the %s pool of "
-                  "export \"%s\" (%" PRIu64 " bytes%s): %s%s",
-                  failed == THROTTLE_WBQ_FAIL_BOUNCE ? "writers'" : "write",
-                  exp->name,
-                  failed == THROTTLE_WBQ_FAIL_BOUNCE
-                  ? (uint64_t) nr_writers * bounce : pool_bytes,
-                  lock ? ", locked" : "", throttle_errtext (errno),
-                  lock ? " (raise ulimit -l, lower throttle-writeback-pool, "
-                  "or throttle-mlock=off)" : "");
-    break;
-  case THROTTLE_WBQ_FAIL_MMAP:
-    nbdkit_error ("throttle: writeback: mmap: %s", throttle_errtext (errno));
-    break;
-  case THROTTLE_WBQ_FAIL_MLOCK:
-    nbdkit_error ("throttle: writeback: mlock of %zu bytes: %s",
-                  throttle_wbq_meta_bytes (nr), throttle_errtext (errno));
-    break;
-  }
-  return NULL;
-}
-
 /* NULL with *read_only set if the backend takes no writes: nothing
  * to write behind then, and nbdkit refuses the client's writes itself.
  */
 static struct throttle_wb *
 wb_create (struct throttle_export *exp, nbdkit_backend *backend,
-           const char *exportname, bool *read_only)
+           bool *read_only)
 {
+  const struct throttle_wbq_hooks hooks = {
+    .queued = wb_queued, .retired = wb_retired, .opaque = exp,
+  };
+  uint64_t pool_bytes = throttle_writeback_pool_bytes ();
   unsigned nr_writers = throttle_writeback_writers ();
+  size_t bounce = throttle_writeback_bounce_size ();
+  bool lock = throttle_guards_lock_pools ();
   struct throttle_wb *wb;
   size_t i;
   int err;
@@ -267,16 +237,25 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
   }
   wb->exp = exp;
   wb->nr_writers = nr_writers;
-  wb->q = wb_queue_create (exp, throttle_guards_lock_pools ());
-  if (wb->q == NULL)
-    goto fail;
+  wb->q = throttle_wbq_create (pool_bytes / THROTTLE_WBQ_ELEM, nr_writers,
+                               bounce, lock, &hooks);
+  if (wb->q == NULL) {
+    nbdkit_error ("throttle: writeback: cannot create the write pool of "
+                  "export \"%s\" (%" PRIu64 " bytes%s): %s%s", exp->name,
+                  throttle_wbq_memory (pool_bytes, nr_writers, bounce),
+                  lock ? ", locked" : "", throttle_errtext (errno),
+                  lock ? " (raise ulimit -l, lower throttle-writeback-pool, "
+                  "or throttle-mlock=off)" : "");
+    free (wb);
+    return NULL;
+  }
 
   for (i = 0; i < nr_writers; ++i) {
     struct throttle_wb_writer *w = &wb->writers[i];
 
     w->wb = wb;
     w->idx = i;
-    switch (open_writer_ctx (wb, w, backend, exportname)) {
+    switch (open_writer_ctx (wb, w, backend)) {
     case 0: break;
     case 1: *read_only = true; /* fallthrough */
     default: goto fail;
@@ -296,10 +275,8 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
   wb->started_all = true;
   nbdkit_debug ("throttle: writeback: export \"%s\": %" PRIu64 " buffers, "
                 "%zu writers with %zu-byte bounce buffers, backend "
-                "multi-conn %d", exp->name,
-                throttle_writeback_pool_bytes () / THROTTLE_WBQ_ELEM,
-                wb->nr_writers, throttle_writeback_bounce_size (),
-                wb->multi_conn);
+                "multi-conn %d", exp->name, pool_bytes / THROTTLE_WBQ_ELEM,
+                wb->nr_writers, bounce, wb->multi_conn);
   return wb;
 
  fail:
@@ -367,87 +344,136 @@ throttle_writeback_list_exports (nbdkit_next_list_exports *next,
 }
 
 int
-throttle_writeback_open (struct throttle_export *exp, nbdkit_context *context,
-                         int readonly, const char *exportname,
-                         struct throttle_wb_conn *c)
+throttle_writeback_make (struct throttle_export *exp, nbdkit_context *context)
 {
-  /* Lock rule: held from looking at exp->wb to publishing a new
-   * state, so that an export gets one; see the lock order above.
-   */
-  static pthread_mutex_t create_lock = THROTTLE_LOCK_INITIALIZER;
-  struct throttle_wb *wb;
   bool read_only = false;
+  int r = 0;
 
-  c->exp = NULL;
-  c->seen_errors = 0;
-  if (!throttle_writeback_enabled ())
-    return 0;
-  c->exp = exp;
-
-  /* A read-only connection creates nothing, but still sees (through
-   * c->exp) the pending writes of the export's other connections.
-   */
   throttle_lock (&create_lock);
-  wb = exp->wb;
-  if (wb == NULL && !readonly) {
-    wb = wb_create (exp, nbdkit_context_get_backend (context), exportname,
-                    &read_only);
-    if (wb == NULL) {
-      throttle_unlock (&create_lock);
-      if (read_only) {
-        nbdkit_debug ("throttle: writeback: export \"%s\" takes no writes",
-                      exportname);
-        return 0;
-      }
-      return -1;
-    }
-    throttle_lock (&all_lock);
-    wb->next_all = all_wbs;
-    all_wbs = wb;
-    throttle_unlock (&all_lock);
-    __atomic_store_n (&exp->wb, wb, __ATOMIC_RELEASE);
+  if (made == NULL) {
+    made = wb_create (exp, nbdkit_context_get_backend (context), &read_only);
+    if (made)
+      __atomic_store_n (&exp->wb, made, __ATOMIC_RELEASE);
+    else if (read_only)
+      nbdkit_debug ("throttle: writeback: export \"%s\" takes no writes",
+                    exp->name);
+    else
+      r = -1;
   }
   throttle_unlock (&create_lock);
-  if (wb == NULL)
-    return 0;
-
-  c->seen_errors = throttle_wbq_seen_at_open (wb->q);
-  return 0;
-}
-
-int
-throttle_writeback_finalize (struct throttle_wb_conn *c)
-{
-  struct throttle_wb *wb = throttle_wb_of (c->exp);
-  struct throttle_wbq_stats s;
-
-  if (wb == NULL)
-    return 0;
-  if (throttle_debug_verbose) {
-    throttle_wbq_get_stats (wb->q, &s);
-    if (s.pending)
-      nbdkit_debug ("throttle: writeback: disconnect waits for %" PRIu64
-                    " pending writes", s.pending);
-  }
-  throttle_wbq_drain (wb->q);
-  return 0;
+  return r;
 }
 
 void
 throttle_writeback_cleanup (void)
 {
-  struct throttle_wb *wb;
   struct throttle_wbq_stats s;
 
-  throttle_lock (&all_lock);
-  while ((wb = all_wbs) != NULL) {
-    all_wbs = wb->next_all;
-    throttle_wbq_get_stats (wb->q, &s);
+  throttle_lock (&create_lock);
+  if (made) {
+    throttle_wbq_get_stats (made->q, &s);
     if (s.pending)
       nbdkit_debug ("throttle: writeback: export \"%s\": writing %" PRIu64
-                    " pending writes before exit", wb->exp->name, s.pending);
-    wb->exp->wb = NULL;
-    wb_destroy (wb);            /* waits for the pending writes */
+                    " pending writes before exit", made->exp->name,
+                    s.pending);
+    made->exp->wb = NULL;
+    wb_destroy (made);          /* waits for the pending writes */
+    made = NULL;
   }
-  throttle_unlock (&all_lock);
+  throttle_unlock (&create_lock);
+}
+
+#define PREFIX "nbdkit_throttle_writeback_"
+
+/* An export's numbers, in the order of the stats' member and of the
+ * metrics: each one's member of the JSON (NULL: the last, the error,
+ * which the JSON gives as its name) and family (never rename one:
+ * scripts and dashboards use them).
+ */
+static const struct {
+  const char *json, *family;
+  bool counter;
+  const char *help;
+} wb_stats[] = {
+  { "pending_writes", PREFIX "pending_writes", false,
+    "Writes acknowledged and not yet on the backend" },
+  { "pending_bytes", PREFIX "pending_bytes", false,
+    "Bytes acknowledged and not yet on the backend" },
+  { "peak_pending_bytes", PREFIX "peak_pending_bytes", false,
+    "Most bytes pending at once" },
+  { "pool_used", PREFIX "pool_used_bytes", false,
+    "Bytes of the locked pool in use" },
+  { "pool_size", PREFIX "pool_size_bytes", false,
+    "Bytes of the locked pool" },
+  { "written", PREFIX "written_writes_total", true,
+    "Writes the writers put on the backend" },
+  { "direct", PREFIX "direct_writes_total", true,
+    "Writes too large for the pool, passed straight through" },
+  { "failed", PREFIX "failed_writes_total", true,
+    "Writes that failed on the backend" },
+  { NULL, PREFIX "error_unreported", false,
+    "1 while a failed write has not been reported by a flush" },
+};
+#define NR_WB_STATS (sizeof wb_stats / sizeof wb_stats[0])
+
+/* wb's numbers in the order of wb_stats, zeros for wb == NULL. */
+static void
+wb_values (struct throttle_wb *wb, uint64_t v[NR_WB_STATS],
+           struct throttle_wbq_stats *s)
+{
+  memset (s, 0, sizeof *s);
+  if (wb)
+    throttle_wbq_get_stats (wb->q, s);
+  v[0] = s->pending;
+  v[1] = s->pending_bytes;
+  v[2] = s->peak_pending_bytes;
+  v[3] = s->pool_used;
+  v[4] = s->pool_size;
+  v[5] = s->written;
+  v[6] = s->direct;
+  v[7] = s->failed;
+  v[8] = s->error_unreported;
+}
+
+void
+throttle_writeback_stats_json (FILE *fp, struct throttle_export *exp)
+{
+  struct throttle_wb *wb = throttle_wb_of (exp);
+  struct throttle_wbq_stats s;
+  uint64_t v[NR_WB_STATS];
+  size_t i;
+
+  if (wb == NULL)
+    return;
+  wb_values (wb, v, &s);
+  for (i = 0; wb_stats[i].json; i++)
+    fprintf (fp, "%s\"%s\":%" PRIu64, i ? "," : ",\"writeback\":{",
+             wb_stats[i].json, v[i]);
+  if (s.error_unreported)
+    fprintf (fp, ",\"error\":\"%s\"}",
+             strerrorname_np (s.last.errnum) ? : "EIO");
+  else
+    fputs (",\"error\":null}", fp);
+}
+
+void
+throttle_writeback_metrics (FILE *fp)
+{
+  /* Writeback serves the default export alone. */
+  struct throttle_export *exp = throttle_export_get ("");
+  struct throttle_wb *wb = throttle_wb_of (exp);
+  struct throttle_wbq_stats s;
+  uint64_t v[NR_WB_STATS];
+  size_t i;
+
+  wb_values (wb, v, &s);
+  for (i = 0; i < NR_WB_STATS; i++) {
+    throttle_prom_family (fp, wb_stats[i].family,
+                          wb_stats[i].counter ? "counter" : "gauge",
+                          wb_stats[i].help);
+    if (wb)
+      throttle_prom_sample (fp, wb_stats[i].family, "export", "", v[i]);
+  }
+  if (exp)
+    throttle_export_put (exp);
 }

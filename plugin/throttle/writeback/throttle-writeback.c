@@ -6,7 +6,7 @@
  * each request of a connection in its place there: a write queued or
  * passed through, a read, zero, trim or extents ordered against the
  * pending writes, a flush waiting for the writes acknowledged before
- * it.  They take no lock of their own (the queue's are inside
+ * it.  They take no lock of their own (the queue's is inside
  * throttle_wbq_*).
  */
 
@@ -20,13 +20,21 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-compat.h"
+#include "throttle-config.h"
 #include "throttle-export.h"
 #include "throttle-parse.h"
 #include "throttle-quit.h"
 #include "throttle-serve.h"
 #include "throttle-wbq.h"
-#include "throttle-writeback-state.h"
 #include "throttle-writeback.h"
+
+/* A connection's state: which background write failures it has been
+ * told of, written by its open and its own flushes.
+ */
+struct throttle_wb_conn {
+  struct throttle_export *exp;
+  uint64_t seen_errors;
+};
 
 /* A request that goes to the backend directly takes its place in the
  * order: after older overlapping pending writes, before newer ones.
@@ -251,7 +259,8 @@ static const struct throttle_conn_ops wb_ops = {
 
 /* The feature's .open: in writeback mode every connection (to "", the
  * one name it serves) goes through the hooks above, also a read-only
- * one, which must see the pending writes of the others.
+ * one, which creates nothing but must see the pending writes of the
+ * others.
  */
 int
 throttle_writeback_conn_open (struct throttle_conn *conn,
@@ -259,19 +268,20 @@ throttle_writeback_conn_open (struct throttle_conn *conn,
                               void **state)
 {
   struct throttle_wb_conn *c;
+  struct throttle_wb *wb;
 
   if (!throttle_writeback_enabled ())
     return 0;
+  if (!readonly && throttle_writeback_make (conn->exp, nxdata) == -1)
+    return -1;
   c = malloc (sizeof *c);
   if (c == NULL) {
     nbdkit_error ("malloc: %s", throttle_errtext (errno));
     return -1;
   }
-  if (throttle_writeback_open (conn->exp, nxdata, readonly, conn->exp->name,
-                               c) == -1) {
-    free (c);
-    return -1;
-  }
+  c->exp = conn->exp;
+  wb = throttle_wb_of (c->exp);
+  c->seen_errors = wb ? throttle_wbq_seen_at_open (wb->q) : 0;
   *state = c;
   conn->ops = &wb_ops;
   conn->ops_state = c;
@@ -281,7 +291,23 @@ throttle_writeback_conn_open (struct throttle_conn *conn,
 int
 throttle_writeback_conn_finalize (void *state)
 {
-  return state ? throttle_writeback_finalize (state) : 0;
+  struct throttle_wb_conn *c = state;
+  struct throttle_wb *wb = c ? throttle_wb_of (c->exp) : NULL;
+  struct throttle_wbq_stats s;
+  struct throttle_wbq_flush f;
+
+  if (wb == NULL)
+    return 0;
+  if (throttle_debug_verbose) {
+    throttle_wbq_get_stats (wb->q, &s);
+    if (s.pending)
+      nbdkit_debug ("throttle: writeback: disconnect waits for %" PRIu64
+                    " pending writes", s.pending);
+  }
+  /* As a flush waits, without the writers' flushes. */
+  throttle_wbq_flush_begin (wb->q, &f);
+  throttle_wbq_flush_wait (wb->q, &f, false);
+  return 0;
 }
 
 void
