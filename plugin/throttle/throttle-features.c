@@ -48,7 +48,6 @@
 #include "throttle-control.h"
 #include "throttle-feature.h"
 #include "throttle-guards.h"
-#include "throttle-guards-config.h"
 #include "throttle-metrics.h"
 #include "throttle-metrics-file.h"
 #include "throttle-realtime.h"

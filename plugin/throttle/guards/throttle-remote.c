@@ -36,32 +36,17 @@ const struct throttle_param throttle_remote_param_table[] = {
   { NULL }
 };
 
-/* Where a vm setting is read: /proc/sys/vm/NAME, or for the tests the
- * file the environment variable 'var' names (THROTTLE_MIN_FREE_FILE,
- * THROTTLE_BOOST_FILE), as nbdkit's own tests stand files in through
- * the environment rather than through a parameter a user would see.
+/* The settings, by enum throttle_remote_setting: read from
+ * /proc/sys/vm/NAME, or for the tests from the file the environment
+ * variable env names, as nbdkit's own tests stand files in through the
+ * environment rather than through a parameter a user would see.
  */
-static const char *
-setting_path (const char *var, const char *proc)
-{
-  const char *p = getenv (var);
-
-  return p && *p ? p : proc;
-}
-
-static const char *
-min_free_path (void)
-{
-  return setting_path ("THROTTLE_MIN_FREE_FILE",
-                       "/proc/sys/vm/min_free_kbytes");
-}
-
-static const char *
-boost_path (void)
-{
-  return setting_path ("THROTTLE_BOOST_FILE",
-                       "/proc/sys/vm/watermark_boost_factor");
-}
+static const struct {
+  const char *name, *env;
+} settings[] = {
+  { "min_free_kbytes", "THROTTLE_MIN_FREE_FILE" },
+  { "watermark_boost_factor", "THROTTLE_BOOST_FILE" },
+};
 
 /* Whether value starts with scheme (which ends in ':'), in any case,
  * as URI schemes are compared.
@@ -93,15 +78,21 @@ throttle_remote_plugin_key (const char *key, const char *value)
     remote_key = "host";
 }
 
-/* The number in the vm setting name, read from path, or -1 (and, if
- * log, a debug line saying why).
- */
+/* The setting's number, or -1 (and, if log, a debug line saying why). */
 static long
-read_setting (const char *path, const char *name, bool log)
+read_setting (enum throttle_remote_setting setting, bool log)
 {
-  FILE *fp = fopen (path, "r");
+  const char *name = settings[setting].name;
+  const char *path = getenv (settings[setting].env);
+  char proc[64];
+  FILE *fp;
   long v;
 
+  if (path == NULL || *path == '\0') {
+    snprintf (proc, sizeof proc, "/proc/sys/vm/%s", name);
+    path = proc;
+  }
+  fp = fopen (path, "r");
   if (fp == NULL) {
     if (log)
       nbdkit_debug ("throttle: cannot read %s: %s: not checking vm.%s",
@@ -122,19 +113,13 @@ read_setting (const char *path, const char *name, bool log)
 static int
 remote_why (char *why, size_t len)
 {
-  switch (mode) {
-  case REMOTE_FALSE:
-    return -1;
-  case REMOTE_TRUE:
+  if (mode == REMOTE_TRUE)
     snprintf (why, len, "throttle-remote=true");
-    return 0;
-  case REMOTE_AUTO:
-  default:
-    if (remote_key == NULL)
-      return -1;
+  else if (mode == REMOTE_AUTO && remote_key)
     snprintf (why, len, "the plugin's %s=", remote_key);
-    return 0;
-  }
+  else
+    return -1;
+  return 0;
 }
 
 int
@@ -145,8 +130,8 @@ throttle_remote_get_ready (int thread_model)
 
   if (remote_why (why, sizeof why) == -1)
     return 0;
-  min_free = read_setting (min_free_path (), "min_free_kbytes", true);
-  boost = read_setting (boost_path (), "watermark_boost_factor", true);
+  min_free = read_setting (THROTTLE_REMOTE_MIN_FREE, true);
+  boost = read_setting (THROTTLE_REMOTE_BOOST, true);
   nbdkit_debug ("throttle: storage over a network (%s): "
                 "vm.min_free_kbytes %ld, at least %d needed; "
                 "vm.watermark_boost_factor %ld, 0 needed",
@@ -155,37 +140,27 @@ throttle_remote_get_ready (int thread_model)
 }
 
 int
-throttle_remote_min_free_low (char *buf, size_t len)
+throttle_remote_unsafe (enum throttle_remote_setting setting,
+                        char *buf, size_t len)
 {
   char why[64];
-  long min_free;
+  long v;
 
   if (remote_why (why, sizeof why) == -1)
     return 0;
-  min_free = read_setting (min_free_path (), "min_free_kbytes", false);
-  if (min_free == -1 || min_free >= THROTTLE_REMOTE_MIN_FREE_KBYTES)
+  v = read_setting (setting, false);
+  if (setting == THROTTLE_REMOTE_BOOST && v > 0)
+    snprintf (buf, len, "vm.watermark_boost_factor is %ld: a boost raises "
+              "the min watermark above what a forwarded write can take "
+              "(storage over a network: %s): set sysctl "
+              "vm.watermark_boost_factor=0", v, why);
+  else if (setting == THROTTLE_REMOTE_MIN_FREE && v != -1 &&
+           v < THROTTLE_REMOTE_MIN_FREE_KBYTES)
+    snprintf (buf, len, "vm.min_free_kbytes is %ld, below %d, the least "
+              "for storage over a network (%s): set sysctl "
+              "vm.min_free_kbytes=%d", v, THROTTLE_REMOTE_MIN_FREE_KBYTES,
+              why, THROTTLE_REMOTE_MIN_FREE_KBYTES);
+  else
     return 0;
-  snprintf (buf, len, "vm.min_free_kbytes is %ld, below %d, the least for "
-            "storage over a network (%s): set sysctl vm.min_free_kbytes=%d",
-            min_free, THROTTLE_REMOTE_MIN_FREE_KBYTES, why,
-            THROTTLE_REMOTE_MIN_FREE_KBYTES);
-  return 1;
-}
-
-int
-throttle_remote_boost_on (char *buf, size_t len)
-{
-  char why[64];
-  long boost;
-
-  if (remote_why (why, sizeof why) == -1)
-    return 0;
-  boost = read_setting (boost_path (), "watermark_boost_factor", false);
-  if (boost <= 0)
-    return 0;
-  snprintf (buf, len, "vm.watermark_boost_factor is %ld: a boost raises "
-            "the min watermark above what a forwarded write can take "
-            "(storage over a network: %s): set sysctl "
-            "vm.watermark_boost_factor=0", boost, why);
   return 1;
 }

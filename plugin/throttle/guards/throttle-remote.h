@@ -42,10 +42,10 @@
  * and 512 MiB guests, the filter at its defaults over nbdkit's nbd
  * plugin with hostname=, tests/swap/ rows remote-*: some boots hang
  * at 4096 and 6144, all at 3072 and below; the sweep is in
- * nbdkit-throttle-design(1), REMOTE STORAGE), times 2 for safety.  It is also the value the man pages recommend for any swap
- * over NBD.  The swap helper (systemd/nbdkit-throttle-swap.in) raises
- * the setting to it: systemd/Makefile.am reads the number from this
- * line.
+ * nbdkit-throttle-design(1), REMOTE STORAGE), times 2 for safety.  It
+ * is also the value the man pages recommend for any swap over NBD.
+ * The swap helper (systemd/nbdkit-throttle-swap.in) raises the setting
+ * to it: systemd/Makefile.am reads the number from this line.
  */
 #define THROTTLE_REMOTE_MIN_FREE_KBYTES 16384
 
@@ -63,19 +63,21 @@ extern void throttle_remote_plugin_key (const char *key, const char *value);
  */
 extern int throttle_remote_get_ready (int thread_model);
 
-/* With the storage remote and vm.min_free_kbytes below the least:
- * returns 1 and writes into why (len bytes) what is wrong and what to
- * set.  Else 0: not remote, enough, or a file that cannot be read (of
+/* The settings storage over a network needs. */
+enum throttle_remote_setting {
+  THROTTLE_REMOTE_MIN_FREE,     /* vm.min_free_kbytes, at least the least */
+  THROTTLE_REMOTE_BOOST,        /* vm.watermark_boost_factor, 0 */
+};
+
+/* With the storage remote and the setting as it must not be: returns
+ * 1 and writes into why (len bytes) what is wrong and what to set.
+ * Else 0: not remote, as it should be, a kernel without the setting
+ * (boosting: before Linux 5.0), or a file that cannot be read (of
  * which get_ready's debug line says why).  Reads the file at each
  * call, so the answer is for now: not for the writeout path.
  */
-extern int throttle_remote_min_free_low (char *why, size_t len);
-
-/* The same for vm.watermark_boost_factor, which must be 0: returns 1
- * with the storage remote and the factor above 0.  A kernel without
- * the setting (before Linux 5.0), or a file that cannot be read, is 0.
- */
-extern int throttle_remote_boost_on (char *why, size_t len);
+extern int throttle_remote_unsafe (enum throttle_remote_setting setting,
+                                   char *why, size_t len);
 
 #define throttle_remote_config_help \
   "throttle-remote=auto|true|false  The plugin's storage is reached over\n" \

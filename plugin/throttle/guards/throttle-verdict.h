@@ -2,11 +2,10 @@
 /* nbdkit-throttle filter: is this server safe to serve swap now?
  *
  * One verdict, yes or no with every reason, instead of a warning per
- * guard: the guards (throttle-guards.c, -memlock, -realtime) note here
- * each guard they could not take or were told not to take, and
- * storage over a network adds vm.min_free_kbytes below its least and
- * watermark boosting on
- * (throttle-remote.h).  It is said at start (a debug line when safe;
+ * guard: the guards (throttle-guards.c, -realtime) note here each
+ * guard they could not take or were told not to take, and storage over
+ * a network adds vm.min_free_kbytes below its least and watermark
+ * boosting on (throttle-remote.h).  It is said at start (a debug line when safe;
  * else one warning line naming every reason and throttle-swap, unless
  * throttle-swap=off chose ordinary throttling), in the control
  * socket's stats ("swap") and in the metrics
@@ -31,38 +30,25 @@ enum throttle_swap_reason {
   THROTTLE_SWAP_OOM,            /* "oom" */
   THROTTLE_SWAP_MLOCK,          /* "mlock" */
   THROTTLE_SWAP_RESERVE,        /* "reserve" */
-  THROTTLE_SWAP_MIN_FREE,       /* "min-free-kbytes", read when asked */
-  THROTTLE_SWAP_BOOST,          /* "watermark-boost", read when asked */
+  /* Read when asked, in the order of enum throttle_remote_setting. */
+  THROTTLE_SWAP_MIN_FREE,       /* "min-free-kbytes" */
+  THROTTLE_SWAP_BOOST,          /* "watermark-boost" */
   THROTTLE_SWAP_REASONS
 };
+
+/* The reasons' names, in the order of enum throttle_swap_reason. */
+extern const char *const throttle_swap_reason_names[THROTTLE_SWAP_REASONS];
 
 /* A guard is missing: why (a string with static storage, which is
  * kept) says which and why, e.g. "PR_SET_IO_FLUSHER refused: needs
  * CAP_SYS_RESOURCE".  taken undoes it (set rt auto after set rt off).
  * Lock-free: from nbdkit's main thread up to .after_fork, and from the
- * control thread (set rt).  Not for THROTTLE_SWAP_MIN_FREE or THROTTLE_SWAP_BOOST.
+ * control thread (set rt).  Not for THROTTLE_SWAP_MIN_FREE or
+ * THROTTLE_SWAP_BOOST.
  */
 extern void throttle_verdict_missing (enum throttle_swap_reason reason,
                                       const char *why);
 extern void throttle_verdict_taken (enum throttle_swap_reason reason);
-
-/* A guard required by key=value ("throttle-swap=on",
- * "throttle-rt=on", "throttle-mlock=onfault") that could not be taken:
- * fix is the parameter that starts without it (a string with static
- * storage: "throttle-oom=off"), fmt and what follows say what was
- * refused and why.  Kept, not said: throttle_verdict_refusals says
- * every guard refused in one error line, so that fixing them takes
- * one restart, not one per guard.  nbdkit's main thread only, before
- * the server starts.
- */
-extern void throttle_verdict_refused (enum throttle_swap_reason reason,
-                                      const char *key, const char *value,
-                                      const char *fix, const char *fmt, ...)
-  __attribute__ ((format (printf, 5, 6)));
-/* After every guard was tried: 0 if none required was refused, else
- * -1 after the one error line naming each (and forgets them).
- */
-extern int throttle_verdict_refusals (void);
 
 /* .get_ready, after every guard was tried and the storage judged: the
  * verdict at start, while stderr is still the user's terminal; adds
@@ -76,7 +62,7 @@ extern int throttle_verdict_get_ready (int thread_model);
  */
 extern int throttle_verdict_after_fork (void);
 
-/* .open, with the peer's class and what was found (throttle-peer.h):
+/* .open, with the peer's class and what was found (throttle-realtime.c):
  * a kernel nbd client attaching to a server that is not safe is
  * logged with nbdkit_error (stderr, or syslog in the background),
  * naming every reason.  Reads vm.min_free_kbytes with the storage
