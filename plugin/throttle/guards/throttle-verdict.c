@@ -1,22 +1,24 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: is this server safe to serve swap now (see
- * throttle-verdict.h)?
+/* nbdkit-throttle filter: is this server safe to serve swap now, the
+ * guards and storage over a network (see throttle-verdict.h)?
  */
 
 #include <config.h>
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <nbdkit-filter.h>
 
-#include "throttle-params.h"
 #include "throttle-json.h"
+#include "throttle-params.h"
 #include "throttle-parse.h"
 #include "throttle-prom.h"
-#include "throttle-remote.h"
 #include "throttle-report.h"
 #include "throttle-verdict.h"
 
@@ -36,6 +38,110 @@ static _Atomic (const char *) whys[THROTTLE_SWAP_REASONS];
 static unsigned reported;
 
 #define SEE "see SWAP SAFETY in nbdkit-throttle-filter(1)"
+
+/* In the order of remote_words. */
+enum remote_mode { REMOTE_FALSE, REMOTE_TRUE, REMOTE_AUTO };
+static const char *const remote_words[] = { "false", "true", "auto", NULL };
+
+/* Set by .config only, read in .get_ready. */
+static enum remote_mode remote = REMOTE_AUTO;
+/* The plugin's key that said the storage is remote, NULL if none did:
+ * a literal, never the value, which may hold a password (curl's url=).
+ */
+static const char *remote_key;
+
+const struct throttle_param throttle_verdict_param_table[] = {
+  { "throttle-remote", THROTTLE_PARAM_WORD, &remote, .words = remote_words,
+    .why = "expected auto, true or false" },
+  { NULL }
+};
+
+/* The vm settings storage over a network needs: read from
+ * /proc/sys/vm/NAME, or for the tests from the file the environment
+ * variable env names, as nbdkit's own tests stand files in through the
+ * environment rather than through a parameter a user would see.
+ */
+enum setting { MIN_FREE, BOOST };
+static const struct {
+  const char *name, *env;
+} settings[] = {
+  [MIN_FREE] = { "min_free_kbytes", "THROTTLE_MIN_FREE_FILE" },
+  [BOOST] = { "watermark_boost_factor", "THROTTLE_BOOST_FILE" },
+};
+
+/* Whether value starts with scheme (which ends in ':'), in any case,
+ * as URI schemes are compared.
+ */
+static int
+has_scheme (const char *value, const char *scheme)
+{
+  return strncasecmp (value, scheme, strlen (scheme)) == 0;
+}
+
+void
+throttle_verdict_plugin_key (const char *key, const char *value)
+{
+  if (remote_key)
+    return;
+  /* nbdkit's nbd plugin: TCP to hostname=, or a URI naming a host;
+   * nbd+unix:// and socket= are local, nbd+vsock:// is not TCP.
+   */
+  if (strcmp (key, "hostname") == 0)
+    remote_key = "hostname";
+  else if (strcmp (key, "uri") == 0 &&
+           (has_scheme (value, "nbd:") || has_scheme (value, "nbds:")))
+    remote_key = "uri";
+  /* curl: any URL but a local file. */
+  else if (strcmp (key, "url") == 0 && !has_scheme (value, "file:"))
+    remote_key = "url";
+  /* ssh. */
+  else if (strcmp (key, "host") == 0)
+    remote_key = "host";
+}
+
+/* The setting's number, or -1 (and, if log, a debug line saying why). */
+static long
+read_setting (enum setting setting, bool log)
+{
+  const char *name = settings[setting].name;
+  const char *path = getenv (settings[setting].env);
+  char proc[64];
+  FILE *fp;
+  long v;
+
+  if (path == NULL || *path == '\0') {
+    snprintf (proc, sizeof proc, "/proc/sys/vm/%s", name);
+    path = proc;
+  }
+  fp = fopen (path, "r");
+  if (fp == NULL) {
+    if (log)
+      nbdkit_debug ("throttle: cannot read %s: %s: not checking vm.%s",
+                    path, throttle_errtext (errno), name);
+    return -1;
+  }
+  if (fscanf (fp, "%ld", &v) != 1 || v < 0) {
+    if (log)
+      nbdkit_debug ("throttle: cannot read %s: not a number: not checking "
+                    "vm.%s", path, name);
+    v = -1;
+  }
+  fclose (fp);
+  return v;
+}
+
+/* Why the storage is remote, into why; 0, or -1 if it is not. */
+static int
+remote_why (char *why, size_t len)
+{
+  if (remote == REMOTE_TRUE)
+    snprintf (why, len, "throttle-remote=true");
+  else if (remote == REMOTE_AUTO && remote_key)
+    snprintf (why, len, "the plugin's %s=", remote_key);
+  else
+    return -1;
+  return 0;
+}
 
 /* throttle-swap's mode: the guards include this header, and the
  * verdict reads the parameter, not the guards.
@@ -61,26 +167,48 @@ throttle_verdict_taken (enum throttle_swap_reason reason)
   atomic_fetch_and (&missing, ~(1u << reason));
 }
 
-/* The verdict now: the guards' reasons and, read now, the storage's. */
+/* The verdict now: the guards' reasons and, read now (not for the
+ * writeout path), the storage's.
+ */
 struct verdict {
   unsigned missing;
   const char *why[THROTTLE_SWAP_REASONS];
-  char remote[2][256];          /* by enum throttle_remote_setting */
+  char min_free[256], boost[256];
 };
 
 static void
 judge (struct verdict *v)
 {
+  char why[64];
   size_t i;
+  long n;
 
   v->missing = atomic_load (&missing);
   for (i = 0; i < THROTTLE_SWAP_REASONS; i++)
     v->why[i] = v->missing & (1u << i) ? atomic_load (&whys[i]) : NULL;
-  for (i = 0; i < 2; i++)
-    if (throttle_remote_unsafe (i, v->remote[i], sizeof v->remote[i])) {
-      v->missing |= 1u << (THROTTLE_SWAP_MIN_FREE + i);
-      v->why[THROTTLE_SWAP_MIN_FREE + i] = v->remote[i];
-    }
+  if (remote_why (why, sizeof why) == -1)
+    return;
+  /* A file that cannot be read is no reason: get_ready said why. */
+  n = read_setting (MIN_FREE, false);
+  if (n != -1 && n < THROTTLE_REMOTE_MIN_FREE_KBYTES) {
+    snprintf (v->min_free, sizeof v->min_free, "vm.min_free_kbytes is %ld, "
+              "below %d, the least for storage over a network (%s): set "
+              "sysctl vm.min_free_kbytes=%d", n,
+              THROTTLE_REMOTE_MIN_FREE_KBYTES, why,
+              THROTTLE_REMOTE_MIN_FREE_KBYTES);
+    v->missing |= 1u << THROTTLE_SWAP_MIN_FREE;
+    v->why[THROTTLE_SWAP_MIN_FREE] = v->min_free;
+  }
+  /* A kernel without the setting (before Linux 5.0) does not boost. */
+  n = read_setting (BOOST, false);
+  if (n > 0) {
+    snprintf (v->boost, sizeof v->boost, "vm.watermark_boost_factor is %ld: "
+              "a boost raises the min watermark above what a forwarded "
+              "write can take (storage over a network: %s): set sysctl "
+              "vm.watermark_boost_factor=0", n, why);
+    v->missing |= 1u << THROTTLE_SWAP_BOOST;
+    v->why[THROTTLE_SWAP_BOOST] = v->boost;
+  }
 }
 
 /* "io-flusher (WHY); rt (WHY)" into buf. */
@@ -172,7 +300,17 @@ int
 throttle_verdict_get_ready (int thread_model)
 {
   struct verdict v;
+  char why[64];
+  long min_free, boost;
 
+  if (remote_why (why, sizeof why) == 0) {
+    min_free = read_setting (MIN_FREE, true);
+    boost = read_setting (BOOST, true);
+    nbdkit_debug ("throttle: storage over a network (%s): "
+                  "vm.min_free_kbytes %ld, at least %d needed; "
+                  "vm.watermark_boost_factor %ld, 0 needed",
+                  why, min_free, THROTTLE_REMOTE_MIN_FREE_KBYTES, boost);
+  }
   judge (&v);
   report (&v);
   reported = v.missing;
