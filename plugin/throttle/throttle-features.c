@@ -50,7 +50,6 @@
 #include "throttle-guards.h"
 #include "throttle-metrics.h"
 #include "throttle-metrics-file.h"
-#include "throttle-realtime.h"
 #include "throttle-verdict.h"
 #include "throttle-writeback.h"
 
@@ -59,7 +58,7 @@ static const struct throttle_feature guards = {
   .before_exports = throttle_guards_config_complete,
   .get_ready = throttle_guards_get_ready,
   .after_fork = throttle_guards_after_fork,
-  .unload = throttle_guards_unload,
+  .unload = throttle_realtime_stop,
   .preopen = throttle_realtime_open,
   .close = throttle_realtime_close,
   .thread_enter = throttle_guards_thread_enter,

@@ -13,10 +13,9 @@
  * before the pressure starts.
  *
  * Every guard goes the same way: off (by its own parameter or by
- * throttle-swap) is a reason of the verdict; otherwise it is tried,
- * and one the kernel refuses is, with "on", kept for the one error
- * line that names every guard refused (say_refusals), and with "auto"
- * a reason of the verdict.
+ * throttle-swap) it is missing; otherwise it is tried, and one the
+ * kernel refuses is, with "on", kept for the one error line that
+ * names every guard refused (say_refusals), and with "auto" missing.
  */
 
 #include <config.h>
@@ -29,6 +28,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -45,10 +45,8 @@
 #include "throttle-guards.h"
 #include "throttle-params.h"
 #include "throttle-parse.h"
-#include "throttle-realtime.h"
 #include "throttle-reserve.h"
 #include "throttle-serve.h"
-#include "throttle-verdict.h"
 
 struct throttle_guards_params throttle_guards_params = {
   .swap = THROTTLE_GUARD_AUTO,
@@ -164,25 +162,26 @@ set_oom (bool on)
   return err;
 }
 
-/* The guards, by their reason in the verdict (enum
- * throttle_swap_reason), and what their messages name.
- */
-#define GUARDS (THROTTLE_SWAP_RESERVE + 1)
+const char *const throttle_guard_names[THROTTLE_GUARDS] = {
+  "io-flusher", "rt", "oom", "mlock", "reserve",
+};
+
+/* The guards, by enum throttle_guard, and what their messages name. */
 static const struct guard {
   const char *key;              /* its own parameter */
-  const char *off;              /* the verdict's reason when key is off */
+  const char *off;              /* the reason when key turned it off */
   /* What starts without it: when key required it, when throttle-swap
    * did.
    */
   const char *fix[2];
   /* The guards set on the main thread, which every later thread
    * inherits: their mode, what was refused and what it needs, the
-   * verdict's reason when auto was refused, and how to set it.
+   * reason when auto was refused, and how to set it.
    */
   enum throttle_guard_mode *mode;
   const char *what, *why;
   int (*set) (bool on);
-} guards[GUARDS] = {
+} guards[THROTTLE_GUARDS] = {
   [THROTTLE_SWAP_IO_FLUSHER] = {
     "throttle-io-flusher", "throttle-io-flusher=off",
     { "throttle-io-flusher=auto", "throttle-io-flusher=off" },
@@ -192,8 +191,7 @@ static const struct guard {
     set_io_flusher,
   },
   /* Tried only, and undone: rt=auto must not leave a thread real-time
-   * before it is needed; the real-time switch (throttle-realtime.h)
-   * sets it.
+   * before it is needed; the real-time switch sets it.
    */
   [THROTTLE_SWAP_RT] = {
     "throttle-rt", "throttle-rt=off", { "throttle-rt=auto", "throttle-rt=off" },
@@ -223,7 +221,7 @@ static const struct guard {
 /* Decided in get_ready, before any thread that reads them exists, and
  * lost only in after_fork (-u may have dropped a capability).
  */
-static bool active[GUARDS];     /* io-flusher, rt, oom: permitted */
+static bool active[THROTTLE_GUARDS]; /* io-flusher, rt, oom: permitted */
 static bool lock_all;           /* mlockall (MCL_ONFAULT) */
 static size_t reserve_size;
 static bool reserve_locked;
@@ -235,29 +233,44 @@ static struct {
   char kv[64];                  /* "throttle-swap=on" */
   const char *fix;
   char what[512];
-} refusals[GUARDS];
+} refusals[THROTTLE_GUARDS];
 static unsigned refused_mask;
 
-/* A guard turned off: the verdict's reason names who turned it off. */
-static void
-turned_off (enum throttle_swap_reason r)
+/* Why each guard is missing, NULL if taken (throttle_guards_missing). */
+static _Atomic (const char *) missing[THROTTLE_GUARDS];
+
+const char *
+throttle_guards_missing (enum throttle_guard guard)
 {
-  throttle_verdict_missing (r, throttle_params_given (guards[r].key) ?
-                            guards[r].off : "throttle-swap=off");
+  return atomic_load (&missing[guard]);
+}
+
+void
+throttle_guards_set_missing (enum throttle_guard guard, const char *why)
+{
+  atomic_store (&missing[guard], why);
+}
+
+/* A guard turned off: why names who turned it off. */
+static void
+turned_off (enum throttle_guard r)
+{
+  throttle_guards_set_missing (r, throttle_params_given (guards[r].key) ?
+                               guards[r].off : "throttle-swap=off");
 }
 
 /* A guard that could not be taken, fmt saying what refused it and
  * why: if required (its mode is on), kept for say_refusals, with the
  * parameter that asked for it; else a debug line, and why, a string
- * with static storage, is a reason of the verdict.
+ * with static storage, is why it is missing.
  */
 static void
-refuse (enum throttle_swap_reason r, bool required, const char *why,
+refuse (enum throttle_guard r, bool required, const char *why,
         const char *fmt, ...)
   __attribute__ ((format (printf, 4, 5)));
 
 static void
-refuse (enum throttle_swap_reason r, bool required, const char *why,
+refuse (enum throttle_guard r, bool required, const char *why,
         const char *fmt, ...)
 {
   const char *by = throttle_guards_key (guards[r].key);
@@ -270,7 +283,7 @@ refuse (enum throttle_swap_reason r, bool required, const char *why,
   va_end (ap);
   if (!required) {
     nbdkit_debug ("throttle: %s=%s: %s", by, value ? value : "auto", what);
-    throttle_verdict_missing (r, why);
+    throttle_guards_set_missing (r, why);
     return;
   }
   snprintf (refusals[r].kv, sizeof refusals[r].kv, "%s=%s", by, value);
@@ -296,7 +309,7 @@ say_refusals (void)
   if (count == 0)
     return 0;
   keys[0] = line[0] = fixes[0] = '\0';
-  for (i = 0; i < GUARDS; i++) {
+  for (i = 0; i < THROTTLE_GUARDS; i++) {
     if (!(refused_mask & (1u << i)))
       continue;
     if (strncmp (refusals[i].kv, "throttle-swap=", 14) != 0)
@@ -317,18 +330,18 @@ say_refusals (void)
   if (count > 1)
     n = snprintf (line, sizeof line, "%u required guards cannot be taken: ",
                   count);
-  for (i = 0; i < GUARDS && n < sizeof line; i++) {
+  for (i = 0; i < THROTTLE_GUARDS && n < sizeof line; i++) {
     if (!(refused_mask & (1u << i)))
       continue;
     if (count == 1)
       n += snprintf (line + n, sizeof line - n, "%s", refusals[i].what);
     else if (kvs == 1)
       n += snprintf (line + n, sizeof line - n, "%s%s: %s",
-                     said++ ? "; " : "", throttle_swap_reason_names[i],
+                     said++ ? "; " : "", throttle_guard_names[i],
                      refusals[i].what);
     else
       n += snprintf (line + n, sizeof line - n, "%s%s (%s): %s",
-                     said++ ? "; " : "", throttle_swap_reason_names[i],
+                     said++ ? "; " : "", throttle_guard_names[i],
                      refusals[i].kv, refusals[i].what);
   }
   refused_mask = 0;
@@ -344,7 +357,7 @@ throttle_guards_config_complete (void)
   enum throttle_guard_mode swap = gp->swap;
   size_t r;
 
-  for (r = 0; r < GUARDS; r++)
+  for (r = 0; r < THROTTLE_GUARDS; r++)
     if (guards[r].mode && !throttle_params_given (guards[r].key))
       *guards[r].mode = swap;
   if (!throttle_params_given ("throttle-mlock"))
@@ -410,7 +423,7 @@ try_thread_guards (bool again)
   size_t r;
   int err;
 
-  for (r = 0; r < GUARDS; r++) {
+  for (r = 0; r < THROTTLE_GUARDS; r++) {
     const struct guard *g = &guards[r];
 
     if (g->set == NULL || (again && !active[r]))
@@ -459,7 +472,7 @@ fork_child (void)
   int saved_errno = errno;
   size_t r;
 
-  for (r = 0; r < GUARDS; r++)
+  for (r = 0; r < THROTTLE_GUARDS; r++)
     if (active[r])
       guards[r].set (false);
   errno = saved_errno;
@@ -524,7 +537,7 @@ decide_mlock (void)
   if (gp->mlock == THROTTLE_LOCK_OFF)
     turned_off (THROTTLE_SWAP_MLOCK);
   else if (gp->mlock == THROTTLE_LOCK_POOL)
-    throttle_verdict_missing (THROTTLE_SWAP_MLOCK, "throttle-mlock=pool "
+    throttle_guards_set_missing (THROTTLE_SWAP_MLOCK, "throttle-mlock=pool "
                               "locks only the pools and the heap reserve");
   else if (can_lock_all (&limit))
     lock_all = true;
@@ -604,7 +617,7 @@ grow_reserve (size_t size)
     nbdkit_debug ("throttle: throttle-reserve: cannot allocate %zu bytes: "
                   "%s: running without the heap reserve", size,
                   throttle_errtext (errno));
-    throttle_verdict_missing (THROTTLE_SWAP_RESERVE, "the heap reserve "
+    throttle_guards_set_missing (THROTTLE_SWAP_RESERVE, "the heap reserve "
                               "could not be allocated");
     return -1;
   }
@@ -629,7 +642,7 @@ grow_reserve (size_t size)
                       "reserve of %zu bytes: %s (needs CAP_IPC_LOCK or "
                       "RLIMIT_MEMLOCK): it may be swapped out",
                       lock_words[gp->mlock], size, throttle_errtext (errno));
-        throttle_verdict_missing (THROTTLE_SWAP_RESERVE,
+        throttle_guards_set_missing (THROTTLE_SWAP_RESERVE,
                                   RESERVE_UNLOCKED_WHY);
         r = -1;
       }
@@ -746,9 +759,7 @@ throttle_guards_after_fork (void)
   /* After the locks and the reserve: the watcher's stack is locked
    * and takes nothing from the reserve.
    */
-  throttle_realtime_start (active[THROTTLE_SWAP_RT],
-                           gp->rt == THROTTLE_GUARD_ON, gp->rt_hold,
-                           gp->psi_path);
+  throttle_realtime_start ();
 
   /* Under MCL_ONFAULT VmLck counts every locked mapping, touched or
    * not; what is pinned in RAM is at most VmRSS.
@@ -760,7 +771,7 @@ throttle_guards_after_fork (void)
                 "(%s), free at heap top %zu bytes, VmLck %s, VmRSS %s",
                 active[THROTTLE_SWAP_IO_FLUSHER] ? "set" : "not set",
                 !active[THROTTLE_SWAP_RT] ? "not set" :
-                throttle_realtime_is_on () ? "set" :
+                gp->rt == THROTTLE_GUARD_ON ? "set" :
                 "on demand (a kernel nbd client of root or the server's "
                 "uid, or memory pressure while a client of theirs is "
                 "connected)",
@@ -798,16 +809,4 @@ throttle_guards_thread_enter (bool first)
                   prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) == 1 ? "set" : "lost",
                   (sched_getscheduler (0) & ~SCHED_RESET_ON_FORK) ==
                   SCHED_FIFO ? "SCHED_FIFO" : "other");
-}
-
-void
-throttle_guards_unload (void)
-{
-  char vmlck[64] = "?";
-
-  throttle_realtime_stop ();
-  if (throttle_debug_verbose) {
-    proc_status_field ("VmLck", vmlck, sizeof vmlck);
-    nbdkit_debug ("throttle: guards: at unload VmLck %s", vmlck);
-  }
 }

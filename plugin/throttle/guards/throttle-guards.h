@@ -5,7 +5,7 @@
  * What keeps nbdkit itself from deadlocking when it serves a device
  * the same machine swaps to: PR_SET_IO_FLUSHER on the threads that
  * serve requests, SCHED_FIFO for them (the allocator's real-time
- * reserve; switched by throttle-realtime.h), memory locking,
+ * reserve; switched by the real-time switch below), memory locking,
  * OOM-killer protection, and a pre-grown, locked, never-trimmed heap
  * reserve for nbdkit's own per-thread request buffers.  See "WHICH
  * GUARD PREVENTS WHICH DEADLOCK" in nbdkit-throttle-design(1).
@@ -18,6 +18,11 @@
  * reserve): off turns them all off (ordinary throttling), on makes
  * each required, auto takes what can be taken.  A guard's own
  * parameter, in any order, overrides it for that guard.
+ *
+ * The guards sit below what reports on them: they keep why each one
+ * is missing (throttle_guards_missing), and the swap verdict
+ * (throttle-verdict.h) reads it.  This header also declares the
+ * real-time switch (throttle-realtime.c), which the guards start.
  *
  * When each hook is called, and why then: throttle-features.c.
  */
@@ -62,6 +67,20 @@ enum throttle_lock_mode {
   THROTTLE_LOCK_OFF, THROTTLE_LOCK_POOL, THROTTLE_LOCK_ONFAULT,
   THROTTLE_LOCK_AUTO
 };
+
+/* The guards, in the order the swap verdict names them: its first
+ * reasons (throttle-verdict.h), whose names are the label values of
+ * its metrics.
+ */
+enum throttle_guard {
+  THROTTLE_SWAP_IO_FLUSHER,     /* "io-flusher" */
+  THROTTLE_SWAP_RT,             /* "rt" */
+  THROTTLE_SWAP_OOM,            /* "oom" */
+  THROTTLE_SWAP_MLOCK,          /* "mlock" */
+  THROTTLE_SWAP_RESERVE,        /* "reserve" */
+  THROTTLE_GUARDS
+};
+extern const char *const throttle_guard_names[THROTTLE_GUARDS];
 
 struct throttle_guards_params {
   enum throttle_guard_mode swap;        /* throttle-swap */
@@ -124,8 +143,6 @@ extern int throttle_guards_after_fork (void);
  */
 extern void throttle_guards_thread_enter (bool first);
 
-extern void throttle_guards_unload (void);
-
 /* True if the request-serving threads run SCHED_FIFO or may come to
  * (throttle-rt=auto): the filter must then charge reads too, so the
  * replies in flight (the allocator's real-time reserve is what they
@@ -134,6 +151,64 @@ extern void throttle_guards_unload (void);
  * charging reads then is harmless.
  */
 extern bool throttle_guards_rt_active (void);
+
+/* Why a guard is missing now (a string with static storage, e.g.
+ * "PR_SET_IO_FLUSHER refused: needs CAP_SYS_RESOURCE"), or NULL if it
+ * is taken.  Lock-free: set from nbdkit's main thread up to
+ * .after_fork, and from the control thread (set rt: NULL after set rt
+ * auto undoes set rt off); read from any thread.
+ */
+extern const char *throttle_guards_missing (enum throttle_guard guard);
+extern void throttle_guards_set_missing (enum throttle_guard guard,
+                                         const char *why);
+
+/* The real-time switch (throttle-rt): whether the whole process runs
+ * SCHED_FIFO now, decided by the state machine of
+ * lib/throttle-rtpolicy.h: with "auto", while a kernel nbd client of
+ * root or the server's uid is connected, and for throttle-rt-hold
+ * after it left or after memory pressure while such a peer was
+ * connected; "on" from the start.  Real-time priority makes the
+ * request threads preempt every ordinary process on the same CPUs at
+ * every request (nbdkit-throttle-design(1)): "auto" pays that only
+ * where the server may be what the kernel waits for.  A watcher
+ * thread, itself always SCHED_FIFO, counts memory pressure from a PSI
+ * trigger and ends the hold on time.  The control socket's "set rt"
+ * and the rt member of its stats are served from there.
+ */
+
+/* after_fork, once the guards know whether SCHED_FIFO is permitted
+ * (throttle_guards_rt_active): adds set rt and the stats member to the
+ * control protocol, and where permitted opens /proc/self/task and the
+ * PSI trigger, starts the watcher and decides for the start mode.
+ * Never fails: what cannot be had is logged.
+ */
+extern void throttle_realtime_start (void);
+/* unload, last of all: stops the watcher, closes what start opened,
+ * and logs how long the process was real-time and why.
+ */
+extern void throttle_realtime_stop (void);
+
+/* .open, in the connection's thread, before the plugin's open:
+ * classifies the peer (its address, its credentials, its process's
+ * name, for a loopback TCP peer the owner of its socket), tells the
+ * swap verdict (throttle_verdict_peer: a kernel client attaching to a
+ * server that is not safe), and where real-time is permitted counts
+ * the peer and switches the process if that changes the answer.  Keeps
+ * in *peer the peer's class for throttle_realtime_close, or -1 where
+ * real-time is not permitted.  Returns 0: it refuses no one.  Opens
+ * files under /proc: not for the writeout path.
+ */
+extern int throttle_realtime_open (const char *exportname, void **peer);
+extern void throttle_realtime_close (void *peer);
+
+/* Sets the calling thread's policy to what the process's is now:
+ * SCHED_FIFO with SCHED_RESET_ON_FORK (whatever it starts, however,
+ * starts SCHED_OTHER), or SCHED_OTHER.  A switch between the caller's
+ * load of the generation (throttle_thread_enter) and this leaves the
+ * thread stale until its next check, which sees the generation
+ * changed.
+ */
+extern void throttle_realtime_thread_policy (void);
 
 #define throttle_guards_config_help \
   "throttle-swap=auto|on|off   The default of every guard below: on\n" \

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: the real-time switch of throttle-rt, and who
- * is at the other end of a connection as it judges them (see
- * throttle-realtime.h).
+/* nbdkit-throttle filter: the real-time switch of throttle-rt (see
+ * throttle-guards.h), and who is at the other end of a connection as
+ * it judges them.
  */
 
 #include <config.h>
@@ -30,23 +30,24 @@
 #include "throttle-clock.h"
 #include "throttle-config.h"
 #include "throttle-feature.h"
+#include "throttle-guards.h"
 #include "throttle-json.h"
 #include "throttle-lock.h"
 #include "throttle-parse.h"
-#include "throttle-realtime.h"
 #include "throttle-report.h"
 #include "throttle-rtpolicy.h"
 #include "throttle-verdict.h"
 
 static const struct sched_param fifo_1 = { .sched_priority = 1 };
 
-/* Set by throttle_realtime_start, before any thread that reads them:
- * whether SCHED_FIFO is permitted, throttle-rt-hold and
- * throttle-rt-pressure.
+/* The parameters, read only after .config. */
+static const struct throttle_guards_params *const gp =
+  &throttle_guards_params;
+
+/* Whether SCHED_FIFO is permitted: set by throttle_realtime_start,
+ * before any thread that reads it.
  */
 static bool permitted;
-static double hold_s;
-static const char *psi_path;
 
 /* Whether the process is real-time now (rt_on), and the state machine
  * that decides it.  Lock rule: rt_lock serializes every change of rt_state and rt_on
@@ -65,7 +66,7 @@ static atomic_int psi_tid;
  * (opendir does), since memory pressure is one reason to walk it.
  */
 static int task_dir_fd = -1;
-/* The watcher: a PSI trigger on psi_path, and a pipe that wakes it
+/* The watcher: a PSI trigger on throttle-rt-pressure, and a pipe that wakes it
  * ("w": the hold may have changed) or stops it ("x").
  */
 static int psi_fd = -1;
@@ -407,7 +408,7 @@ rt_json (FILE *fp, struct throttle_export *exp)
            since ? (now - since) / 1e9 : 0.0,
            st.peers[THROTTLE_RT_PEER_KERNEL],
            st.peers[THROTTLE_RT_PEER_TRUSTED],
-           st.peers[THROTTLE_RT_PEER_OTHER], hold_s,
+           st.peers[THROTTLE_RT_PEER_OTHER], gp->rt_hold,
            st.no_pressure_signal ? "false" : "true");
   if (on && recheck > now)
     fprintf (fp, ",\"off_in_s\":%.3f}", (recheck - now) / 1e9);
@@ -445,10 +446,10 @@ set_rt (FILE *out, struct throttle_export *unused, const char *value)
     rt_apply_locked (throttle_now_ns (), event);
     throttle_unlock (&rt_lock);
     if (mode == THROTTLE_RT_OFF)
-      throttle_verdict_missing (THROTTLE_SWAP_RT,
-                                "set rt off (control socket)");
+      throttle_guards_set_missing (THROTTLE_SWAP_RT,
+                                   "set rt off (control socket)");
     else
-      throttle_verdict_taken (THROTTLE_SWAP_RT);
+      throttle_guards_set_missing (THROTTLE_SWAP_RT, NULL);
     nbdkit_debug ("throttle: guards: control: set rt %s", value);
     rt_wake_watcher ();
   }
@@ -475,7 +476,7 @@ psi_open (const char **trigger)
   for (i = 0; i < sizeof psi_triggers / sizeof psi_triggers[0]; i++) {
     size_t len = strlen (psi_triggers[i]) + 1;
 
-    psi_fd = open (psi_path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    psi_fd = open (gp->psi_path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
     if (psi_fd == -1)
       return errno;
     if (write (psi_fd, psi_triggers[i], len) == (ssize_t) len) {
@@ -524,7 +525,7 @@ rt_watch (void *arg)
   /* Real-time whatever the mode; if refused, it is at least woken. */
   sched_setscheduler (0, SCHED_FIFO, &fifo_1);
   snprintf (why, sizeof why, "memory pressure (PSI trigger \"%s\" on %s)",
-            trigger ? trigger : "", psi_path);
+            trigger ? trigger : "", gp->psi_path);
   throttle_lock (&rt_lock);
   deadline = rt_apply_locked (throttle_now_ns (), NULL);
   throttle_unlock (&rt_lock);
@@ -595,21 +596,19 @@ static const struct throttle_report_setter rt_setter = {
  * the hold ends at the next connection's open or close.
  */
 void
-throttle_realtime_start (bool real_time_permitted, bool on, double hold,
-                         const char *psi)
+throttle_realtime_start (void)
 {
   static const char *trigger;
+  const bool on = gp->rt == THROTTLE_GUARD_ON;
   int err;
 
-  permitted = real_time_permitted;
-  hold_s = hold;
-  psi_path = psi;
+  permitted = throttle_guards_rt_active ();
   /* Before the control thread exists (throttle-report.h). */
   throttle_report_add (rt_json, NULL);
   throttle_report_add_setter (&rt_setter);
   if (!permitted)
     return;
-  throttle_rt_init (&rt_state, (uint64_t) (hold_s * 1e9));
+  throttle_rt_init (&rt_state, (uint64_t) (gp->rt_hold * 1e9));
   rt_state.mode = on ? THROTTLE_RT_ON : THROTTLE_RT_AUTO;
   task_dir_fd = open ("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (task_dir_fd == -1)
@@ -621,7 +620,7 @@ throttle_realtime_start (bool real_time_permitted, bool on, double hold,
     rt_state.no_pressure_signal = true;
     nbdkit_debug ("throttle: guards: no memory pressure trigger (%s: %s): "
                   "clients of root or the server's uid count as kernel "
-                  "clients", psi_path, throttle_errtext (err));
+                  "clients", gp->psi_path, throttle_errtext (err));
   }
   throttle_lock (&rt_lock);
   rt_apply_locked (throttle_now_ns (), on ? "throttle-rt=on" : NULL);
@@ -647,12 +646,6 @@ throttle_realtime_start (bool real_time_permitted, bool on, double hold,
   /* Named, so that it can be told from nbdkit's threads. */
   pthread_setname_np (psi_thread, "throttle-psi");
   psi_thread_started = true;
-}
-
-bool
-throttle_realtime_is_on (void)
-{
-  return atomic_load (&rt_on);
 }
 
 void

@@ -6,7 +6,6 @@
 #include <config.h>
 
 #include <errno.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,18 +21,24 @@
 #include "throttle-report.h"
 #include "throttle-verdict.h"
 
-const char *const throttle_swap_reason_names[THROTTLE_SWAP_REASONS] = {
-  "io-flusher", "rt", "oom", "mlock", "reserve", "min-free-kbytes",
-  "watermark-boost",
+/* The reasons, fixed: their names are the label values of the metrics
+ * and the keys of stats' "unsafe", a contract with every dashboard.
+ * The guards first, in their order, then the storage's, read when
+ * asked.
+ */
+enum {
+  THROTTLE_SWAP_MIN_FREE = THROTTLE_GUARDS,     /* "min-free-kbytes" */
+  THROTTLE_SWAP_BOOST,                          /* "watermark-boost" */
+  THROTTLE_SWAP_REASONS
 };
 
-/* The guards' reasons, a bit each, and their texts: a text is stored
- * before its bit is set, so whoever sees the bit sees its text.  No
- * lock: written by one thread at a time (the main thread, then the
- * control thread), read by any.
- */
-static atomic_uint missing;
-static _Atomic (const char *) whys[THROTTLE_SWAP_REASONS];
+static const char *
+reason_name (size_t i)
+{
+  return i == THROTTLE_SWAP_MIN_FREE ? "min-free-kbytes" :
+    i == THROTTLE_SWAP_BOOST ? "watermark-boost" : throttle_guard_names[i];
+}
+
 /* What the start's report named (main thread only). */
 static unsigned reported;
 
@@ -143,30 +148,6 @@ remote_why (char *why, size_t len)
   return 0;
 }
 
-/* throttle-swap's mode: the guards include this header, and the
- * verdict reads the parameter, not the guards.
- */
-static const char *
-swap_mode (void)
-{
-  const char *mode = throttle_params_given ("throttle-swap");
-
-  return mode ? mode : "auto";
-}
-
-void
-throttle_verdict_missing (enum throttle_swap_reason reason, const char *why)
-{
-  atomic_store (&whys[reason], why);
-  atomic_fetch_or (&missing, 1u << reason);
-}
-
-void
-throttle_verdict_taken (enum throttle_swap_reason reason)
-{
-  atomic_fetch_and (&missing, ~(1u << reason));
-}
-
 /* The verdict now: the guards' reasons and, read now (not for the
  * writeout path), the storage's.
  */
@@ -183,9 +164,12 @@ judge (struct verdict *v)
   size_t i;
   long n;
 
-  v->missing = atomic_load (&missing);
-  for (i = 0; i < THROTTLE_SWAP_REASONS; i++)
-    v->why[i] = v->missing & (1u << i) ? atomic_load (&whys[i]) : NULL;
+  v->missing = 0;
+  for (i = 0; i < THROTTLE_GUARDS; i++) {
+    v->why[i] = throttle_guards_missing (i);
+    if (v->why[i])
+      v->missing |= 1u << i;
+  }
   if (remote_why (why, sizeof why) == -1)
     return;
   /* A file that cannot be read is no reason: get_ready said why. */
@@ -222,7 +206,7 @@ reasons (const struct verdict *v, char *buf, size_t len)
     if (!(v->missing & (1u << i)))
       continue;
     n += snprintf (buf + n, len - n, "%s%s (%s)", n ? "; " : "",
-                   throttle_swap_reason_names[i], v->why[i]);
+                   reason_name (i), v->why[i]);
   }
 }
 
@@ -237,7 +221,7 @@ report (const struct verdict *v)
     return;
   }
   reasons (v, text, sizeof text);
-  if (strcmp (swap_mode (), "off") == 0)
+  if (throttle_guards_params.swap == THROTTLE_GUARD_OFF)
     nbdkit_debug ("throttle: not safe for swap (throttle-swap=off: ordinary "
                   "throttling): %s", text);
   else
@@ -256,14 +240,14 @@ stats_json (FILE *fp, struct throttle_export *exp)
     return;
   judge (&v);
   fprintf (fp, ",\"swap\":{\"mode\":\"%s\",\"safe\":%s,\"unsafe\":{",
-           swap_mode (),
+           throttle_guard_words[throttle_guards_params.swap],
            v.missing ? "false" : "true");
   for (i = 0; i < THROTTLE_SWAP_REASONS; i++) {
     if (!(v.missing & (1u << i)))
       continue;
     if (n++)
       putc (',', fp);
-    throttle_json_string (fp, throttle_swap_reason_names[i]);
+    throttle_json_string (fp, reason_name (i));
     putc (':', fp);
     throttle_json_string (fp, v.why[i]);
   }
@@ -292,7 +276,7 @@ metrics (FILE *fp)
                         "1 for each reason this server is not safe to "
                         "serve swap now (stats has why)");
   for (i = 0; i < THROTTLE_SWAP_REASONS; i++)
-    throttle_prom_sample (fp, UNSAFE, "reason", throttle_swap_reason_names[i],
+    throttle_prom_sample (fp, UNSAFE, "reason", reason_name (i),
                           !!(v.missing & (1u << i)));
 }
 

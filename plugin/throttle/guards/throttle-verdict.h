@@ -2,10 +2,9 @@
 /* nbdkit-throttle filter: is this server safe to serve swap now?
  *
  * One verdict, yes or no with every reason, instead of a warning per
- * guard: the guards (throttle-guards.c, -realtime) note here each
- * guard they could not take or were told not to take, and storage over
- * a network adds vm.min_free_kbytes below its least and watermark
- * boosting on, read when asked.  It is said at start (a debug line
+ * guard: each guard not taken (throttle_guards_missing), and for
+ * storage over a network vm.min_free_kbytes below its least and
+ * watermark boosting on, read when asked.  It is said at start (a debug line
  * when safe; else one warning line naming every reason and
  * throttle-swap, unless throttle-swap=off chose ordinary throttling),
  * in the control socket's stats ("swap") and in the metrics
@@ -36,6 +35,7 @@
 #ifndef THROTTLE_VERDICT_H
 #define THROTTLE_VERDICT_H
 
+#include "throttle-guards.h"
 #include "throttle-params.h"
 #include "throttle-rtpolicy.h"
 
@@ -61,34 +61,6 @@
  * to it: systemd/Makefile.am reads the number from this line.
  */
 #define THROTTLE_REMOTE_MIN_FREE_KBYTES 16384
-
-/* The reasons, fixed: their names are the label values of the metrics
- * and the keys of stats' "unsafe", a contract with every dashboard.
- */
-enum throttle_swap_reason {
-  THROTTLE_SWAP_IO_FLUSHER,     /* "io-flusher" */
-  THROTTLE_SWAP_RT,             /* "rt" */
-  THROTTLE_SWAP_OOM,            /* "oom" */
-  THROTTLE_SWAP_MLOCK,          /* "mlock" */
-  THROTTLE_SWAP_RESERVE,        /* "reserve" */
-  THROTTLE_SWAP_MIN_FREE,       /* "min-free-kbytes", read when asked */
-  THROTTLE_SWAP_BOOST,          /* "watermark-boost", read when asked */
-  THROTTLE_SWAP_REASONS
-};
-
-/* The reasons' names, in the order of enum throttle_swap_reason. */
-extern const char *const throttle_swap_reason_names[THROTTLE_SWAP_REASONS];
-
-/* A guard is missing: why (a string with static storage, which is
- * kept) says which and why, e.g. "PR_SET_IO_FLUSHER refused: needs
- * CAP_SYS_RESOURCE".  taken undoes it (set rt auto after set rt off).
- * Lock-free: from nbdkit's main thread up to .after_fork, and from the
- * control thread (set rt).  Not for THROTTLE_SWAP_MIN_FREE or
- * THROTTLE_SWAP_BOOST.
- */
-extern void throttle_verdict_missing (enum throttle_swap_reason reason,
-                                      const char *why);
-extern void throttle_verdict_taken (enum throttle_swap_reason reason);
 
 /* throttle-remote. */
 extern const struct throttle_param throttle_verdict_param_table[];
