@@ -27,11 +27,9 @@ throttle_rt_classify (uid_t peer_uid, uid_t server_uid, bool kernel_name)
 const char *
 throttle_rt_mode_name (enum throttle_rt_mode mode)
 {
-  switch (mode) {
-  case THROTTLE_RT_OFF: return "off";
-  case THROTTLE_RT_ON: return "on";
-  default: return "auto";
-  }
+  static const char *const names[] = { "off", "auto", "on" };
+
+  return names[mode];
 }
 
 void
