@@ -390,16 +390,16 @@ throttle_guards_rt_active (void)
   return active[THROTTLE_SWAP_RT];
 }
 
-/* -1 (RT throttling disabled), the runtime in us, or -2 if unknown. */
+/* The number a /proc file holds, or dflt if it cannot be read. */
 static long
-rt_runtime_us (void)
+proc_number (const char *path, long dflt)
 {
-  FILE *fp = fopen ("/proc/sys/kernel/sched_rt_runtime_us", "r");
-  long v = -2;
+  FILE *fp = fopen (path, "r");
+  long v = dflt;
 
   if (fp) {
     if (fscanf (fp, "%ld", &v) != 1)
-      v = -2;
+      v = dflt;
     fclose (fp);
   }
   return v;
@@ -432,8 +432,9 @@ try_thread_guards (bool again)
       turned_off (r);
       continue;
     }
-    /* With throttling off a runaway SCHED_FIFO thread owns its CPU. */
-    if (r == THROTTLE_SWAP_RT && !again && rt_runtime_us () == -1) {
+    /* -1, throttling off: a runaway SCHED_FIFO thread owns its CPU. */
+    if (r == THROTTLE_SWAP_RT && !again &&
+        proc_number ("/proc/sys/kernel/sched_rt_runtime_us", 0) == -1) {
       refuse (r, *g->mode == THROTTLE_GUARD_ON,
               "kernel.sched_rt_runtime_us is -1: real-time throttling "
               "disabled",
@@ -684,15 +685,11 @@ grow_reserve (size_t size)
 int
 throttle_guards_get_ready (int thread_model)
 {
-  FILE *fp = fopen ("/proc/self/oom_score_adj", "r");
   unsigned long long limit;
   int r;
 
-  if (fp) {
-    if (fscanf (fp, "%15s", oom_saved) != 1)
-      strcpy (oom_saved, "0");
-    fclose (fp);
-  }
+  snprintf (oom_saved, sizeof oom_saved, "%ld",
+            proc_number ("/proc/self/oom_score_adj", 0));
   try_thread_guards (false);
   decide_mlock ();
   r = size_reserve (thread_model);

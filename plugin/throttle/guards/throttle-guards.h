@@ -201,9 +201,10 @@ extern void throttle_realtime_stop (void);
 extern int throttle_realtime_open (const char *exportname, void **peer);
 extern void throttle_realtime_close (void *peer);
 
-/* Sets the calling thread's policy to what the process's is now:
- * SCHED_FIFO with SCHED_RESET_ON_FORK (whatever it starts, however,
- * starts SCHED_OTHER), or SCHED_OTHER.  A switch between the caller's
+/* Where real-time is permitted (throttle_guards_rt_active), sets the
+ * calling thread's policy to what the process's is now: SCHED_FIFO
+ * with SCHED_RESET_ON_FORK (whatever it starts, however, starts
+ * SCHED_OTHER), or SCHED_OTHER.  A switch between the caller's
  * load of the generation (throttle_thread_enter) and this leaves the
  * thread stale until its next check, which sees the generation
  * changed.

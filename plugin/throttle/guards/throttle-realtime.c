@@ -39,6 +39,7 @@
 #include "throttle-verdict.h"
 
 static const struct sched_param fifo_1 = { .sched_priority = 1 };
+static const struct sched_param other = { .sched_priority = 0 };
 
 /* The parameters, read only after .config. */
 static const struct throttle_guards_params *const gp =
@@ -250,7 +251,6 @@ classify_peer (char *why, size_t len)
 static unsigned
 rt_set_all_threads (bool on)
 {
-  static const struct sched_param other = { .sched_priority = 0 };
   static char buf[4096] __attribute__ ((aligned (8)));
   const pid_t watcher = atomic_load (&psi_tid);
   unsigned n = 0;
@@ -651,13 +651,10 @@ throttle_realtime_start (void)
 void
 throttle_realtime_thread_policy (void)
 {
-  static const struct sched_param other = { .sched_priority = 0 };
   int policy = sched_getscheduler (0);
   bool rt = atomic_load (&rt_on);
   bool fifo = policy != -1 && (policy & ~SCHED_RESET_ON_FORK) == SCHED_FIFO;
 
-  if (!permitted)
-    return;
   if (rt && policy != (SCHED_FIFO | SCHED_RESET_ON_FORK) &&
       sched_setscheduler (0, SCHED_FIFO | SCHED_RESET_ON_FORK,
                           &fifo_1) == -1)
@@ -672,6 +669,9 @@ throttle_realtime_thread_policy (void)
 void
 throttle_realtime_stop (void)
 {
+  int *const fds[] = { &psi_stop[0], &psi_stop[1], &psi_fd, &task_dir_fd };
+  size_t i;
+
   if (psi_thread_started) {
     /* The pipe is non-blocking, but the watcher drains it at every
      * wake-up: there is room.
@@ -682,19 +682,11 @@ throttle_realtime_stop (void)
       pthread_join (psi_thread, NULL);
     psi_thread_started = false;
   }
-  if (psi_stop[0] >= 0) {
-    close (psi_stop[0]);
-    close (psi_stop[1]);
-    psi_stop[0] = psi_stop[1] = -1;
-  }
-  if (psi_fd >= 0) {
-    close (psi_fd);
-    psi_fd = -1;
-  }
-  if (task_dir_fd >= 0) {
-    close (task_dir_fd);
-    task_dir_fd = -1;
-  }
+  for (i = 0; i < sizeof fds / sizeof fds[0]; i++)
+    if (*fds[i] >= 0) {
+      close (*fds[i]);
+      *fds[i] = -1;
+    }
   if (!permitted)
     return;
   throttle_lock (&rt_lock);

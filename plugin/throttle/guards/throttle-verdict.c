@@ -165,11 +165,9 @@ judge (struct verdict *v)
   long n;
 
   v->missing = 0;
-  for (i = 0; i < THROTTLE_GUARDS; i++) {
-    v->why[i] = throttle_guards_missing (i);
-    if (v->why[i])
+  for (i = 0; i < THROTTLE_GUARDS; i++)
+    if ((v->why[i] = throttle_guards_missing (i)) != NULL)
       v->missing |= 1u << i;
-  }
   if (remote_why (why, sizeof why) == -1)
     return;
   /* A file that cannot be read is no reason: get_ready said why. */
