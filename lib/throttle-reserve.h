@@ -20,14 +20,24 @@
  * max_request (throttle-max-request) or kernel_request (what the
  * kernel's nbd driver sends by default), whichever is smaller.
  */
-extern uint64_t throttle_reserve_default (bool parallel, unsigned threads,
-                                          uint64_t max_request,
-                                          uint64_t kernel_request);
+static inline uint64_t
+throttle_reserve_default (bool parallel, unsigned threads,
+                          uint64_t max_request, uint64_t kernel_request)
+{
+  uint64_t workers = parallel && threads > 1 ? threads : 1;
+
+  return workers * (max_request < kernel_request ? max_request :
+                    kernel_request);
+}
 
 /* Whether a reserve of 'size' bytes may be taken on a machine with
  * 'ram' bytes: at most half of it, so that a mistaken
  * throttle-threads cannot lock the machine's memory away.
  */
-extern bool throttle_reserve_fits (uint64_t size, uint64_t ram);
+static inline bool
+throttle_reserve_fits (uint64_t size, uint64_t ram)
+{
+  return size <= ram / 2;
+}
 
 #endif /* THROTTLE_RESERVE_H */

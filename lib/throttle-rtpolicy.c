@@ -13,14 +13,13 @@
 #include "throttle-rtpolicy.h"
 
 enum throttle_rt_peer
-throttle_rt_classify (bool local, bool uid_known, uid_t peer_uid,
-                      uid_t server_uid, bool kernel_name)
+throttle_rt_classify (uid_t peer_uid, uid_t server_uid, bool kernel_name)
 {
   /* Attaching a kernel nbd client needs CAP_SYS_ADMIN: root's, or the
    * server's own uid (whatever that may do, it could make the server
    * real-time by restarting it with throttle-rt=on).
    */
-  if (!local || !uid_known || (peer_uid != 0 && peer_uid != server_uid))
+  if (peer_uid != 0 && peer_uid != server_uid)
     return THROTTLE_RT_PEER_OTHER;
   return kernel_name ? THROTTLE_RT_PEER_KERNEL : THROTTLE_RT_PEER_TRUSTED;
 }
@@ -28,21 +27,9 @@ throttle_rt_classify (bool local, bool uid_known, uid_t peer_uid,
 const char *
 throttle_rt_mode_name (enum throttle_rt_mode mode)
 {
-  switch (mode) {
-  case THROTTLE_RT_OFF: return "off";
-  case THROTTLE_RT_ON: return "on";
-  default: return "auto";
-  }
-}
+  static const char *const names[] = { "off", "auto", "on" };
 
-const char *
-throttle_rt_peer_name (enum throttle_rt_peer peer)
-{
-  switch (peer) {
-  case THROTTLE_RT_PEER_KERNEL: return "kernel";
-  case THROTTLE_RT_PEER_TRUSTED: return "trusted";
-  default: return "other";
-  }
+  return names[mode];
 }
 
 void

@@ -38,18 +38,18 @@ enum throttle_rt_peer {
   THROTTLE_RT_PEER_KERNEL,
 };
 
-/* The class of a peer.  local: on this machine (a Unix socket, or TCP
- * on loopback); uid_known: peer_uid is the peer's owner as the kernel
- * recorded it (SO_PEERCRED, or the socket's owner in /proc/net/tcp);
- * kernel_name: its process is named like a kernel nbd client.
+/* The class of a peer on this machine (a Unix socket, or TCP on
+ * loopback) whose owner the kernel recorded as peer_uid (SO_PEERCRED,
+ * or the socket's owner in /proc/net/tcp); kernel_name: its process is
+ * named like a kernel nbd client.  A peer not on this machine, or
+ * whose owner cannot be known, is THROTTLE_RT_PEER_OTHER.
  */
-extern enum throttle_rt_peer throttle_rt_classify (bool local, bool uid_known,
-                                                   uid_t peer_uid,
+extern enum throttle_rt_peer throttle_rt_classify (uid_t peer_uid,
                                                    uid_t server_uid,
                                                    bool kernel_name);
 
+/* "off", "auto" or "on". */
 extern const char *throttle_rt_mode_name (enum throttle_rt_mode);
-extern const char *throttle_rt_peer_name (enum throttle_rt_peer);
 
 struct throttle_rt {
   enum throttle_rt_mode mode;

@@ -8,7 +8,7 @@
 # 16384 and the plugin's parameters say its storage is remote (or
 # throttle-remote=true says so), and not otherwise; a bad
 # throttle-remote stops nbdkit; likewise vm.watermark_boost_factor
-# above 0 (THROTTLE_BOOST_FILE).  See plugin/throttle/guards/throttle-remote.h;
+# above 0 (THROTTLE_BOOST_FILE).  See plugin/throttle/guards/throttle-verdict.h;
 # the verdict in stats and the metrics: test-swap-safe.sh.
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 requires_file "$THROTTLE_FILTER"

@@ -19,21 +19,16 @@
 START_TEST (test_classify)
 {
   /* Root and the server's own uid, on this machine. */
-  ck_assert_int_eq (throttle_rt_classify (true, true, 0, 1000, true),
+  ck_assert_int_eq (throttle_rt_classify (0, 1000, true),
                     THROTTLE_RT_PEER_KERNEL);
-  ck_assert_int_eq (throttle_rt_classify (true, true, 1000, 1000, true),
+  ck_assert_int_eq (throttle_rt_classify (1000, 1000, true),
                     THROTTLE_RT_PEER_KERNEL);
-  ck_assert_int_eq (throttle_rt_classify (true, true, 0, 0, false),
+  ck_assert_int_eq (throttle_rt_classify (0, 0, false),
                     THROTTLE_RT_PEER_TRUSTED);
   /* nobody naming itself nbd-client. */
-  ck_assert_int_eq (throttle_rt_classify (true, true, 65534, 0, true),
+  ck_assert_int_eq (throttle_rt_classify (65534, 0, true),
                     THROTTLE_RT_PEER_OTHER);
-  ck_assert_int_eq (throttle_rt_classify (true, true, 1001, 1000, true),
-                    THROTTLE_RT_PEER_OTHER);
-  /* An owner that cannot be known, or another machine. */
-  ck_assert_int_eq (throttle_rt_classify (true, false, 0, 0, true),
-                    THROTTLE_RT_PEER_OTHER);
-  ck_assert_int_eq (throttle_rt_classify (false, true, 0, 0, true),
+  ck_assert_int_eq (throttle_rt_classify (1001, 1000, true),
                     THROTTLE_RT_PEER_OTHER);
 }
 END_TEST
@@ -145,7 +140,6 @@ START_TEST (test_modes)
   throttle_rt_set_mode (&st, THROTTLE_RT_AUTO, 23 * S);
   ck_assert (!throttle_rt_wanted (&st, 23 * S, &recheck));
   ck_assert_str_eq (throttle_rt_mode_name (THROTTLE_RT_AUTO), "auto");
-  ck_assert_str_eq (throttle_rt_peer_name (THROTTLE_RT_PEER_KERNEL), "kernel");
 }
 END_TEST
 

@@ -22,9 +22,9 @@
  *   1.33.10) installs the abort drain; .cleanup drains, stops the
  *   writers and closes their plugin contexts while the plugin is still
  *   loaded, after the control thread, which reads its state.
- * - remote, then verdict, at .get_ready after every guard was tried and
- *   the storage judged: the verdict says at once whether the server is
- *   safe for swap, while stderr is still the user's terminal.
+ * - verdict (with the remote storage's settings), at .get_ready after
+ *   every guard was tried: it says at once whether the server is safe
+ *   for swap, while stderr is still the user's terminal.
  * - adapt: .before_exports knows the floor before any budget exists;
  *   .after_fork starts the clock; .cleanup stops it, after the control
  *   thread, which can start it.
@@ -48,11 +48,8 @@
 #include "throttle-control.h"
 #include "throttle-feature.h"
 #include "throttle-guards.h"
-#include "throttle-guards-config.h"
 #include "throttle-metrics.h"
 #include "throttle-metrics-file.h"
-#include "throttle-realtime.h"
-#include "throttle-remote.h"
 #include "throttle-verdict.h"
 #include "throttle-writeback.h"
 
@@ -61,7 +58,7 @@ static const struct throttle_feature guards = {
   .before_exports = throttle_guards_config_complete,
   .get_ready = throttle_guards_get_ready,
   .after_fork = throttle_guards_after_fork,
-  .unload = throttle_guards_unload,
+  .unload = throttle_realtime_stop,
   .preopen = throttle_realtime_open,
   .close = throttle_realtime_close,
   .thread_enter = throttle_guards_thread_enter,
@@ -79,13 +76,9 @@ static const struct throttle_feature writeback = {
   .close = throttle_writeback_conn_close,
 };
 
-static const struct throttle_feature remote = {
-  .params = throttle_remote_param_table,
-  .plugin_key = throttle_remote_plugin_key,
-  .get_ready = throttle_remote_get_ready,
-};
-
 static const struct throttle_feature verdict = {
+  .params = throttle_verdict_param_table,
+  .plugin_key = throttle_verdict_plugin_key,
   .get_ready = throttle_verdict_get_ready,
   .after_fork = throttle_verdict_after_fork,
 };
@@ -122,7 +115,7 @@ static const struct throttle_feature control = {
 };
 
 const struct throttle_feature *const throttle_features[] = {
-  &guards, &writeback, &remote, &verdict, &adapt,
+  &guards, &writeback, &verdict, &adapt,
   &capacity, &metrics_file, &summary, &control,
   NULL
 };
@@ -135,4 +128,4 @@ const char throttle_config_help[] =
   throttle_metrics_file_config_help "\n"
   throttle_writeback_config_help "\n"
   throttle_adapt_config_help "\n"
-  throttle_remote_config_help;
+  throttle_verdict_config_help;

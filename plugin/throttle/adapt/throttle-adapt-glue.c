@@ -44,7 +44,6 @@
 #include "throttle-export.h"
 #include "throttle-feature.h"
 #include "throttle-guards.h"
-#include "throttle-guards-config.h"
 #include "throttle-lock.h"
 #include "throttle-params.h"
 #include "throttle-parse.h"

@@ -1,13 +1,28 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: the thread and process guards.
+/* nbdkit-throttle filter: the thread and process guards and their
+ * parameters.
  *
  * What keeps nbdkit itself from deadlocking when it serves a device
  * the same machine swaps to: PR_SET_IO_FLUSHER on the threads that
  * serve requests, SCHED_FIFO for them (the allocator's real-time
- * reserve), memory locking, OOM-killer protection, and a pre-grown,
- * locked, never-trimmed heap reserve for nbdkit's own per-thread
- * request buffers.  See "WHICH GUARD PREVENTS WHICH DEADLOCK" in
- * nbdkit-throttle-design(1).
+ * reserve; switched by the real-time switch below), memory locking,
+ * OOM-killer protection, and a pre-grown, locked, never-trimmed heap
+ * reserve for nbdkit's own per-thread request buffers.  See "WHICH
+ * GUARD PREVENTS WHICH DEADLOCK" in nbdkit-throttle-design(1).
+ *
+ * The parameters (throttle-swap, throttle-io-flusher, throttle-rt and
+ * its hold and pressure file, throttle-oom, throttle-mlock,
+ * throttle-reserve, throttle-threads, throttle-max-request) are set by
+ * .config and .config_complete and read only after it.  throttle-swap
+ * is the default of the five guards (io-flusher, rt, oom, mlock,
+ * reserve): off turns them all off (ordinary throttling), on makes
+ * each required, auto takes what can be taken.  A guard's own
+ * parameter, in any order, overrides it for that guard.
+ *
+ * The guards sit below what reports on them: they keep why each one
+ * is missing (throttle_guards_missing), and the swap verdict
+ * (throttle-verdict.h) reads it.  This header also declares the
+ * real-time switch (throttle-realtime.c), which the guards start.
  *
  * When each hook is called, and why then: throttle-features.c.
  */
@@ -16,29 +31,108 @@
 #define THROTTLE_GUARDS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
-/* Their parameters: throttle-guards-config.h; the real-time switch:
- * throttle-realtime.h; memory locking and the heap reserve:
- * throttle-memlock.h.
+#include "throttle-params.h"
+
+/* The largest request Linux's nbd driver sends with the default
+ * max_sectors_kb of Debian 12's Linux 6.1; sizes the default reserve.
  */
+#define KERNEL_REQUEST (1280 * 1024)
+/* The default throttle-max-request: what newer kernels send at their
+ * default max_sectors_kb (4 MiB), so a kernel client works unchanged.
+ */
+#define DEFAULT_MAX_REQUEST (4 * 1024 * 1024)
+/* The bounds of throttle-max-request: the largest minimum block size a
+ * plugin may set (so the maximum stays a multiple of it), and glibc's
+ * largest M_MMAP_THRESHOLD on 64-bit (HEAP_MAX_SIZE / 2), which is
+ * also the largest request Linux's nbd driver can send.
+ */
+#define MIN_MAX_REQUEST (64 * 1024)
+#define MAX_MAX_REQUEST (32 * 1024 * 1024)
+/* The largest read or write nbdkit itself receives (its
+ * MAX_REQUEST_SIZE, 1.32 to 1.44): with throttle-max-request=plugin
+ * the memory a request can pin.
+ */
+#define NBDKIT_MAX_REQUEST (64 * 1024 * 1024)
+/* nbdkit's --threads default (DEFAULT_PARALLEL_REQUESTS). */
+#define DEFAULT_THREADS 16
+/* throttle-rt-hold: how long real-time outlasts its last reason. */
+#define DEFAULT_RT_HOLD 60.0
+
+enum throttle_guard_mode {
+  THROTTLE_GUARD_OFF, THROTTLE_GUARD_AUTO, THROTTLE_GUARD_ON
+};
+enum throttle_lock_mode {
+  THROTTLE_LOCK_OFF, THROTTLE_LOCK_POOL, THROTTLE_LOCK_ONFAULT,
+  THROTTLE_LOCK_AUTO
+};
+
+/* The guards, in the order the swap verdict names them: its first
+ * reasons (throttle-verdict.h), whose names are the label values of
+ * its metrics.
+ */
+enum throttle_guard {
+  THROTTLE_SWAP_IO_FLUSHER,     /* "io-flusher" */
+  THROTTLE_SWAP_RT,             /* "rt" */
+  THROTTLE_SWAP_OOM,            /* "oom" */
+  THROTTLE_SWAP_MLOCK,          /* "mlock" */
+  THROTTLE_SWAP_RESERVE,        /* "reserve" */
+  THROTTLE_GUARDS
+};
+extern const char *const throttle_guard_names[THROTTLE_GUARDS];
+
+struct throttle_guards_params {
+  enum throttle_guard_mode swap;        /* throttle-swap */
+  enum throttle_guard_mode io_flusher, rt, oom;
+  enum throttle_lock_mode mlock;
+  int64_t reserve;              /* -1 = computed */
+  const char *reserve_text;     /* throttle-reserve as written, or NULL */
+  unsigned threads;             /* nbdkit's --threads, as the user says */
+  uint64_t max_request;         /* 0 in .config: plugin */
+  bool max_request_plugin;      /* throttle-max-request=plugin */
+  double rt_hold;               /* seconds */
+  const char *psi_path;
+};
+extern struct throttle_guards_params throttle_guards_params;
+
+/* "off", "auto", "on", NULL: in the order of enum throttle_guard_mode. */
+extern const char *const throttle_guard_words[];
+
+extern const struct throttle_param throttle_guards_param_table[];
+/* .config_complete (before_exports), before anything reads the
+ * guards' parameters: throttle-swap's mode for each guard not given
+ * its own (in whatever order the two came), and
+ * throttle-max-request=plugin.  Returns 0.
+ */
+extern int throttle_guards_config_complete (void);
+
+/* The parameter that decided a guard's mode: own_key if it was given,
+ * else "throttle-swap".  For the messages that name what to change.
+ */
+extern const char *throttle_guards_key (const char *own_key);
+
+/* True unless throttle-mlock=off: the filter's pools are to be locked. */
+extern bool throttle_guards_lock_pools (void);
 
 /* Tries PR_SET_IO_FLUSHER, SCHED_FIFO and oom_score_adj and undoes
  * them (nbdkit forks the --run command from this thread), checks
  * mlock limits and sizes the heap reserve.  Fails for an "on" guard
  * the kernel refuses, while errors and warnings still reach the user's
- * terminal, before nbdkit daemonizes.
- */
-extern int throttle_guards_get_ready (int thread_model);
-/* ... and then sets throttle_max_request (throttle-serve.h), and has
+ * terminal, before nbdkit daemonizes: every guard is tried, then every
+ * one refused is said in one error line, so that fixing them takes one
+ * restart, not one per guard.  Then sets throttle_max_request
+ * (throttle-serve.h: 0 with throttle-max-request=plugin), and has
  * reads charged if the request threads are or may become real-time.
  */
+extern int throttle_guards_get_ready (int thread_model);
 
 /* Sets the guards on the main thread (fork and clone copy task flags,
  * policy and oom_score_adj, so every thread created later inherits
  * them), a fork handler that takes them away from child processes,
  * mlockall(MCL_ONFAULT) (locks are not inherited across fork) and the
- * heap reserve.  Call in the main thread before any connection thread
- * exists.
+ * heap reserve; starts the real-time switch.  Call in the main thread
+ * before any connection thread exists.
  */
 extern int throttle_guards_after_fork (void);
 
@@ -49,8 +143,6 @@ extern int throttle_guards_after_fork (void);
  */
 extern void throttle_guards_thread_enter (bool first);
 
-extern void throttle_guards_unload (void);
-
 /* True if the request-serving threads run SCHED_FIFO or may come to
  * (throttle-rt=auto): the filter must then charge reads too, so the
  * replies in flight (the allocator's real-time reserve is what they
@@ -59,5 +151,90 @@ extern void throttle_guards_unload (void);
  * charging reads then is harmless.
  */
 extern bool throttle_guards_rt_active (void);
+
+/* Why a guard is missing now (a string with static storage, e.g.
+ * "PR_SET_IO_FLUSHER refused: needs CAP_SYS_RESOURCE"), or NULL if it
+ * is taken.  Lock-free: set from nbdkit's main thread up to
+ * .after_fork, and from the control thread (set rt: NULL after set rt
+ * auto undoes set rt off); read from any thread.
+ */
+extern const char *throttle_guards_missing (enum throttle_guard guard);
+extern void throttle_guards_set_missing (enum throttle_guard guard,
+                                         const char *why);
+
+/* The real-time switch (throttle-rt): whether the whole process runs
+ * SCHED_FIFO now, decided by the state machine of
+ * lib/throttle-rtpolicy.h: with "auto", while a kernel nbd client of
+ * root or the server's uid is connected, and for throttle-rt-hold
+ * after it left or after memory pressure while such a peer was
+ * connected; "on" from the start.  Real-time priority makes the
+ * request threads preempt every ordinary process on the same CPUs at
+ * every request (nbdkit-throttle-design(1)): "auto" pays that only
+ * where the server may be what the kernel waits for.  A watcher
+ * thread, itself always SCHED_FIFO, counts memory pressure from a PSI
+ * trigger and ends the hold on time.  The control socket's "set rt"
+ * and the rt member of its stats are served from there.
+ */
+
+/* after_fork, once the guards know whether SCHED_FIFO is permitted
+ * (throttle_guards_rt_active): adds set rt and the stats member to the
+ * control protocol, and where permitted opens /proc/self/task and the
+ * PSI trigger, starts the watcher and decides for the start mode.
+ * Never fails: what cannot be had is logged.
+ */
+extern void throttle_realtime_start (void);
+/* unload, last of all: stops the watcher, closes what start opened,
+ * and logs how long the process was real-time and why.
+ */
+extern void throttle_realtime_stop (void);
+
+/* .open, in the connection's thread, before the plugin's open:
+ * classifies the peer (its address, its credentials, its process's
+ * name, for a loopback TCP peer the owner of its socket), tells the
+ * swap verdict (throttle_verdict_peer: a kernel client attaching to a
+ * server that is not safe), and where real-time is permitted counts
+ * the peer and switches the process if that changes the answer.  Keeps
+ * in *peer the peer's class for throttle_realtime_close, or -1 where
+ * real-time is not permitted.  Returns 0: it refuses no one.  Opens
+ * files under /proc: not for the writeout path.
+ */
+extern int throttle_realtime_open (const char *exportname, void **peer);
+extern void throttle_realtime_close (void *peer);
+
+/* Where real-time is permitted (throttle_guards_rt_active), sets the
+ * calling thread's policy to what the process's is now: SCHED_FIFO
+ * with SCHED_RESET_ON_FORK (whatever it starts, however, starts
+ * SCHED_OTHER), or SCHED_OTHER.  A switch between the caller's
+ * load of the generation (throttle_thread_enter) and this leaves the
+ * thread stale until its next check, which sees the generation
+ * changed.
+ */
+extern void throttle_realtime_thread_policy (void);
+
+#define throttle_guards_config_help \
+  "throttle-swap=auto|on|off   The default of every guard below: on\n" \
+  "                            requires each, off turns them off for\n" \
+  "                            ordinary throttling (default auto: take\n" \
+  "                            what can be taken).\n" \
+  "throttle-io-flusher=auto|on|off  PR_SET_IO_FLUSHER for request threads\n" \
+  "                            (default auto).\n" \
+  "throttle-rt=auto|on|off     Request threads SCHED_FIFO priority 1\n" \
+  "                            (default auto: while a kernel nbd client of\n" \
+  "                            root or the server's uid is connected, and\n" \
+  "                            under memory pressure while a client of\n" \
+  "                            theirs is).\n" \
+  "throttle-rt-hold=SECS       How long real-time outlasts its reason\n" \
+  "                            (default 60).\n" \
+  "throttle-rt-pressure=FILE   The PSI file watched for memory pressure\n" \
+  "                            (default /proc/pressure/memory).\n" \
+  "throttle-mlock=auto|onfault|pool|off  What is locked in RAM\n" \
+  "                            (default auto: onfault where permitted).\n" \
+  "throttle-oom=auto|on|off    oom_score_adj -1000 (default auto).\n" \
+  "throttle-reserve=SIZE       Heap reserve for nbdkit's request buffers\n" \
+  "                            (default threads x 1280K).\n" \
+  "throttle-threads=N          nbdkit's --threads, to size the reserve\n" \
+  "                            (default 16).\n" \
+  "throttle-max-request=SIZE|plugin  Largest read or write accepted\n" \
+  "                            (default 4M; plugin: what the plugin allows)."
 
 #endif /* THROTTLE_GUARDS_H */

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the real-time switch of throttle-rt (see
- * throttle-realtime.h).
+ * throttle-guards.h), and who is at the other end of a connection as
+ * it judges them.
  */
 
 #include <config.h>
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -18,6 +20,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 
 #include <nbdkit-filter.h>
@@ -25,43 +30,36 @@
 #include "throttle-clock.h"
 #include "throttle-config.h"
 #include "throttle-feature.h"
-#include "throttle-report.h"
-#include "throttle-guards-config.h"
+#include "throttle-guards.h"
 #include "throttle-json.h"
 #include "throttle-lock.h"
 #include "throttle-parse.h"
-#include "throttle-peer.h"
-#include "throttle-realtime.h"
+#include "throttle-report.h"
 #include "throttle-rtpolicy.h"
 #include "throttle-verdict.h"
+
+static const struct sched_param fifo_1 = { .sched_priority = 1 };
+static const struct sched_param other = { .sched_priority = 0 };
 
 /* The parameters, read only after .config. */
 static const struct throttle_guards_params *const gp =
   &throttle_guards_params;
 
-static const struct sched_param fifo_1 = { .sched_priority = 1 };
-
-/* Set by throttle_realtime_start, before any thread that reads it. */
+/* Whether SCHED_FIFO is permitted: set by throttle_realtime_start,
+ * before any thread that reads it.
+ */
 static bool permitted;
 
-/* throttle-rt: whether the process is real-time now, decided by the
- * state machine of lib/throttle-rtpolicy.h: with "auto", while a
- * kernel nbd client of root or the server's uid is connected, and for
- * throttle-rt-hold after it left or after memory pressure while such
- * a peer was connected.  Real-time priority makes the request threads
- * preempt every ordinary process on the same CPUs at every request
- * (see "REAL-TIME PRIORITY" in nbdkit-throttle-design(1)): "auto" pays
- * that only where the server may be what the kernel waits for.
- *
- * Lock rule: rt_lock serializes every change of rt_state and rt_on
+/* Whether the process is real-time now (rt_on), and the state machine
+ * that decides it.  Lock rule: rt_lock serializes every change of rt_state and rt_on
  * (rt_apply_locked: the walk over the tasks and its static buffer,
- * rt_why, rt_when).  rt_on is read without it.
+ * rt_why, rt_since).  rt_on is read without it.
  */
 static pthread_mutex_t rt_lock = THROTTLE_LOCK_INITIALIZER;
 static struct throttle_rt rt_state;
 static atomic_bool rt_on;
 static char rt_why[256];
-static struct timespec rt_when;
+static uint64_t rt_since;               /* throttle_now_ns () at the switch */
 /* The watcher thread, which stays SCHED_FIFO whatever the mode. */
 static atomic_int psi_tid;
 
@@ -69,14 +67,177 @@ static atomic_int psi_tid;
  * (opendir does), since memory pressure is one reason to walk it.
  */
 static int task_dir_fd = -1;
-/* The watcher: a PSI trigger on gp->psi_path (throttle-rt-pressure), and a
- * pipe that wakes it ("w": the hold may have changed) or stops it
- * ("x").
+/* The watcher: a PSI trigger on throttle-rt-pressure, and a pipe that wakes it
+ * ("w": the hold may have changed) or stops it ("x").
  */
 static int psi_fd = -1;
 static int psi_stop[2] = { -1, -1 };
 static pthread_t psi_thread;
 static bool psi_thread_started;
+
+/* Is the process named by /proc/PID one that hands its NBD socket to
+ * the kernel's nbd driver?  By comm (what it was started as) or by
+ * the executable's name.  Anyone can take either name: this only
+ * tells a trusted peer's kernel client from its other clients.
+ */
+static bool
+kernel_client_name (const char *name)
+{
+  return strcmp (name, "nbd-client") == 0 || strcmp (name, "qemu-nbd") == 0;
+}
+
+static bool
+pid_is_kernel_client (int64_t pid, char *name, size_t len)
+{
+  char path[64], exe[PATH_MAX];
+  const char *base;
+  ssize_t r;
+  int fd;
+
+  snprintf (name, len, "?");
+  snprintf (path, sizeof path, "/proc/%" PRIi64 "/comm", pid);
+  fd = open (path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    r = read (fd, name, len - 1);
+    close (fd);
+    if (r > 0) {
+      name[r] = '\0';
+      name[strcspn (name, "\n")] = '\0';
+      if (kernel_client_name (name))
+        return true;
+    }
+  }
+  snprintf (path, sizeof path, "/proc/%" PRIi64 "/exe", pid);
+  r = readlink (path, exe, sizeof exe - 1);
+  if (r > 0) {
+    exe[r] = '\0';
+    base = strrchr (exe, '/');
+    base = base ? base + 1 : exe;
+    if (kernel_client_name (base)) {
+      snprintf (name, len, "%.*s", (int) len - 1, base);
+      return true;
+    }
+  }
+  return false;
+}
+
+/* The owner of the TCP socket on this machine whose local address is
+ * a6 (an IPv4 address mapped) port, from the socket tables of
+ * nbdkit's network namespace (a loopback peer is in it).  The owner is
+ * whoever created the socket; a kernel client's socket keeps it after
+ * nbd-client hands it over.
+ */
+static bool
+tcp_peer_uid (const struct in6_addr *a6, uint16_t port, uid_t *uid)
+{
+  char want[2][THROTTLE_RT_TCP_ADDR_LEN + 1], line[512];
+  const char *tables[2] = { "/proc/self/net/tcp", "/proc/self/net/tcp6" };
+  bool found = false;
+  size_t i;
+
+  /* The peer's socket is in one table or the other, depending on its
+   * family, not on ours: look for both spellings of an IPv4 address.
+   */
+  if (IN6_IS_ADDR_V4MAPPED (a6))
+    throttle_rt_tcp_addr (&a6->s6_addr[12], 4, port, want[0]);
+  else
+    tables[0] = NULL;
+  throttle_rt_tcp_addr (a6->s6_addr, 16, port, want[1]);
+  for (i = 0; i < 2 && !found; i++) {
+    FILE *fp = tables[i] ? fopen (tables[i], "re") : NULL;
+
+    if (fp == NULL)
+      continue;
+    while (!found && fgets (line, sizeof line, fp))
+      found = throttle_rt_tcp_line_uid (line, want[i], uid);
+    fclose (fp);
+  }
+  return found;
+}
+
+/* The class of the calling thread's connection's peer, and what was
+ * found, into why (len bytes) either way.  Call from .open.
+ */
+static enum throttle_rt_peer
+classify_peer (char *why, size_t len)
+{
+  struct sockaddr_storage ss;
+  socklen_t sslen = sizeof ss;
+  char name[64], addr[INET6_ADDRSTRLEN] = "?";
+  const uid_t me = geteuid ();
+  struct in6_addr a6 = { .s6_addr = { [10] = 0xff, [11] = 0xff } };
+  uint16_t port = 0;
+  enum throttle_rt_peer c;
+  int64_t pid, uid;
+  uid_t tuid;
+  bool kname;
+
+  if (nbdkit_peer_name ((struct sockaddr *) &ss, &sslen) == -1) {
+    snprintf (why, len, "peer unknown (not a socket)");
+    return THROTTLE_RT_PEER_OTHER;
+  }
+  switch (ss.ss_family) {
+  case AF_UNIX:
+    pid = nbdkit_peer_pid ();
+    uid = nbdkit_peer_uid ();
+    if (pid <= 0 || uid < 0) {
+      snprintf (why, len, "Unix socket peer without credentials");
+      return THROTTLE_RT_PEER_OTHER;
+    }
+    kname = pid_is_kernel_client (pid, name, sizeof name);
+    c = throttle_rt_classify (uid, me, kname);
+    snprintf (why, len, "peer PID %" PRIi64 " is %s, uid %" PRIi64 ", %s",
+              pid, name, uid,
+              c == THROTTLE_RT_PEER_KERNEL ?
+              "a kernel nbd client on this machine" :
+              c == THROTTLE_RT_PEER_TRUSTED ?
+              "not a kernel nbd client (real-time only under memory "
+              "pressure)" :
+              "neither root nor the server's uid: never real-time");
+    return c;
+  case AF_INET: {
+    const struct sockaddr_in *sin = (const struct sockaddr_in *) &ss;
+
+    inet_ntop (AF_INET, &sin->sin_addr, addr, sizeof addr);
+    memcpy (&a6.s6_addr[12], &sin->sin_addr, 4);
+    port = ntohs (sin->sin_port);
+    break;
+  }
+  case AF_INET6: {
+    const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *) &ss;
+
+    inet_ntop (AF_INET6, &sin6->sin6_addr, addr, sizeof addr);
+    a6 = sin6->sin6_addr;
+    port = ntohs (sin6->sin6_port);
+    break;
+  }
+  default:
+    snprintf (why, len, "peer of address family %d, not on this machine",
+              (int) ss.ss_family);
+    return THROTTLE_RT_PEER_OTHER;
+  }
+  if (!IN6_IS_ADDR_LOOPBACK (&a6) &&
+      !(IN6_IS_ADDR_V4MAPPED (&a6) && a6.s6_addr[12] == 127)) {
+    snprintf (why, len, "TCP peer %s, not on this machine", addr);
+    return THROTTLE_RT_PEER_OTHER;
+  }
+  /* The owner of a loopback peer's socket can be known, its process
+   * cannot (a kernel client's socket has none): at most trusted.
+   */
+  if (!tcp_peer_uid (&a6, port, &tuid)) {
+    snprintf (why, len, "TCP peer %s port %u on loopback, owner not found: "
+              "never real-time", addr, (unsigned) port);
+    return THROTTLE_RT_PEER_OTHER;
+  }
+  c = throttle_rt_classify (tuid, me, false);
+  snprintf (why, len, "TCP peer %s port %u on loopback, uid %u, %s",
+            addr, (unsigned) port, (unsigned) tuid,
+            c == THROTTLE_RT_PEER_TRUSTED ?
+            "which may be a kernel nbd client (real-time only under memory "
+            "pressure)" :
+            "neither root nor the server's uid: never real-time");
+  return c;
+}
 
 /* Sets the policy of every thread of the process but the watcher to
  * SCHED_FIFO (on) or SCHED_OTHER, and returns how many it changed.
@@ -90,7 +251,6 @@ static bool psi_thread_started;
 static unsigned
 rt_set_all_threads (bool on)
 {
-  static const struct sched_param other = { .sched_priority = 0 };
   static char buf[4096] __attribute__ ((aligned (8)));
   const pid_t watcher = atomic_load (&psi_tid);
   unsigned n = 0;
@@ -148,7 +308,7 @@ rt_apply_locked (uint64_t now, const char *event)
     return recheck;
   atomic_store (&rt_on, want);
   throttle_threads_renew ();
-  clock_gettime (CLOCK_MONOTONIC, &rt_when);
+  rt_since = now;
   if (want && event)
     snprintf (rt_why, sizeof rt_why, "%s", event);
   else
@@ -181,7 +341,7 @@ throttle_realtime_open (const char *exportname, void **peer)
   /* Whatever real-time may do: the verdict speaks up when a kernel
    * client attaches to a server that is not safe for it.
    */
-  c = throttle_peer_classify (why, sizeof why);
+  c = classify_peer (why, sizeof why);
   throttle_verdict_peer (c, why);
   *peer = (void *) (intptr_t) -1;
   if (!permitted)
@@ -211,49 +371,6 @@ throttle_realtime_close (void *state)
   rt_wake_watcher ();
 }
 
-/* The control socket's "set rt on|off|auto".  Returns 0, or -1 with
- * the reply's error message in err.
- */
-static int
-rt_set_mode (const char *value, char *err, size_t len)
-{
-  char event[64];
-  int i;
-
-  for (i = 0; throttle_guard_words[i]; i++)
-    if (strcmp (value, throttle_guard_words[i]) == 0)
-      break;
-  if (throttle_guard_words[i] == NULL) {
-    snprintf (err, len, "set rt: bad mode \"%s\": expected on, off or auto",
-              value);
-    return -1;
-  }
-  if (!permitted && i != THROTTLE_GUARD_OFF) {
-    snprintf (err, len, "set rt %s: this server cannot be real-time "
-              "(started with throttle-rt=off, or SCHED_FIFO was refused: "
-              "see its log)", value);
-    return -1;
-  }
-  if (!permitted)
-    return 0;
-  throttle_lock (&rt_lock);
-  throttle_rt_set_mode (&rt_state,
-                        i == THROTTLE_GUARD_ON ? THROTTLE_RT_ON :
-                        i == THROTTLE_GUARD_OFF ? THROTTLE_RT_OFF :
-                        THROTTLE_RT_AUTO,
-                        throttle_now_ns ());
-  snprintf (event, sizeof event, "set rt %s (control socket)", value);
-  rt_apply_locked (throttle_now_ns (), event);
-  throttle_unlock (&rt_lock);
-  if (i == THROTTLE_GUARD_OFF)
-    throttle_verdict_missing (THROTTLE_SWAP_RT, "set rt off (control socket)");
-  else
-    throttle_verdict_taken (THROTTLE_SWAP_RT);
-  nbdkit_debug ("throttle: guards: control: set rt %s", value);
-  rt_wake_watcher ();
-  return 0;
-}
-
 /* The JSON member ,"rt":{...} (mode, whether on and why, the peers,
  * the hold), after its comma: a throttle_report_json_fn, of the
  * top-level object alone.
@@ -262,9 +379,8 @@ static void
 rt_json (FILE *fp, struct throttle_export *exp)
 {
   struct throttle_rt st;
-  struct timespec now, when;
   char why[sizeof rt_why];
-  uint64_t recheck = 0, t;
+  uint64_t recheck = 0, since, now = throttle_now_ns ();
   bool on;
 
   if (exp != NULL)
@@ -273,13 +389,11 @@ rt_json (FILE *fp, struct throttle_export *exp)
   on = atomic_load (&rt_on);
   st = rt_state;
   if (permitted)
-    throttle_rt_wanted (&st, throttle_now_ns (), &recheck);
+    throttle_rt_wanted (&st, now, &recheck);
   memcpy (why, rt_why, sizeof why);
-  when = rt_when;
+  since = rt_since;
   throttle_unlock (&rt_lock);
 
-  clock_gettime (CLOCK_MONOTONIC, &now);
-  t = throttle_now_ns ();
   fprintf (fp, ",\"rt\":{\"mode\":\"%s\",\"on\":%s,\"why\":",
            !permitted ? "off" : throttle_rt_mode_name (st.mode),
            on ? "true" : "false");
@@ -291,28 +405,53 @@ rt_json (FILE *fp, struct throttle_export *exp)
   throttle_json_string (fp, !permitted ? "" : st.reason);
   fprintf (fp, ",\"since_s\":%.3f,\"peers\":{\"kernel\":%u,\"trusted\":%u,"
            "\"other\":%u},\"hold_s\":%.3f,\"pressure_signal\":%s",
-           when.tv_sec || when.tv_nsec ?
-           (now.tv_sec - when.tv_sec) + (now.tv_nsec - when.tv_nsec) / 1e9 :
-           0.0,
+           since ? (now - since) / 1e9 : 0.0,
            st.peers[THROTTLE_RT_PEER_KERNEL],
            st.peers[THROTTLE_RT_PEER_TRUSTED],
            st.peers[THROTTLE_RT_PEER_OTHER], gp->rt_hold,
            st.no_pressure_signal ? "false" : "true");
-  if (on && recheck > t)
-    fprintf (fp, ",\"off_in_s\":%.3f}", (recheck - t) / 1e9);
+  if (on && recheck > now)
+    fprintf (fp, ",\"off_in_s\":%.3f}", (recheck - now) / 1e9);
   else
     fputs (",\"off_in_s\":null}", fp);
 }
 
-/* The control socket's "set rt": the server's real-time mode. */
+/* The control socket's "set rt on|off|auto": the server's real-time
+ * mode; the reply has the rt member.
+ */
 static void
 set_rt (FILE *out, struct throttle_export *unused, const char *value)
 {
-  char err[256];
+  char event[64];
+  enum throttle_rt_mode mode;
 
-  if (rt_set_mode (value, err, sizeof err) == -1) {
-    throttle_report_error (out, "%s", err);
+  for (mode = THROTTLE_RT_OFF; mode <= THROTTLE_RT_ON; mode++)
+    if (strcmp (value, throttle_rt_mode_name (mode)) == 0)
+      break;
+  if (mode > THROTTLE_RT_ON) {
+    throttle_report_error (out, "set rt: bad mode \"%s\": expected on, off "
+                           "or auto", value);
     return;
+  }
+  if (!permitted && mode != THROTTLE_RT_OFF) {
+    throttle_report_error (out, "set rt %s: this server cannot be real-time "
+                           "(started with throttle-rt=off, or SCHED_FIFO was "
+                           "refused: see its log)", value);
+    return;
+  }
+  if (permitted) {
+    throttle_lock (&rt_lock);
+    throttle_rt_set_mode (&rt_state, mode, throttle_now_ns ());
+    snprintf (event, sizeof event, "set rt %s (control socket)", value);
+    rt_apply_locked (throttle_now_ns (), event);
+    throttle_unlock (&rt_lock);
+    if (mode == THROTTLE_RT_OFF)
+      throttle_guards_set_missing (THROTTLE_SWAP_RT,
+                                   "set rt off (control socket)");
+    else
+      throttle_guards_set_missing (THROTTLE_SWAP_RT, NULL);
+    nbdkit_debug ("throttle: guards: control: set rt %s", value);
+    rt_wake_watcher ();
   }
   fputs ("{\"ok\":true", out);
   rt_json (out, NULL);
@@ -366,9 +505,8 @@ poll_timeout (uint64_t deadline)
 }
 
 /* The watcher: counts memory pressure (the PSI trigger) and switches
- * real-time off when the hold ends.  Real-time itself from its
- * creation (rt_start), whatever the mode, so that it runs at once when
- * memory gets short.
+ * real-time off when the hold ends.  Real-time itself, whatever the
+ * mode, so that it runs at once when memory gets short.
  */
 static void *
 rt_watch (void *arg)
@@ -384,6 +522,8 @@ rt_watch (void *arg)
   uint64_t deadline;
 
   atomic_store (&psi_tid, gettid ());
+  /* Real-time whatever the mode; if refused, it is at least woken. */
+  sched_setscheduler (0, SCHED_FIFO, &fifo_1);
   snprintf (why, sizeof why, "memory pressure (PSI trigger \"%s\" on %s)",
             trigger ? trigger : "", gp->psi_path);
   throttle_lock (&rt_lock);
@@ -444,23 +584,32 @@ rt_watch (void *arg)
   return NULL;
 }
 
-/* A real-time server: opens /proc/self/task, the PSI trigger and
- * starts the watcher; decides for the start mode.  Where no PSI
- * trigger can be set, clients of root or the server's uid count as
- * kernel clients (nothing would tell when they need it); where no
- * watcher can start, the hold ends at the next connection's open or
- * close.  Called in after_fork.
+/* The control socket's set rt, and the rt member of its stats. */
+static const struct throttle_report_setter rt_setter = {
+  "rt", "set rt on|off|auto", false, set_rt
+};
+
+/* Where permitted: opens /proc/self/task and the PSI trigger, decides
+ * for the start mode and starts the watcher.  Where no PSI trigger can
+ * be set, clients of root or the server's uid count as kernel clients
+ * (nothing would tell when they need it); where no watcher can start,
+ * the hold ends at the next connection's open or close.
  */
-static void
-rt_start (void)
+void
+throttle_realtime_start (void)
 {
   static const char *trigger;
-  pthread_attr_t attr;
+  const bool on = gp->rt == THROTTLE_GUARD_ON;
   int err;
 
+  permitted = throttle_guards_rt_active ();
+  /* Before the control thread exists (throttle-report.h). */
+  throttle_report_add (rt_json, NULL);
+  throttle_report_add_setter (&rt_setter);
+  if (!permitted)
+    return;
   throttle_rt_init (&rt_state, (uint64_t) (gp->rt_hold * 1e9));
-  rt_state.mode =
-    gp->rt == THROTTLE_GUARD_ON ? THROTTLE_RT_ON : THROTTLE_RT_AUTO;
+  rt_state.mode = on ? THROTTLE_RT_ON : THROTTLE_RT_AUTO;
   task_dir_fd = open ("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (task_dir_fd == -1)
     throttle_warning ("throttle-rt: cannot open /proc/self/task: %s: only "
@@ -474,8 +623,7 @@ rt_start (void)
                   "clients", gp->psi_path, throttle_errtext (err));
   }
   throttle_lock (&rt_lock);
-  rt_apply_locked (throttle_now_ns (), gp->rt == THROTTLE_GUARD_ON ?
-                   "throttle-rt=on" : NULL);
+  rt_apply_locked (throttle_now_ns (), on ? "throttle-rt=on" : NULL);
   throttle_unlock (&rt_lock);
 
   if (pipe2 (psi_stop, O_CLOEXEC | O_NONBLOCK) == -1) {
@@ -484,19 +632,7 @@ rt_start (void)
                       throttle_errtext (errno));
     return;
   }
-  /* Named, so that it can be told from nbdkit's threads. */
-  err = pthread_attr_init (&attr);
-  if (err == 0) {
-    if (pthread_attr_setinheritsched (&attr, PTHREAD_EXPLICIT_SCHED) != 0 ||
-        pthread_attr_setschedpolicy (&attr, SCHED_FIFO) != 0 ||
-        pthread_attr_setschedparam (&attr, &fifo_1) != 0)
-      err = EINVAL;
-    else
-      err = pthread_create (&psi_thread, &attr, rt_watch, (void *) trigger);
-    pthread_attr_destroy (&attr);
-  }
-  if (err)
-    err = pthread_create (&psi_thread, NULL, rt_watch, (void *) trigger);
+  err = pthread_create (&psi_thread, NULL, rt_watch, (void *) trigger);
   if (err) {
     throttle_warning ("throttle-rt: cannot start the real-time watcher: %s: "
                       "memory pressure is not watched, and real-time is "
@@ -507,71 +643,18 @@ rt_start (void)
     throttle_unlock (&rt_lock);
     return;
   }
+  /* Named, so that it can be told from nbdkit's threads. */
   pthread_setname_np (psi_thread, "throttle-psi");
   psi_thread_started = true;
-}
-
-/* Stops the watcher; closes what rt_start opened. */
-static void
-rt_stop (void)
-{
-  if (psi_thread_started) {
-    /* The pipe is non-blocking, but the watcher drains it at every
-     * wake-up: there is room.
-     */
-    if (write (psi_stop[1], "x", 1) != 1)
-      nbdkit_debug ("throttle: guards: cannot stop the real-time watcher");
-    else
-      pthread_join (psi_thread, NULL);
-    psi_thread_started = false;
-  }
-  if (psi_stop[0] >= 0) {
-    close (psi_stop[0]);
-    close (psi_stop[1]);
-    psi_stop[0] = psi_stop[1] = -1;
-  }
-  if (psi_fd >= 0) {
-    close (psi_fd);
-    psi_fd = -1;
-  }
-  if (task_dir_fd >= 0) {
-    close (task_dir_fd);
-    task_dir_fd = -1;
-  }
-}
-
-/* The control socket's set rt, and the rt member of its stats. */
-static const struct throttle_report_setter rt_setter = {
-  "rt", "set rt on|off|auto", false, set_rt
-};
-
-void
-throttle_realtime_start (bool real_time_permitted)
-{
-  permitted = real_time_permitted;
-  /* Before the control thread exists (throttle-report.h). */
-  throttle_report_add (rt_json, NULL);
-  throttle_report_add_setter (&rt_setter);
-  if (permitted)
-    rt_start ();
-}
-
-bool
-throttle_realtime_is_on (void)
-{
-  return atomic_load (&rt_on);
 }
 
 void
 throttle_realtime_thread_policy (void)
 {
-  static const struct sched_param other = { .sched_priority = 0 };
   int policy = sched_getscheduler (0);
   bool rt = atomic_load (&rt_on);
   bool fifo = policy != -1 && (policy & ~SCHED_RESET_ON_FORK) == SCHED_FIFO;
 
-  if (!permitted)
-    return;
   if (rt && policy != (SCHED_FIFO | SCHED_RESET_ON_FORK) &&
       sched_setscheduler (0, SCHED_FIFO | SCHED_RESET_ON_FORK,
                           &fifo_1) == -1)
@@ -586,19 +669,31 @@ throttle_realtime_thread_policy (void)
 void
 throttle_realtime_stop (void)
 {
-  rt_stop ();
+  int *const fds[] = { &psi_stop[0], &psi_stop[1], &psi_fd, &task_dir_fd };
+  size_t i;
+
+  if (psi_thread_started) {
+    /* The pipe is non-blocking, but the watcher drains it at every
+     * wake-up: there is room.
+     */
+    if (write (psi_stop[1], "x", 1) != 1)
+      nbdkit_debug ("throttle: guards: cannot stop the real-time watcher");
+    else
+      pthread_join (psi_thread, NULL);
+    psi_thread_started = false;
+  }
+  for (i = 0; i < sizeof fds / sizeof fds[0]; i++)
+    if (*fds[i] >= 0) {
+      close (*fds[i]);
+      *fds[i] = -1;
+    }
   if (!permitted)
     return;
   throttle_lock (&rt_lock);
-  if (atomic_load (&rt_on)) {
-    struct timespec now;
-
-    clock_gettime (CLOCK_MONOTONIC, &now);
+  if (atomic_load (&rt_on))
     nbdkit_debug ("throttle: guards: at exit: real-time for the last "
-                  "%.3f s: %s",
-                  (now.tv_sec - rt_when.tv_sec) +
-                  (now.tv_nsec - rt_when.tv_nsec) / 1e9, rt_why);
-  }
+                  "%.3f s: %s", (throttle_now_ns () - rt_since) / 1e9,
+                  rt_why);
   else
     nbdkit_debug ("throttle: guards: at exit: not real-time: %s",
                   rt_why[0] ? rt_why : rt_state.reason);

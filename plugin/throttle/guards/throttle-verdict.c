@@ -1,189 +1,193 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: is this server safe to serve swap now (see
- * throttle-verdict.h)?
+/* nbdkit-throttle filter: is this server safe to serve swap now, the
+ * guards and storage over a network (see throttle-verdict.h)?
  */
 
 #include <config.h>
 
-#include <stdarg.h>
-#include <stdatomic.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <nbdkit-filter.h>
 
-#include "throttle-guards-config.h"
 #include "throttle-json.h"
+#include "throttle-params.h"
 #include "throttle-parse.h"
 #include "throttle-prom.h"
-#include "throttle-remote.h"
 #include "throttle-report.h"
 #include "throttle-verdict.h"
 
-/* In the order of enum throttle_swap_reason. */
-static const char *const names[THROTTLE_SWAP_REASONS] = {
-  "io-flusher", "rt", "oom", "mlock", "reserve", "min-free-kbytes",
-  "watermark-boost",
+/* The reasons, fixed: their names are the label values of the metrics
+ * and the keys of stats' "unsafe", a contract with every dashboard.
+ * The guards first, in their order, then the storage's, read when
+ * asked.
+ */
+enum {
+  THROTTLE_SWAP_MIN_FREE = THROTTLE_GUARDS,     /* "min-free-kbytes" */
+  THROTTLE_SWAP_BOOST,                          /* "watermark-boost" */
+  THROTTLE_SWAP_REASONS
 };
 
-/* The guards' reasons, a bit each, and their texts: a text is stored
- * before its bit is set, so whoever sees the bit sees its text.  No
- * lock: written by one thread at a time (the main thread, then the
- * control thread), read by any.
- */
-static atomic_uint missing;
-static _Atomic (const char *) whys[THROTTLE_SWAP_REASONS];
+static const char *
+reason_name (size_t i)
+{
+  return i == THROTTLE_SWAP_MIN_FREE ? "min-free-kbytes" :
+    i == THROTTLE_SWAP_BOOST ? "watermark-boost" : throttle_guard_names[i];
+}
+
 /* What the start's report named (main thread only). */
 static unsigned reported;
 
 #define SEE "see SWAP SAFETY in nbdkit-throttle-filter(1)"
 
-void
-throttle_verdict_missing (enum throttle_swap_reason reason, const char *why)
-{
-  atomic_store (&whys[reason], why);
-  atomic_fetch_or (&missing, 1u << reason);
-}
+/* In the order of remote_words. */
+enum remote_mode { REMOTE_FALSE, REMOTE_TRUE, REMOTE_AUTO };
+static const char *const remote_words[] = { "false", "true", "auto", NULL };
 
-void
-throttle_verdict_taken (enum throttle_swap_reason reason)
-{
-  atomic_fetch_and (&missing, ~(1u << reason));
-}
-
-/* The required guards refused since the last throttle_verdict_refusals,
- * in the order of the reasons (main thread only).
+/* Set by .config only, read in .get_ready. */
+static enum remote_mode remote = REMOTE_AUTO;
+/* The plugin's key that said the storage is remote, NULL if none did:
+ * a literal, never the value, which may hold a password (curl's url=).
  */
-static struct {
-  char kv[64];                  /* "throttle-swap=on" */
-  const char *fix;
-  char what[512];
-} refusals[THROTTLE_SWAP_REASONS];
-static unsigned refused_mask;
+static const char *remote_key;
+
+const struct throttle_param throttle_verdict_param_table[] = {
+  { "throttle-remote", THROTTLE_PARAM_WORD, &remote, .words = remote_words,
+    .why = "expected auto, true or false" },
+  { NULL }
+};
+
+/* The vm settings storage over a network needs: read from
+ * /proc/sys/vm/NAME, or for the tests from the file the environment
+ * variable env names, as nbdkit's own tests stand files in through the
+ * environment rather than through a parameter a user would see.
+ */
+enum setting { MIN_FREE, BOOST };
+static const struct {
+  const char *name, *env;
+} settings[] = {
+  [MIN_FREE] = { "min_free_kbytes", "THROTTLE_MIN_FREE_FILE" },
+  [BOOST] = { "watermark_boost_factor", "THROTTLE_BOOST_FILE" },
+};
+
+/* Whether value starts with scheme (which ends in ':'), in any case,
+ * as URI schemes are compared.
+ */
+static int
+has_scheme (const char *value, const char *scheme)
+{
+  return strncasecmp (value, scheme, strlen (scheme)) == 0;
+}
 
 void
-throttle_verdict_refused (enum throttle_swap_reason reason, const char *key,
-                          const char *value, const char *fix,
-                          const char *fmt, ...)
+throttle_verdict_plugin_key (const char *key, const char *value)
 {
-  va_list ap;
-
-  snprintf (refusals[reason].kv, sizeof refusals[reason].kv, "%s=%s",
-            key, value);
-  refusals[reason].fix = fix;
-  va_start (ap, fmt);
-  vsnprintf (refusals[reason].what, sizeof refusals[reason].what, fmt, ap);
-  va_end (ap);
-  refused_mask |= 1u << reason;
+  if (remote_key)
+    return;
+  /* nbdkit's nbd plugin: TCP to hostname=, or a URI naming a host;
+   * nbd+unix:// and socket= are local, nbd+vsock:// is not TCP.
+   */
+  if (strcmp (key, "hostname") == 0)
+    remote_key = "hostname";
+  else if (strcmp (key, "uri") == 0 &&
+           (has_scheme (value, "nbd:") || has_scheme (value, "nbds:")))
+    remote_key = "uri";
+  /* curl: any URL but a local file. */
+  else if (strcmp (key, "url") == 0 && !has_scheme (value, "file:"))
+    remote_key = "url";
+  /* ssh. */
+  else if (strcmp (key, "host") == 0)
+    remote_key = "host";
 }
 
-/* Whether a refusal before reason i has its key=value. */
-static bool
-said_before (size_t i)
+/* The setting's number, or -1 (and, if log, a debug line saying why). */
+static long
+read_setting (enum setting setting, bool log)
 {
-  size_t j;
+  const char *name = settings[setting].name;
+  const char *path = getenv (settings[setting].env);
+  char proc[64];
+  FILE *fp;
+  long v;
 
-  for (j = 0; j < i; j++)
-    if (refused_mask & (1u << j) &&
-        strcmp (refusals[j].kv, refusals[i].kv) == 0)
-      return true;
-  return false;
-}
-
-int
-throttle_verdict_refusals (void)
-{
-  char line[4096], fixes[512];
-  size_t i, n = 0, f = 0, count = 0;
-  bool all_swap = true, one_key = true;
-  const char *first = NULL;
-
-  if (refused_mask == 0)
-    return 0;
-  for (i = 0; i < THROTTLE_SWAP_REASONS; i++) {
-    if (!(refused_mask & (1u << i)))
-      continue;
-    count++;
-    if (strncmp (refusals[i].kv, "throttle-swap=", 14) != 0)
-      all_swap = false;
-    if (first == NULL)
-      first = refusals[i].kv;
-    else if (strcmp (first, refusals[i].kv) != 0)
-      one_key = false;
+  if (path == NULL || *path == '\0') {
+    snprintf (proc, sizeof proc, "/proc/sys/vm/%s", name);
+    path = proc;
   }
-  /* One guard: as it always was said. */
-  if (count == 1) {
-    i = __builtin_ctz (refused_mask);
-    refused_mask = 0;
-    if (all_swap)
-      nbdkit_error ("%s: %s; use throttle-swap=auto, or %s, to start "
-                    "without it", refusals[i].kv, refusals[i].what,
-                    refusals[i].fix);
-    else
-      nbdkit_error ("%s: %s; use %s to start without it", refusals[i].kv,
-                    refusals[i].what, refusals[i].fix);
+  fp = fopen (path, "r");
+  if (fp == NULL) {
+    if (log)
+      nbdkit_debug ("throttle: cannot read %s: %s: not checking vm.%s",
+                    path, throttle_errtext (errno), name);
     return -1;
   }
-  /* Several: every key=value that required one first, then each guard
-   * with what refused it (and its key=value where they differ), then
-   * the parameters that start without them.
-   */
-  line[0] = fixes[0] = '\0';
-  for (i = 0; i < THROTTLE_SWAP_REASONS && n < sizeof line; i++) {
-    if (!(refused_mask & (1u << i)) || said_before (i))
-      continue;
-    n += snprintf (line + n, sizeof line - n, "%s%s", n ? " " : "",
-                   refusals[i].kv);
+  if (fscanf (fp, "%ld", &v) != 1 || v < 0) {
+    if (log)
+      nbdkit_debug ("throttle: cannot read %s: not a number: not checking "
+                    "vm.%s", path, name);
+    v = -1;
   }
-  if (n < sizeof line)
-    n += snprintf (line + n, sizeof line - n, ": %zu required guards "
-                   "cannot be taken: ", count);
-  count = 0;
-  for (i = 0; i < THROTTLE_SWAP_REASONS && n < sizeof line; i++) {
-    if (!(refused_mask & (1u << i)))
-      continue;
-    if (one_key)
-      n += snprintf (line + n, sizeof line - n, "%s%s: %s",
-                     count++ ? "; " : "", names[i], refusals[i].what);
-    else
-      n += snprintf (line + n, sizeof line - n, "%s%s (%s): %s",
-                     count++ ? "; " : "", names[i], refusals[i].kv,
-                     refusals[i].what);
-    if (f < sizeof fixes)
-      f += snprintf (fixes + f, sizeof fixes - f, "%s%s", f ? " " : "",
-                     refusals[i].fix);
-  }
-  refused_mask = 0;
-  if (all_swap)
-    nbdkit_error ("%s; use throttle-swap=auto, or %s, to start without "
-                  "them", line, fixes);
-  else
-    nbdkit_error ("%s; use %s to start without them", line, fixes);
-  return -1;
+  fclose (fp);
+  return v;
 }
 
-/* The verdict now: the guards' reasons and, read now, the storage's. */
+/* Why the storage is remote, into why; 0, or -1 if it is not. */
+static int
+remote_why (char *why, size_t len)
+{
+  if (remote == REMOTE_TRUE)
+    snprintf (why, len, "throttle-remote=true");
+  else if (remote == REMOTE_AUTO && remote_key)
+    snprintf (why, len, "the plugin's %s=", remote_key);
+  else
+    return -1;
+  return 0;
+}
+
+/* The verdict now: the guards' reasons and, read now (not for the
+ * writeout path), the storage's.
+ */
 struct verdict {
   unsigned missing;
   const char *why[THROTTLE_SWAP_REASONS];
-  char min_free[256];
-  char boost[256];
+  char min_free[256], boost[256];
 };
 
 static void
 judge (struct verdict *v)
 {
+  char why[64];
   size_t i;
+  long n;
 
-  v->missing = atomic_load (&missing);
-  for (i = 0; i < THROTTLE_SWAP_REASONS; i++)
-    v->why[i] = v->missing & (1u << i) ? atomic_load (&whys[i]) : NULL;
-  if (throttle_remote_min_free_low (v->min_free, sizeof v->min_free)) {
+  v->missing = 0;
+  for (i = 0; i < THROTTLE_GUARDS; i++)
+    if ((v->why[i] = throttle_guards_missing (i)) != NULL)
+      v->missing |= 1u << i;
+  if (remote_why (why, sizeof why) == -1)
+    return;
+  /* A file that cannot be read is no reason: get_ready said why. */
+  n = read_setting (MIN_FREE, false);
+  if (n != -1 && n < THROTTLE_REMOTE_MIN_FREE_KBYTES) {
+    snprintf (v->min_free, sizeof v->min_free, "vm.min_free_kbytes is %ld, "
+              "below %d, the least for storage over a network (%s): set "
+              "sysctl vm.min_free_kbytes=%d", n,
+              THROTTLE_REMOTE_MIN_FREE_KBYTES, why,
+              THROTTLE_REMOTE_MIN_FREE_KBYTES);
     v->missing |= 1u << THROTTLE_SWAP_MIN_FREE;
     v->why[THROTTLE_SWAP_MIN_FREE] = v->min_free;
   }
-  if (throttle_remote_boost_on (v->boost, sizeof v->boost)) {
+  /* A kernel without the setting (before Linux 5.0) does not boost. */
+  n = read_setting (BOOST, false);
+  if (n > 0) {
+    snprintf (v->boost, sizeof v->boost, "vm.watermark_boost_factor is %ld: "
+              "a boost raises the min watermark above what a forwarded "
+              "write can take (storage over a network: %s): set sysctl "
+              "vm.watermark_boost_factor=0", n, why);
     v->missing |= 1u << THROTTLE_SWAP_BOOST;
     v->why[THROTTLE_SWAP_BOOST] = v->boost;
   }
@@ -200,7 +204,7 @@ reasons (const struct verdict *v, char *buf, size_t len)
     if (!(v->missing & (1u << i)))
       continue;
     n += snprintf (buf + n, len - n, "%s%s (%s)", n ? "; " : "",
-                   names[i], v->why[i]);
+                   reason_name (i), v->why[i]);
   }
 }
 
@@ -241,7 +245,7 @@ stats_json (FILE *fp, struct throttle_export *exp)
       continue;
     if (n++)
       putc (',', fp);
-    throttle_json_string (fp, names[i]);
+    throttle_json_string (fp, reason_name (i));
     putc (':', fp);
     throttle_json_string (fp, v.why[i]);
   }
@@ -270,7 +274,7 @@ metrics (FILE *fp)
                         "1 for each reason this server is not safe to "
                         "serve swap now (stats has why)");
   for (i = 0; i < THROTTLE_SWAP_REASONS; i++)
-    throttle_prom_sample (fp, UNSAFE, "reason", names[i],
+    throttle_prom_sample (fp, UNSAFE, "reason", reason_name (i),
                           !!(v.missing & (1u << i)));
 }
 
@@ -278,7 +282,17 @@ int
 throttle_verdict_get_ready (int thread_model)
 {
   struct verdict v;
+  char why[64];
+  long min_free, boost;
 
+  if (remote_why (why, sizeof why) == 0) {
+    min_free = read_setting (MIN_FREE, true);
+    boost = read_setting (BOOST, true);
+    nbdkit_debug ("throttle: storage over a network (%s): "
+                  "vm.min_free_kbytes %ld, at least %d needed; "
+                  "vm.watermark_boost_factor %ld, 0 needed",
+                  why, min_free, THROTTLE_REMOTE_MIN_FREE_KBYTES, boost);
+  }
   judge (&v);
   report (&v);
   reported = v.missing;

@@ -2,17 +2,32 @@
 /* nbdkit-throttle filter: is this server safe to serve swap now?
  *
  * One verdict, yes or no with every reason, instead of a warning per
- * guard: the guards (throttle-guards.c, -memlock, -realtime) note here
- * each guard they could not take or were told not to take, and
- * storage over a network adds vm.min_free_kbytes below its least and
- * watermark boosting on
- * (throttle-remote.h).  It is said at start (a debug line when safe;
- * else one warning line naming every reason and throttle-swap, unless
- * throttle-swap=off chose ordinary throttling), in the control
- * socket's stats ("swap") and in the metrics
+ * guard: each guard not taken (throttle_guards_missing), and for
+ * storage over a network vm.min_free_kbytes below its least and
+ * watermark boosting on, read when asked.  It is said at start (a debug line
+ * when safe; else one warning line naming every reason and
+ * throttle-swap, unless throttle-swap=off chose ordinary throttling),
+ * in the control socket's stats ("swap") and in the metrics
  * (nbdkit_throttle_swap_safe, nbdkit_throttle_swap_unsafe), and,
  * whatever throttle-swap says, loudly whenever a kernel nbd client
  * attaches to a server that is not safe.
+ *
+ * Storage over a network (throttle-remote): a plugin that forwards to
+ * remote storage (nbdkit's nbd plugin over TCP, curl, ssh) sends every
+ * write it serves on a socket of its own, and each send takes fresh
+ * pages from the kernel (tcp_sendmsg -> sk_page_frag_refill): no
+ * user-space reserve of ours holds them, and under swap the allocation
+ * waits in direct reclaim for the very write it carries.  Only the kernel's free-page reserve, which
+ * vm.min_free_kbytes sizes, lets it through.  The filter cannot raise
+ * it; when the storage is remote and the setting is below
+ * THROTTLE_REMOTE_MIN_FREE_KBYTES, the verdict says so.  See
+ * nbdkit-throttle-design(1), "Kernel allocations for replies".
+ *
+ * Whether the storage is remote: throttle-remote=true or false, or
+ * (auto, the default) the plugin's own parameters, which pass through
+ * the filter's .config on their way to the plugin: the nbd plugin's
+ * hostname=, or uri= with nbd:// or nbds://; curl's url= (but
+ * file://); ssh's host=.
  *
  * When each hook is called, and why then: throttle-features.c.
  */
@@ -20,53 +35,46 @@
 #ifndef THROTTLE_VERDICT_H
 #define THROTTLE_VERDICT_H
 
+#include "throttle-guards.h"
+#include "throttle-params.h"
 #include "throttle-rtpolicy.h"
 
-/* The reasons, fixed: their names are the label values of the metrics
- * and the keys of stats' "unsafe", a contract with every dashboard.
+/* Watermark boosting (vm.watermark_boost_factor, Linux >= 5.0) must
+ * be off: after a fragmentation event the kernel adds a boost to every
+ * watermark of the zone, min included (wmark_pages in
+ * include/linux/mmzone.h), and only GFP_ATOMIC allocations ignore it
+ * (zone_watermark_fast, mm/page_alloc.c).  In the swap guest test the
+ * boost took the DMA32 zone's min watermark from about 3.9 to 10-12.5
+ * MiB, above its free memory, and the forwarded write's send waited
+ * in throttle_direct_reclaim for kswapd, which waited for that write:
+ * every boot at vm.min_free_kbytes 4096 hung with the boost and none
+ * without it (nbdkit-throttle-design(1), REMOTE STORAGE).
+ *
+ * The least vm.min_free_kbytes for swap over a network: 8192, the
+ * lowest value at which every boot of the swap guest test passed (320
+ * and 512 MiB guests, the filter at its defaults over nbdkit's nbd
+ * plugin with hostname=, tests/swap/ rows remote-*: some boots hang
+ * at 4096 and 6144, all at 3072 and below; the sweep is in
+ * nbdkit-throttle-design(1), REMOTE STORAGE), times 2 for safety.  It
+ * is also the value the man pages recommend for any swap over NBD.
+ * The swap helper (systemd/nbdkit-throttle-swap.in) raises the setting
+ * to it: systemd/Makefile.am reads the number from this line.
  */
-enum throttle_swap_reason {
-  THROTTLE_SWAP_IO_FLUSHER,     /* "io-flusher" */
-  THROTTLE_SWAP_RT,             /* "rt" */
-  THROTTLE_SWAP_OOM,            /* "oom" */
-  THROTTLE_SWAP_MLOCK,          /* "mlock" */
-  THROTTLE_SWAP_RESERVE,        /* "reserve" */
-  THROTTLE_SWAP_MIN_FREE,       /* "min-free-kbytes", read when asked */
-  THROTTLE_SWAP_BOOST,          /* "watermark-boost", read when asked */
-  THROTTLE_SWAP_REASONS
-};
+#define THROTTLE_REMOTE_MIN_FREE_KBYTES 16384
 
-/* A guard is missing: why (a string with static storage, which is
- * kept) says which and why, e.g. "PR_SET_IO_FLUSHER refused: needs
- * CAP_SYS_RESOURCE".  taken undoes it (set rt auto after set rt off).
- * Lock-free: from nbdkit's main thread up to .after_fork, and from the
- * control thread (set rt).  Not for THROTTLE_SWAP_MIN_FREE or THROTTLE_SWAP_BOOST.
- */
-extern void throttle_verdict_missing (enum throttle_swap_reason reason,
-                                      const char *why);
-extern void throttle_verdict_taken (enum throttle_swap_reason reason);
+/* throttle-remote. */
+extern const struct throttle_param throttle_verdict_param_table[];
 
-/* A guard required by key=value ("throttle-swap=on",
- * "throttle-rt=on", "throttle-mlock=onfault") that could not be taken:
- * fix is the parameter that starts without it (a string with static
- * storage: "throttle-oom=off"), fmt and what follows say what was
- * refused and why.  Kept, not said: throttle_verdict_refusals says
- * every guard refused in one error line, so that fixing them takes
- * one restart, not one per guard.  nbdkit's main thread only, before
- * the server starts.
+/* A parameter on its way to the plugin (any key that is not the
+ * filter's): notes whether it names remote storage.  Called from
+ * .config, before the key is passed on; value is not kept.
  */
-extern void throttle_verdict_refused (enum throttle_swap_reason reason,
-                                      const char *key, const char *value,
-                                      const char *fix, const char *fmt, ...)
-  __attribute__ ((format (printf, 5, 6)));
-/* After every guard was tried: 0 if none required was refused, else
- * -1 after the one error line naming each (and forgets them).
- */
-extern int throttle_verdict_refusals (void);
+extern void throttle_verdict_plugin_key (const char *key, const char *value);
 
-/* .get_ready, after every guard was tried and the storage judged: the
- * verdict at start, while stderr is still the user's terminal; adds
- * the stats member and the metrics families.
+/* .get_ready, after every guard was tried: with the storage remote, a
+ * debug line with the vm settings and what they need (or why they
+ * cannot be read); the verdict at start, while stderr is still the
+ * user's terminal; adds the stats member and the metrics families.
  */
 extern int throttle_verdict_get_ready (int thread_model);
 
@@ -76,7 +84,7 @@ extern int throttle_verdict_get_ready (int thread_model);
  */
 extern int throttle_verdict_after_fork (void);
 
-/* .open, with the peer's class and what was found (throttle-peer.h):
+/* .open, with the peer's class and what was found (throttle-realtime.c):
  * a kernel nbd client attaching to a server that is not safe is
  * logged with nbdkit_error (stderr, or syslog in the background),
  * naming every reason.  Reads vm.min_free_kbytes with the storage
@@ -84,5 +92,12 @@ extern int throttle_verdict_after_fork (void);
  */
 extern void throttle_verdict_peer (enum throttle_rt_peer peer,
                                    const char *why);
+
+#define throttle_verdict_config_help \
+  "throttle-remote=auto|true|false  The plugin's storage is reached over\n" \
+  "                            a network: not safe for swap while\n" \
+  "                            vm.min_free_kbytes is too low for that\n" \
+  "                            (default auto: from the plugin's hostname=,\n" \
+  "                            uri=, url= or host=)."
 
 #endif /* THROTTLE_VERDICT_H */

@@ -36,7 +36,7 @@
 #include "throttle-compat.h"
 #include "throttle-export.h"
 #include "throttle-feature.h"
-#include "throttle-guards-config.h"
+#include "throttle-guards.h"
 #include "throttle-lock.h"
 #include "throttle-parse.h"
 #include "throttle-prom.h"
