@@ -9,7 +9,18 @@
 #ifndef THROTTLE_CAPACITY_H
 #define THROTTLE_CAPACITY_H
 
-/* Add the commands to the control protocol, from .config_complete. */
-extern int throttle_capacity_config_complete (void);
+#include <stdio.h>
+
+#include "throttle-export.h"
+
+/* Setters (throttle-control-proto.h), listed in throttle-features.c. */
+extern void throttle_control_set_capacity (FILE *out,
+                                           struct throttle_export *exp,
+                                           const char *value);
+extern void throttle_control_set_latency_target (FILE *out,
+                                                 struct throttle_export *exp,
+                                                 const char *value);
+extern void throttle_control_set_server_capacity
+  (FILE *out, struct throttle_export *unused, const char *value);
 
 #endif /* THROTTLE_CAPACITY_H */

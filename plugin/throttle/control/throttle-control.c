@@ -40,11 +40,11 @@
 #include "throttle-control.h"
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
+#include "throttle-json.h"
 #include "throttle-metrics.h"
 #include "throttle-metrics-file.h"
 #include "throttle-params.h"
 #include "throttle-parse.h"
-#include "throttle-report.h"
 
 /* A command line, without its newline, is at most this long. */
 #define MAX_LINE 1024
@@ -210,7 +210,7 @@ process_lines (struct client *c)
     if ((out = client_out (c)) == NULL)
       return false;
     if (memchr (c->in, '\0', len) != NULL)
-      throttle_report_error (out, "NUL byte in a command");
+      throttle_json_error (out, "NUL byte in a command");
     else {
       *nl = '\0';
       if (len > 0 && c->in[len - 1] == '\r')
@@ -225,8 +225,8 @@ process_lines (struct client *c)
   if (!c->closing && c->inlen > MAX_LINE) {
     if ((out = client_out (c)) == NULL)
       return false;
-    throttle_report_error (out, "line too long (more than %d bytes): "
-                                  "closing", MAX_LINE);
+    throttle_json_error (out, "line too long (more than %d bytes): "
+                         "closing", MAX_LINE);
     c->inlen = 0;
     c->closing = true;
     if (fflush (out) == EOF)
