@@ -43,13 +43,11 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-adapt-glue.h"
-#include "throttle-capacity.h"
 #include "throttle-control.h"
 #include "throttle-control-proto.h"
 #include "throttle-feature.h"
 #include "throttle-guards.h"
 #include "throttle-metrics.h"
-#include "throttle-metrics-file.h"
 #include "throttle-verdict.h"
 #include "throttle-writeback.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the control socket's capacity commands (see
- * throttle-capacity.h).
+ * throttle-control.h).
  */
 
 #include <config.h>
@@ -13,8 +13,8 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-adapt-glue.h"
-#include "throttle-capacity.h"
 #include "throttle-config.h"
+#include "throttle-control.h"
 #include "throttle-export.h"
 #include "throttle-json.h"
 #include "throttle-parse.h"
@@ -89,8 +89,7 @@ throttle_control_set_capacity (FILE *out, struct throttle_export *exp,
    * grant: above it, refused if throttle-server-capacity was given,
    * else the server's follows, first.  (Only this thread sets either.)
    */
-  if (throttle_config.server &&
-      (uint64_t) r > throttle_budget_get_capacity (throttle_config.server)) {
+  if ((uint64_t) r > throttle_budget_get_capacity (throttle_config.server)) {
     if (throttle_config.server_capacity_set) {
       throttle_json_error (out, "capacity \"%s\": above the "
                            "server-wide capacity %" PRIu64 ": "
@@ -154,10 +153,6 @@ throttle_control_set_server_capacity (FILE *out,
   bool huge;
   int64_t r;
 
-  if (throttle_config.server == NULL) {
-    throttle_json_error (out, "no server-wide budget");
-    return;
-  }
   if (parse_capacity (out, "server-capacity", value, &r, &huge, warning,
                       sizeof warning) == -1)
     return;

@@ -42,7 +42,6 @@
 #include "throttle-export.h"
 #include "throttle-json.h"
 #include "throttle-metrics.h"
-#include "throttle-metrics-file.h"
 #include "throttle-params.h"
 #include "throttle-parse.h"
 
@@ -72,7 +71,6 @@ static ev_timer accept_retry;
 static ev_timer stats_timer;
 static ev_timer metrics_timer;
 static pthread_t thread;
-static bool thread_running;
 
 /* --- clients ----------------------------------------------------------- */
 
@@ -585,7 +583,6 @@ throttle_control_after_fork (void)
     control_loop = NULL;
     return -1;
   }
-  thread_running = true;
   return 0;
 }
 
@@ -594,14 +591,12 @@ throttle_control_cleanup (void)
 {
   struct stat st;
 
-  if (thread_running) {
+  /* The loop exists while its thread runs (throttle_control_after_fork). */
+  if (control_loop) {
     ev_async_send (control_loop, &stop_watcher);
     pthread_join (thread, NULL);
-    thread_running = false;
-  }
-  while (clients)
-    drop_client (clients, NULL);
-  if (control_loop) {
+    while (clients)
+      drop_client (clients, NULL);
     ev_loop_destroy (control_loop);
     control_loop = NULL;
   }
