@@ -122,10 +122,6 @@ cmd_help (FILE *out, int argc, char **argv)
 {
   const struct throttle_setter *setter;
 
-  if (argc != 1) {
-    throttle_json_error (out, "usage: help");
-    return;
-  }
   fputs ("{\"commands\":[\"stats [EXPORT]\",\"stats from N\",\"metrics\"",
          out);
   for (setter = throttle_setters; setter->name; setter++) {
@@ -171,13 +167,8 @@ cmd_metrics (FILE *out, int argc, char **argv)
 {
   char *text = NULL;
   size_t len = 0;
-  FILE *fp;
+  FILE *fp = open_memstream (&text, &len);
 
-  if (argc != 1) {
-    throttle_json_error (out, "usage: metrics");
-    return;
-  }
-  fp = open_memstream (&text, &len);
   if (fp != NULL) {
     int r = throttle_metrics_write (fp, true);
 
@@ -223,14 +214,16 @@ cmd_set (FILE *out, int argc, char **argv)
   throttle_export_put (exp);
 }
 
+/* A bare command takes no argument: with one, its usage is its name. */
 static const struct {
   const char *name;
+  bool bare;
   void (*run) (FILE *out, int argc, char **argv);
 } commands[] = {
-  { "help", cmd_help },
-  { "stats", cmd_stats },
-  { "metrics", cmd_metrics },
-  { "set", cmd_set },
+  { "help", true, cmd_help },
+  { "stats", false, cmd_stats },
+  { "metrics", true, cmd_metrics },
+  { "set", false, cmd_set },
 };
 
 void
@@ -256,7 +249,10 @@ throttle_control_execute (FILE *out, char *line)
   }
   for (i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (strcmp (argv[0], commands[i].name) == 0) {
-      commands[i].run (out, argc, argv);
+      if (commands[i].bare && argc != 1)
+        throttle_json_error (out, "usage: %s", argv[0]);
+      else
+        commands[i].run (out, argc, argv);
       return;
     }
   throttle_json_error (out, "unknown command \"%s\": try help", argv[0]);

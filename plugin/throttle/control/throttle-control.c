@@ -138,8 +138,10 @@ drop_client_saying (struct client *c, const char *line, const char *why)
   drop_client (c, why);
 }
 
-/* Send what can be sent now.  Returns false if the client was dropped. */
-static bool
+/* Send what can be sent now; drops the client on an error, or once
+ * all is sent if it is closing.
+ */
+static void
 flush_client (struct client *c)
 {
   while (c->outoff < c->len) {
@@ -151,7 +153,7 @@ flush_client (struct client *c)
       if (errno == EAGAIN || errno == EWOULDBLOCK)
         break;
       drop_client (c, throttle_errtext (errno));
-      return false;
+      return;
     }
     c->outoff += n;
     ev_timer_again (control_loop, &c->idle);
@@ -165,11 +167,10 @@ flush_client (struct client *c)
     c->buf = NULL;
     c->len = c->outoff = 0;
     ev_io_stop (control_loop, &c->wio);
-    if (c->closing) {
+    if (c->closing)
       drop_client (c, NULL);
-      return false;
-    }
-    ev_io_start (control_loop, &c->rio);
+    else
+      ev_io_start (control_loop, &c->rio);
   }
   else {
     /* Read no more commands from a client that does not read its
@@ -178,7 +179,6 @@ flush_client (struct client *c)
     ev_io_stop (control_loop, &c->rio);
     ev_io_start (control_loop, &c->wio);
   }
-  return true;
 }
 
 /* The stream of the client's replies, opened at the first; NULL if

@@ -136,9 +136,9 @@ take_export (struct throttle_export *exp, void *opaque)
 
 /* One export (exp != NULL, held by the caller), or at most max from
  * the from'th, with each export's features' JSON members if
- * with_json.  An
- * export made between the count and the walk is left out, as if made
- * just after.  0, or -1 if memory ran out (nothing to free then).
+ * with_json.  An export made between the count and the walk is left
+ * out, as if made just after.  0, or -1 if memory ran out (nothing to
+ * free then).
  */
 static int
 take (struct snapshot *r, struct throttle_export *exp, size_t from,
