@@ -477,11 +477,8 @@ bind_socket (void)
     return -1;
   }
   /* Whoever can connect can change the capacity: owner only, from the
-   * first instant the name exists.
+   * first instant the name exists (the umask), and 0600 once bound.
    */
-  if (fchmod (fd, 0600) == -1)
-    nbdkit_debug ("throttle: control: fchmod of the socket: %s",
-                  throttle_errtext (errno));
   old_umask = umask (0077);
   r = bind (fd, (struct sockaddr *) &sun, sizeof sun);
   umask (old_umask);
