@@ -95,13 +95,6 @@ struct client {
 static struct client *clients;
 static unsigned nclients;
 
-static double
-idle_timeout (void)
-{
-  return throttle_debug_control_timeout > 0 ?
-    throttle_debug_control_timeout : DEFAULT_IDLE_TIMEOUT;
-}
-
 static void
 drop_client (struct client *c, const char *why)
 {
@@ -181,53 +174,42 @@ flush_client (struct client *c)
   }
 }
 
-/* The stream of the client's replies, opened at the first; NULL if
- * memory ran out.
- */
-static FILE *
-client_out (struct client *c)
-{
-  if (c->out == NULL)
-    c->out = open_memstream (&c->buf, &c->len);
-  return c->out;
-}
-
-/* Execute the complete lines received.  Returns false if memory ran
- * out or the replies not yet sent are over the bound: checked after
- * each line, so they never grow past it by more than one reply.
+/* Execute the complete lines received, and answer a line too long
+ * with an error and closing.  Returns false if memory ran out or the
+ * replies not yet sent are over the bound: checked after each line, so
+ * they never grow past it by more than one reply.  The stream of the
+ * replies is opened at the first.
  */
 static bool
 process_lines (struct client *c)
 {
-  FILE *out;
   char *nl;
 
-  while (!c->closing && (nl = memchr (c->in, '\n', c->inlen)) != NULL) {
-    size_t len = nl - c->in;
-
-    if ((out = client_out (c)) == NULL)
+  while (!c->closing) {
+    nl = memchr (c->in, '\n', c->inlen);
+    if (nl == NULL && c->inlen <= MAX_LINE)
+      break;
+    if (c->out == NULL &&
+        (c->out = open_memstream (&c->buf, &c->len)) == NULL)
       return false;
-    if (memchr (c->in, '\0', len) != NULL)
-      throttle_json_error (out, "NUL byte in a command");
+    if (nl == NULL) {
+      throttle_json_error (c->out, "line too long (more than %d bytes): "
+                           "closing", MAX_LINE);
+      c->inlen = 0;
+      c->closing = true;
+      return fflush (c->out) != EOF;
+    }
+    if (memchr (c->in, '\0', nl - c->in) != NULL)
+      throttle_json_error (c->out, "NUL byte in a command");
     else {
       *nl = '\0';
-      if (len > 0 && c->in[len - 1] == '\r')
-        c->in[len - 1] = '\0';
-      throttle_control_execute (out, c->in);
+      if (nl > c->in && nl[-1] == '\r')
+        nl[-1] = '\0';
+      throttle_control_execute (c->out, c->in);
     }
-    memmove (c->in, nl + 1, c->inlen - len - 1);
-    c->inlen -= len + 1;
-    if (fflush (out) == EOF || c->len > THROTTLE_CONTROL_MAX_OUTPUT)
-      return false;
-  }
-  if (!c->closing && c->inlen > MAX_LINE) {
-    if ((out = client_out (c)) == NULL)
-      return false;
-    throttle_json_error (out, "line too long (more than %d bytes): "
-                         "closing", MAX_LINE);
-    c->inlen = 0;
-    c->closing = true;
-    if (fflush (out) == EOF)
+    c->inlen -= nl + 1 - c->in;
+    memmove (c->in, nl + 1, c->inlen);
+    if (fflush (c->out) == EOF || c->len > THROTTLE_CONTROL_MAX_OUTPUT)
       return false;
   }
   return true;
@@ -355,7 +337,8 @@ accept_cb (struct ev_loop *loop, ev_io *w, int revents)
   ev_io_init (&c->rio, client_read_cb, fd, EV_READ);
   ev_io_init (&c->wio, client_write_cb, fd, EV_WRITE);
   ev_init (&c->idle, client_idle_cb);
-  c->idle.repeat = idle_timeout ();
+  c->idle.repeat = throttle_debug_control_timeout > 0 ?
+    throttle_debug_control_timeout : DEFAULT_IDLE_TIMEOUT;
   c->rio.data = c->wio.data = c->idle.data = c;
   ev_io_start (loop, &c->rio);
   ev_timer_again (loop, &c->idle);
