@@ -1,15 +1,21 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle: the one JSON string writer (see throttle-json.h). */
+/* nbdkit-throttle: the one string writer (see throttle-json.h). */
 
 #include <config.h>
 
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
 #include "throttle-json.h"
 
-size_t
-throttle_utf8_len (const unsigned char *s)
+/* The length of the valid UTF-8 sequence that begins at s (1 to 4
+ * bytes, s[0] >= 0x80), or 0 if none does.  s is NUL-terminated: the
+ * check stops at the first byte that does not continue the sequence.
+ */
+static size_t
+utf8_len (const unsigned char *s)
 {
   unsigned char c = s[0];
   size_t n, i;
@@ -33,7 +39,7 @@ throttle_utf8_len (const unsigned char *s)
 }
 
 void
-throttle_json_string (FILE *fp, const char *str)
+throttle_quote (FILE *fp, const char *str, bool json)
 {
   const unsigned char *s = (const unsigned char *) str;
   size_t n;
@@ -44,18 +50,36 @@ throttle_json_string (FILE *fp, const char *str)
       putc ('\\', fp);
       putc (*s++, fp);
     }
-    else if (*s < 0x20 || *s == 0x7f)
+    else if (json && (*s < 0x20 || *s == 0x7f))
       fprintf (fp, "\\u%04x", *s++);
+    else if (!json && *s == '\n') {
+      fputs ("\\n", fp);
+      s++;
+    }
     else if (*s < 0x80)
       putc (*s++, fp);
-    else if ((n = throttle_utf8_len (s)) > 0) {
+    else if ((n = utf8_len (s)) > 0) {
       fwrite (s, 1, n, fp);
       s += n;
     }
     else {
-      fputs ("\\ufffd", fp);
+      fputs (json ? "\\ufffd" : "\xef\xbf\xbd", fp);     /* U+FFFD */
       s++;
     }
   }
   putc ('"', fp);
+}
+
+void
+throttle_json_error (FILE *fp, const char *fmt, ...)
+{
+  char msg[2048];
+  va_list ap;
+
+  va_start (ap, fmt);
+  vsnprintf (msg, sizeof msg, fmt, ap);
+  va_end (ap);
+  fputs ("{\"error\":", fp);
+  throttle_json_string (fp, msg);
+  fputs ("}\n", fp);
 }

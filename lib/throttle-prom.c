@@ -28,36 +28,6 @@ throttle_prom_family (FILE *fp, const char *name, const char *type,
            len, name, help, len, name, type);
 }
 
-void
-throttle_prom_label_value (FILE *fp, const char *str)
-{
-  const unsigned char *s = (const unsigned char *) str;
-  size_t n;
-
-  putc ('"', fp);
-  while (*s) {
-    if (*s == '"' || *s == '\\') {
-      putc ('\\', fp);
-      putc (*s++, fp);
-    }
-    else if (*s == '\n') {
-      fputs ("\\n", fp);
-      s++;
-    }
-    else if (*s < 0x80)
-      putc (*s++, fp);
-    else if ((n = throttle_utf8_len (s)) > 0) {
-      fwrite (s, 1, n, fp);
-      s += n;
-    }
-    else {
-      fputs ("\xef\xbf\xbd", fp);   /* U+FFFD */
-      s++;
-    }
-  }
-  putc ('"', fp);
-}
-
 static void
 sample_name (FILE *fp, const char *name, const char *label,
              const char *value)
@@ -65,7 +35,7 @@ sample_name (FILE *fp, const char *name, const char *label,
   fputs (name, fp);
   if (label) {
     fprintf (fp, "{%s=", label);
-    throttle_prom_label_value (fp, value);
+    throttle_quote (fp, value, false);
     putc ('}', fp);
   }
   putc (' ', fp);

@@ -41,9 +41,8 @@ extern void throttle_prom_family (FILE *fp, const char *name,
                                   const char *type, const char *help);
 
 /* One sample line: name{label="value"} v, or name v if label is NULL.
- * value is escaped as the format wants (\\, \" and \n), and each byte
- * that does not begin a valid UTF-8 sequence becomes U+FFFD, so any C
- * string is a valid label value.
+ * value is quoted as a label value (throttle_quote), so any C string
+ * is a valid one.
  */
 extern void throttle_prom_sample (FILE *fp, const char *name,
                                   const char *label, const char *value,
@@ -56,8 +55,5 @@ extern void throttle_prom_sample (FILE *fp, const char *name,
 extern void throttle_prom_sample_ns (FILE *fp, const char *name,
                                      const char *label, const char *value,
                                      uint64_t ns);
-
-/* Write s as a label value, with its quotes (throttle_prom_sample). */
-extern void throttle_prom_label_value (FILE *fp, const char *s);
 
 #endif /* THROTTLE_PROM_H */

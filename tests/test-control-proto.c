@@ -2,9 +2,9 @@
 /* Unit tests of the control socket's protocol
  * (plugin/throttle/control/throttle-control-proto.c) without a socket or nbdkit: the
  * tokenizer, the stats and their JSON, and the dispatch of set to what
- * features add, over the real registry of budgets with two exports.
+ * features serve, over the real registry of budgets with two exports.
  * Only nbdkit is stood in for; the features here are the test's own,
- * added through the same calls as the filter's.
+ * in the tables the filter has in throttle-features.c.
  */
 
 #include <config.h>
@@ -21,7 +21,7 @@
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
 #include "throttle-metrics.h"
-#include "throttle-report.h"
+#include "throttle-json.h"
 #include "check-main.h"
 
 /* A name that needs every kind of escape in JSON: a quote, a control
@@ -54,7 +54,7 @@ set_limit (FILE *out, struct throttle_export *exp, const char *value)
 {
   ck_assert_uint_gt (exp->refs, 0);     /* held for the call */
   if (strcmp (value, "bad") == 0) {
-    throttle_report_error (out, "limit \"%s\": bad", value);
+    throttle_json_error (out, "limit \"%s\": bad", value);
     return;
   }
   throttle_budget_set_capacity (&exp->budget, strtoull (value, NULL, 10));
@@ -72,9 +72,35 @@ set_mode (FILE *out, struct throttle_export *exp, const char *value)
   fprintf (out, "{\"ok\":true,\"mode\":\"%s\"}\n", mode);
 }
 
-static const struct throttle_report_setter setters[] = {
+const struct throttle_setter throttle_setters[] = {
   { "limit", "set limit EXPORT N", true, set_limit },
   { "mode", "set mode on|off", false, set_mode },
+  { NULL }
+};
+
+/* Two features' members of the stats, once test_extra_stats turns
+ * them on.
+ */
+static bool reporting;
+
+static void
+extra (FILE *fp, struct throttle_export *exp)
+{
+  if (reporting)
+    fprintf (fp, ",\"extra\":%d", exp ? 1 : 0);
+}
+
+static void
+second (FILE *fp, struct throttle_export *exp)
+{
+  if (reporting)
+    fputs (",\"second\":true", fp);
+}
+
+const struct throttle_report throttle_reports[] = {
+  { extra, NULL },
+  { second, NULL },
+  { NULL }
 };
 
 /* --- helpers ---------------------------------------------------------- */
@@ -210,29 +236,16 @@ START_TEST (test_stats)
 }
 END_TEST
 
-static void
-extra (FILE *fp, struct throttle_export *exp)
-{
-  fprintf (fp, ",\"extra\":%d", exp ? 1 : 0);
-}
-
-static void
-second (FILE *fp, struct throttle_export *exp)
-{
-  fputs (",\"second\":true", fp);
-}
-
-/* The members each feature adds, in the order the features were added
- * (one added twice counts once), after the protocol's own.
+/* The members each feature adds, in the order of the table, after
+ * the protocol's own.
  */
 START_TEST (test_extra_stats)
 {
   char *r;
 
-  throttle_report_add (extra, NULL);
-  throttle_report_add (second, NULL);
-  throttle_report_add (extra, NULL);
+  reporting = true;
   r = ask ("stats \"\"");
+  reporting = false;
   ck_assert_ptr_null (strstr (r, "\"next\""));     /* one export: no page */
   ck_assert_ptr_nonnull (strstr (r, "\"exports_total\":2,\"extra\":0,"
                                  "\"second\":true,\"exports\":["));
@@ -373,8 +386,6 @@ throttle_test_suite (void)
   Suite *s = suite_create ("control-proto");
   TCase *tc = tcase_create ("core");
 
-  throttle_report_add_setter (&setters[0]);
-  throttle_report_add_setter (&setters[1]);
   tcase_add_checked_fixture (tc, setup, teardown);
   tcase_add_test (tc, test_tokens);
   tcase_add_test (tc, test_stats);

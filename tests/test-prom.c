@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Unit tests of lib/throttle-prom.c (Check): what the OpenMetrics text
- * format wants escaped in a label value, and its numbers.  A real
- * parser reads the filter's whole text in tests/test-metrics.sh.
+/* Unit tests of lib/throttle-prom.c and throttle_quote (Check): what
+ * the OpenMetrics text format wants escaped in a label value, and its
+ * numbers.  A real parser reads the filter's whole text in
+ * tests/test-metrics.sh.
  */
 
 #include <config.h>
@@ -12,6 +13,7 @@
 
 #include <check.h>
 
+#include "throttle-json.h"
 #include "throttle-prom.h"
 #include "check-main.h"
 
@@ -27,7 +29,7 @@
 static void
 expect_label (const char *value, const char *want)
 {
-  char *got = WRITE (throttle_prom_label_value (fp, value));
+  char *got = WRITE (throttle_quote (fp, value, false));
 
   ck_assert_str_eq (got, want);
   free (got);

@@ -28,15 +28,14 @@
  * - adapt: .before_exports knows the floor before any budget exists;
  *   .after_fork starts the clock; .cleanup stops it, after the control
  *   thread, which can start it.
- * - capacity, metrics-file, control LAST: their .config_complete
- *   register the set commands, write the metrics file a first time and
- *   bind the socket (misuse refused before nbdkit forks), and the
- *   control thread (.after_fork) starts once everything it reports on
- *   exists; it is the first stopped (.cleanup) and unloaded (.unload:
- *   its thread reads the budgets the core frees after), then the
- *   summary at exit and the metrics file's last write, with the final
- *   numbers.  The summary's .after_fork, before the control socket's,
- *   notes that the server started.
+ * - metrics-file, control LAST: their .config_complete write the
+ *   metrics file a first time and bind the socket (misuse refused
+ *   before nbdkit forks), and the control thread (.after_fork) starts
+ *   once everything it reports on exists; it is the first stopped
+ *   (.cleanup) and unloaded (.unload: its thread reads the budgets the
+ *   core frees after), then the summary at exit and the metrics file's
+ *   last write, with the final numbers.  The summary's .after_fork,
+ *   before the control socket's, notes that the server started.
  */
 
 #include <config.h>
@@ -44,12 +43,11 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-adapt-glue.h"
-#include "throttle-capacity.h"
 #include "throttle-control.h"
+#include "throttle-control-proto.h"
 #include "throttle-feature.h"
 #include "throttle-guards.h"
 #include "throttle-metrics.h"
-#include "throttle-metrics-file.h"
 #include "throttle-verdict.h"
 #include "throttle-writeback.h"
 
@@ -91,10 +89,6 @@ static const struct throttle_feature adapt = {
   .cleanup = throttle_adapt_cleanup,
 };
 
-static const struct throttle_feature capacity = {
-  .config_complete = throttle_capacity_config_complete,
-};
-
 static const struct throttle_feature metrics_file = {
   .params = throttle_metrics_file_param_table,
   .config_complete = throttle_metrics_file_config_complete,
@@ -116,8 +110,34 @@ static const struct throttle_feature control = {
 
 const struct throttle_feature *const throttle_features[] = {
   &guards, &writeback, &verdict, &adapt,
-  &capacity, &metrics_file, &summary, &control,
+  &metrics_file, &summary, &control,
   NULL
+};
+
+/* What the features report, for the control socket's stats, the
+ * metrics and the metrics file (throttle-metrics.h), in the order the
+ * outputs give them.
+ */
+const struct throttle_report throttle_reports[] = {
+  { throttle_adapt_stats_json, NULL },
+  { throttle_writeback_stats_json, throttle_writeback_metrics },
+  { throttle_verdict_stats_json, throttle_verdict_metrics },
+  { throttle_realtime_stats_json, NULL },
+  { NULL }
+};
+
+/* The control socket's set commands (throttle-control-proto.h), in the
+ * order help lists them.
+ */
+const struct throttle_setter throttle_setters[] = {
+  { "capacity", "set capacity EXPORT N", true,
+    throttle_control_set_capacity },
+  { "latency-target", "set latency-target EXPORT DURATION|off", true,
+    throttle_control_set_latency_target },
+  { "server-capacity", "set server-capacity N", false,
+    throttle_control_set_server_capacity },
+  { "rt", "set rt on|off|auto", false, throttle_realtime_set },
+  { NULL }
 };
 
 /* In the order of the man page's PARAMETERS, not of the table. */

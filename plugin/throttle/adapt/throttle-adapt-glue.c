@@ -39,7 +39,6 @@
 #include "throttle-adapt.h"
 #include "throttle-adapt-glue.h"
 #include "throttle-clock.h"
-#include "throttle-report.h"
 #include "throttle-duration.h"
 #include "throttle-export.h"
 #include "throttle-feature.h"
@@ -132,7 +131,6 @@ const struct throttle_param throttle_adapt_param_table[] = {
 
 static void *adapt_attach (struct throttle_export *exp);
 static void adapt_detach (void *state);
-static void stats_json (FILE *fp, struct throttle_export *exp);
 
 static const struct throttle_export_feature adapt_feature = {
   .attach = adapt_attach,
@@ -195,7 +193,6 @@ throttle_adapt_config_complete (void)
                   throttle_writeback_enabled () ?
                   " (writeback: writes are not sampled)" : "");
   adapt_slot = throttle_export_add_feature (&adapt_feature);
-  throttle_report_add (stats_json, NULL);
   return 0;
 }
 
@@ -480,9 +477,8 @@ throttle_adapt_export_ceiling (struct throttle_export *exp)
   return ceiling;
 }
 
-/* JSON members of an export's stats (throttle_report_json_fn). */
-static void
-stats_json (FILE *fp, struct throttle_export *exp)
+void
+throttle_adapt_stats_json (FILE *fp, struct throttle_export *exp)
 {
   struct throttle_adapt_export *ae = exp ? adapt_of (exp) : NULL;
   struct throttle_adapt c;

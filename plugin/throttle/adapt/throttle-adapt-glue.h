@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "throttle-params.h"
 
@@ -63,5 +64,10 @@ extern int throttle_adapt_export_set_ceiling (struct throttle_export *exp,
  * target, the ceiling; the most the export can have in flight.
  */
 extern uint64_t throttle_adapt_export_ceiling (struct throttle_export *exp);
+
+/* JSON members for the control socket (a report's json,
+ * throttle-metrics.h).
+ */
+extern void throttle_adapt_stats_json (FILE *fp, struct throttle_export *exp);
 
 #endif /* THROTTLE_ADAPT_GLUE_H */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the control socket's capacity commands (see
- * throttle-capacity.h).
+ * throttle-control.h).
  */
 
 #include <config.h>
@@ -13,9 +13,8 @@
 #include <nbdkit-filter.h>
 
 #include "throttle-adapt-glue.h"
-#include "throttle-capacity.h"
 #include "throttle-config.h"
-#include "throttle-report.h"
+#include "throttle-control.h"
 #include "throttle-export.h"
 #include "throttle-json.h"
 #include "throttle-parse.h"
@@ -34,13 +33,13 @@ parse_capacity (FILE *out, const char *name, const char *value, int64_t *r,
   char what[256], err[512];
 
   if (throttle_size_parse (value, r, &why, &where) == -1) {
-    throttle_report_error (out, "bad number \"%s\": expected a "
-                                  "positive size (e.g. 4096, 64M)", value);
+    throttle_json_error (out, "bad number \"%s\": expected a "
+                         "positive size (e.g. 4096, 64M)", value);
     return -1;
   }
   if (*r == 0) {
-    throttle_report_error (out, "bad number \"%s\": the capacity "
-                                  "must be greater than 0", value);
+    throttle_json_error (out, "bad number \"%s\": the capacity "
+                         "must be greater than 0", value);
     return -1;
   }
   snprintf (what, sizeof what, "%s \"%s\"", name, value);
@@ -48,7 +47,7 @@ parse_capacity (FILE *out, const char *name, const char *value, int64_t *r,
                                err, sizeof err) == -1 ||
       throttle_capacity_unit_check (&throttle_config.metric, value, *r,
                                     what, err, sizeof err) == -1) {
-    throttle_report_error (out, "%s", err);
+    throttle_json_error (out, "%s", err);
     return -1;
   }
   *huge = throttle_capacity_ram_check (&throttle_config.metric, *r,
@@ -72,8 +71,9 @@ reply_warning (FILE *out, bool huge, const char *warning)
   fputs ("}\n", out);
 }
 
-static void
-set_capacity (FILE *out, struct throttle_export *exp, const char *value)
+void
+throttle_control_set_capacity (FILE *out, struct throttle_export *exp,
+                               const char *value)
 {
   const char *name = exp->name;
   uint64_t previous;
@@ -89,15 +89,14 @@ set_capacity (FILE *out, struct throttle_export *exp, const char *value)
    * grant: above it, refused if throttle-server-capacity was given,
    * else the server's follows, first.  (Only this thread sets either.)
    */
-  if (throttle_config.server &&
-      (uint64_t) r > throttle_budget_get_capacity (throttle_config.server)) {
+  if ((uint64_t) r > throttle_budget_get_capacity (throttle_config.server)) {
     if (throttle_config.server_capacity_set) {
-      throttle_report_error (out, "capacity \"%s\": above the "
-                                    "server-wide capacity %" PRIu64 ": "
-                                    "raise it first with set "
-                                    "server-capacity N", value,
-                                    throttle_budget_get_capacity
-                                    (throttle_config.server));
+      throttle_json_error (out, "capacity \"%s\": above the "
+                           "server-wide capacity %" PRIu64 ": "
+                           "raise it first with set "
+                           "server-capacity N", value,
+                           throttle_budget_get_capacity
+                           (throttle_config.server));
       return;
     }
     nbdkit_debug ("throttle: control: server-wide capacity %" PRIu64
@@ -111,7 +110,7 @@ set_capacity (FILE *out, struct throttle_export *exp, const char *value)
    */
   if (throttle_adapt_export_set_ceiling (exp, r, &previous,
                                          err, sizeof err) == -1) {
-    throttle_report_error (out, "%s", err);
+    throttle_json_error (out, "%s", err);
     return;
   }
   nbdkit_debug ("throttle: control: export \"%s\" capacity %" PRIu64
@@ -143,9 +142,10 @@ max_ceiling (struct throttle_export *exp, void *opaque)
   }
 }
 
-static void
-set_server_capacity (FILE *out, struct throttle_export *unused,
-                     const char *value)
+void
+throttle_control_set_server_capacity (FILE *out,
+                                      struct throttle_export *unused,
+                                      const char *value)
 {
   struct ceiling_ctx ctx = { .max = throttle_config.capacity };
   uint64_t previous;
@@ -153,10 +153,6 @@ set_server_capacity (FILE *out, struct throttle_export *unused,
   bool huge;
   int64_t r;
 
-  if (throttle_config.server == NULL) {
-    throttle_report_error (out, "no server-wide budget");
-    return;
-  }
   if (parse_capacity (out, "server-capacity", value, &r, &huge, warning,
                       sizeof warning) == -1)
     return;
@@ -166,15 +162,15 @@ set_server_capacity (FILE *out, struct throttle_export *unused,
   throttle_export_foreach (max_ceiling, &ctx);
   if ((uint64_t) r < ctx.max) {
     if (ctx.found)
-      throttle_report_error (out, "server-capacity \"%s\": below "
-                                    "the capacity %" PRIu64 " of export "
-                                    "\"%s\": lower it first with set "
-                                    "capacity", value, ctx.max, ctx.name);
+      throttle_json_error (out, "server-capacity \"%s\": below "
+                           "the capacity %" PRIu64 " of export "
+                           "\"%s\": lower it first with set "
+                           "capacity", value, ctx.max, ctx.name);
     else
-      throttle_report_error (out, "server-capacity \"%s\": below "
-                                    "throttle-capacity=%" PRIu64 ", at "
-                                    "which every export starts",
-                                    value, ctx.max);
+      throttle_json_error (out, "server-capacity \"%s\": below "
+                           "throttle-capacity=%" PRIu64 ", at "
+                           "which every export starts",
+                           value, ctx.max);
     return;
   }
   previous = throttle_budget_get_capacity (throttle_config.server);
@@ -188,9 +184,9 @@ set_server_capacity (FILE *out, struct throttle_export *unused,
   reply_warning (out, huge, warning);
 }
 
-static void
-set_latency_target (FILE *out, struct throttle_export *exp,
-                    const char *value)
+void
+throttle_control_set_latency_target (FILE *out, struct throttle_export *exp,
+                                     const char *value)
 {
   const char *name = exp->name;
   uint64_t previous;
@@ -198,7 +194,7 @@ set_latency_target (FILE *out, struct throttle_export *exp,
 
   if (throttle_adapt_export_set_target (exp, value, &previous,
                                         err, sizeof err) == -1) {
-    throttle_report_error (out, "%s", err);
+    throttle_json_error (out, "%s", err);
     return;
   }
   nbdkit_debug ("throttle: control: export \"%s\" latency target %s",
@@ -211,21 +207,4 @@ set_latency_target (FILE *out, struct throttle_export *exp,
     fprintf (out, ",\"previous_ns\":%" PRIu64 "}\n", previous);
   else
     fputs (",\"previous_ns\":null}\n", out);
-}
-
-static const struct throttle_report_setter setters[] = {
-  { "capacity", "set capacity EXPORT N", true, set_capacity },
-  { "latency-target", "set latency-target EXPORT DURATION|off", true,
-    set_latency_target },
-  { "server-capacity", "set server-capacity N", false, set_server_capacity },
-};
-
-int
-throttle_capacity_config_complete (void)
-{
-  size_t i;
-
-  for (i = 0; i < sizeof setters / sizeof setters[0]; i++)
-    throttle_report_add_setter (&setters[i]);
-  return 0;
 }

@@ -16,61 +16,44 @@
 #include "throttle-export.h"
 #include "throttle-json.h"
 #include "throttle-metrics.h"
-#include "throttle-report.h"
 
 /* --- replies ----------------------------------------------------------- */
 
-static void
-reply_unknown_export (FILE *out, const char *name)
+/* The budget a command names, held for the command: an export whose
+ * last connection closes meanwhile is freed only after it.  NULL after
+ * the error reply if it has none.
+ */
+static struct throttle_export *
+get_export (FILE *out, const char *name)
 {
-  throttle_report_error (out, "unknown export \"%s\": it has no "
-                                "budget (only \"\" and the names of open "
-                                "connections have one)", name);
+  struct throttle_export *exp = throttle_export_get (name);
+
+  if (exp == NULL)
+    throttle_json_error (out, "unknown export \"%s\": it has no budget "
+                         "(only \"\" and the names of open connections "
+                         "have one)", name);
+  return exp;
 }
 
-/* Reply with the stats, or with an error saying why they cannot be
- * given: a reply never just goes missing.
+/* Write text (len bytes, then a newline if newline), which it frees;
+ * or, if text is NULL or over the output bound, an error saying why
+ * and what to ask instead: a reply never just goes missing, and one of
+ * several lines is written whole or not at all, since a client reads
+ * up to its end.
  */
 static void
-reply_stats (FILE *out, struct throttle_export *exp, size_t from)
+reply_whole (FILE *out, char *text, size_t len, bool newline,
+             const char *cmd, const char *instead)
 {
-  char *line = throttle_metrics_stats (exp, from);
-
-  if (line == NULL || strlen (line) > THROTTLE_CONTROL_MAX_OUTPUT)
-    throttle_report_error (out, "stats: the reply does not fit in "
-                                  "%d bytes or memory ran out: ask for one "
-                                  "export, or a page with stats from N",
-                                  THROTTLE_CONTROL_MAX_OUTPUT);
+  if (text == NULL || len > THROTTLE_CONTROL_MAX_OUTPUT)
+    throttle_json_error (out, "%s: the reply does not fit in %d bytes or "
+                         "memory ran out: %s", cmd,
+                         THROTTLE_CONTROL_MAX_OUTPUT, instead);
   else {
-    fputs (line, out);
-    putc ('\n', out);
-  }
-  free (line);
-}
-
-/* The metrics, or an error line if they do not fit the output bound:
- * written whole or not at all, since a client reads up to "# EOF".
- */
-static void
-reply_metrics (FILE *out)
-{
-  char *text = NULL;
-  size_t len = 0;
-  FILE *fp = open_memstream (&text, &len);
-
-  if (fp != NULL) {
-    int r = throttle_metrics_write (fp, true);
-
-    if (fclose (fp) == EOF || r == -1)
-      len = SIZE_MAX;
-  }
-  if (fp == NULL || len > THROTTLE_CONTROL_MAX_OUTPUT)
-    throttle_report_error (out, "metrics: the reply does not fit in "
-                                  "%d bytes or memory ran out: use "
-                                  "throttle-metrics-file, or stats from N",
-                                  THROTTLE_CONTROL_MAX_OUTPUT);
-  else
     fwrite (text, 1, len, out);
+    if (newline)
+      putc ('\n', out);
+  }
   free (text);
 }
 
@@ -135,61 +118,13 @@ next_token (char **p, char **tok, const char **err)
 #define MAX_ARGS 4
 
 static void
-reply_set_usage (FILE *out)
+cmd_help (FILE *out, int argc, char **argv)
 {
-  const struct throttle_report_setter *setter;
-  char usage[1024];
-  size_t i, len = 0;
-
-  usage[0] = '\0';
-  /* A usage that does not fit is cut, never overrun. */
-  for (i = 0; (setter = throttle_report_setter (i)) != NULL &&
-         len < sizeof usage; i++)
-    len += snprintf (usage + len, sizeof usage - len, "%s%s",
-                     i ? ", or " : "", setter->usage);
-  throttle_report_error (out, "usage: %s (the default export is "
-                                "\"\")", usage);
-}
-
-/* The budget a per-export command names is held for the command: an
- * export whose last connection closes meanwhile is freed only after it.
- */
-static void
-cmd_set (FILE *out, int argc, char **argv)
-{
-  const struct throttle_report_setter *setter = NULL, *s;
-  struct throttle_export *exp;
-  size_t i;
-
-  for (i = 0; argc >= 2 && (s = throttle_report_setter (i)) != NULL; i++)
-    if (strcmp (argv[1], s->name) == 0)
-      setter = s;
-  if (setter == NULL || argc != (setter->per_export ? 4 : 3)) {
-    reply_set_usage (out);
-    return;
-  }
-  if (!setter->per_export) {
-    setter->set (out, NULL, argv[2]);
-    return;
-  }
-  exp = throttle_export_get (argv[2]);
-  if (exp == NULL) {
-    reply_unknown_export (out, argv[2]);
-    return;
-  }
-  setter->set (out, exp, argv[3]);
-  throttle_export_put (exp);
-}
-
-static void
-reply_help (FILE *out)
-{
-  const struct throttle_report_setter *setter;
-  size_t i;
+  const struct throttle_setter *setter;
 
   fputs ("{\"commands\":[\"stats [EXPORT]\",\"stats from N\",\"metrics\"",
          out);
-  for (i = 0; (setter = throttle_report_setter (i)) != NULL; i++) {
+  for (setter = throttle_setters; setter->name; setter++) {
     putc (',', out);
     throttle_json_string (out, setter->usage);
   }
@@ -201,33 +136,95 @@ cmd_stats (FILE *out, int argc, char **argv)
 {
   struct throttle_export *exp = NULL;
   unsigned long long from = 0;
-  char *end;
+  char *end, *line;
 
   if (argc == 3 && strcmp (argv[1], "from") == 0) {
     errno = 0;
     from = strtoull (argv[2], &end, 10);
     if (argv[2][0] < '0' || argv[2][0] > '9' || *end != '\0' ||
         errno || from > SIZE_MAX) {
-      throttle_report_error (out, "bad number \"%s\": expected the "
-                                    "index of the first export of the page "
-                                    "(0, or the \"next\" of the page "
-                                    "before)", argv[2]);
+      throttle_json_error (out, "bad number \"%s\": expected the index of "
+                           "the first export of the page (0, or the "
+                           "\"next\" of the page before)", argv[2]);
       return;
     }
   }
   else if (argc > 2) {
-    throttle_report_error (out, "usage: stats [EXPORT] or "
-                                  "stats from N");
+    throttle_json_error (out, "usage: stats [EXPORT] or stats from N");
     return;
   }
-  else if (argc == 2 && (exp = throttle_export_get (argv[1])) == NULL) {
-    reply_unknown_export (out, argv[1]);
+  else if (argc == 2 && (exp = get_export (out, argv[1])) == NULL)
     return;
-  }
-  reply_stats (out, exp, from);
+  line = throttle_metrics_stats (exp, from);
+  reply_whole (out, line, line ? strlen (line) : 0, true, "stats",
+               "ask for one export, or a page with stats from N");
   if (exp)
     throttle_export_put (exp);
 }
+
+static void
+cmd_metrics (FILE *out, int argc, char **argv)
+{
+  char *text = NULL;
+  size_t len = 0;
+  FILE *fp = open_memstream (&text, &len);
+
+  if (fp != NULL) {
+    int r = throttle_metrics_write (fp, true);
+
+    if (fclose (fp) == EOF || r == -1) {
+      free (text);
+      text = NULL;
+    }
+  }
+  reply_whole (out, text, len, false, "metrics",
+               "use throttle-metrics-file, or stats from N");
+}
+
+static void
+cmd_set (FILE *out, int argc, char **argv)
+{
+  const struct throttle_setter *setter, *s;
+  struct throttle_export *exp;
+  char usage[1024];
+  size_t len = 0;
+
+  for (setter = throttle_setters; argc >= 2 && setter->name; setter++)
+    if (strcmp (argv[1], setter->name) == 0)
+      break;
+  if (argc < 2 || setter->name == NULL ||
+      argc != (setter->per_export ? 4 : 3)) {
+    /* A usage that does not fit is cut, never overrun. */
+    usage[0] = '\0';
+    for (s = throttle_setters; s->name && len < sizeof usage; s++)
+      len += snprintf (usage + len, sizeof usage - len, "%s%s",
+                       s == throttle_setters ? "" : ", or ", s->usage);
+    throttle_json_error (out, "usage: %s (the default export is \"\")",
+                         usage);
+    return;
+  }
+  if (!setter->per_export) {
+    setter->set (out, NULL, argv[2]);
+    return;
+  }
+  exp = get_export (out, argv[2]);
+  if (exp == NULL)
+    return;
+  setter->set (out, exp, argv[3]);
+  throttle_export_put (exp);
+}
+
+/* A bare command takes no argument: with one, its usage is its name. */
+static const struct {
+  const char *name;
+  bool bare;
+  void (*run) (FILE *out, int argc, char **argv);
+} commands[] = {
+  { "help", true, cmd_help },
+  { "stats", false, cmd_stats },
+  { "metrics", true, cmd_metrics },
+  { "set", false, cmd_set },
+};
 
 void
 throttle_control_execute (FILE *out, char *line)
@@ -236,37 +233,27 @@ throttle_control_execute (FILE *out, char *line)
   const char *err = NULL;
   int argc = 0;
   char *p = line;
+  size_t i;
 
   while (argc <= MAX_ARGS && next_token (&p, &argv[argc], &err) == 1)
     argc++;
   if (err) {
-    throttle_report_error (out, "%s", err);
+    throttle_json_error (out, "%s", err);
     return;
   }
   if (argc == 0)              /* a blank line: nothing to answer */
     return;
   if (argc > MAX_ARGS) {
-    throttle_report_error (out, "too many arguments: try help");
+    throttle_json_error (out, "too many arguments: try help");
     return;
   }
-
-  if (strcmp (argv[0], "help") == 0) {
-    if (argc != 1)
-      throttle_report_error (out, "usage: help");
-    else
-      reply_help (out);
-  }
-  else if (strcmp (argv[0], "stats") == 0)
-    cmd_stats (out, argc, argv);
-  else if (strcmp (argv[0], "metrics") == 0) {
-    if (argc != 1)
-      throttle_report_error (out, "usage: metrics");
-    else
-      reply_metrics (out);
-  }
-  else if (strcmp (argv[0], "set") == 0)
-    cmd_set (out, argc, argv);
-  else
-    throttle_report_error (out, "unknown command \"%s\": try help",
-                                  argv[0]);
+  for (i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (strcmp (argv[0], commands[i].name) == 0) {
+      if (commands[i].bare && argc != 1)
+        throttle_json_error (out, "usage: %s", argv[0]);
+      else
+        commands[i].run (out, argc, argv);
+      return;
+    }
+  throttle_json_error (out, "unknown command \"%s\": try help", argv[0]);
 }

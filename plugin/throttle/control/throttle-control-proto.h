@@ -29,9 +29,21 @@
  */
 extern void throttle_control_execute (FILE *out, char *line);
 
-/* What features add (their statistics, their "set" commands) is in
- * the core's tables (throttle-report.h): the protocol names none of
- * them.
+/* A "set" command: "set NAME EXPORT VALUE" if per_export, else "set
+ * NAME VALUE".  set writes the one reply line, {"ok":true,...} or
+ * throttle_json_error's; exp is the named export's budget, held for the
+ * call (NULL unless per_export), without the registry's lock: set may
+ * call throttle_export_foreach.  It runs in the control thread and
+ * must not block.  The table throttle_setters[], ending with a NULL
+ * name, is in throttle-features.c, in the order help and the usage of
+ * a bad set list them: the protocol names no command of a feature's.
  */
+struct throttle_setter {
+  const char *name;             /* "capacity" */
+  const char *usage;            /* "set capacity EXPORT N" */
+  bool per_export;
+  void (*set) (FILE *out, struct throttle_export *exp, const char *value);
+};
+extern const struct throttle_setter throttle_setters[];
 
 #endif /* THROTTLE_CONTROL_PROTO_H */

@@ -40,11 +40,10 @@
 #include "throttle-control.h"
 #include "throttle-control-proto.h"
 #include "throttle-export.h"
+#include "throttle-json.h"
 #include "throttle-metrics.h"
-#include "throttle-metrics-file.h"
 #include "throttle-params.h"
 #include "throttle-parse.h"
-#include "throttle-report.h"
 
 /* A command line, without its newline, is at most this long. */
 #define MAX_LINE 1024
@@ -72,7 +71,6 @@ static ev_timer accept_retry;
 static ev_timer stats_timer;
 static ev_timer metrics_timer;
 static pthread_t thread;
-static bool thread_running;
 
 /* --- clients ----------------------------------------------------------- */
 
@@ -96,13 +94,6 @@ struct client {
 
 static struct client *clients;
 static unsigned nclients;
-
-static double
-idle_timeout (void)
-{
-  return throttle_debug_control_timeout > 0 ?
-    throttle_debug_control_timeout : DEFAULT_IDLE_TIMEOUT;
-}
 
 static void
 drop_client (struct client *c, const char *why)
@@ -140,8 +131,10 @@ drop_client_saying (struct client *c, const char *line, const char *why)
   drop_client (c, why);
 }
 
-/* Send what can be sent now.  Returns false if the client was dropped. */
-static bool
+/* Send what can be sent now; drops the client on an error, or once
+ * all is sent if it is closing.
+ */
+static void
 flush_client (struct client *c)
 {
   while (c->outoff < c->len) {
@@ -153,7 +146,7 @@ flush_client (struct client *c)
       if (errno == EAGAIN || errno == EWOULDBLOCK)
         break;
       drop_client (c, throttle_errtext (errno));
-      return false;
+      return;
     }
     c->outoff += n;
     ev_timer_again (control_loop, &c->idle);
@@ -167,11 +160,10 @@ flush_client (struct client *c)
     c->buf = NULL;
     c->len = c->outoff = 0;
     ev_io_stop (control_loop, &c->wio);
-    if (c->closing) {
+    if (c->closing)
       drop_client (c, NULL);
-      return false;
-    }
-    ev_io_start (control_loop, &c->rio);
+    else
+      ev_io_start (control_loop, &c->rio);
   }
   else {
     /* Read no more commands from a client that does not read its
@@ -180,56 +172,44 @@ flush_client (struct client *c)
     ev_io_stop (control_loop, &c->rio);
     ev_io_start (control_loop, &c->wio);
   }
-  return true;
 }
 
-/* The stream of the client's replies, opened at the first; NULL if
- * memory ran out.
- */
-static FILE *
-client_out (struct client *c)
-{
-  if (c->out == NULL)
-    c->out = open_memstream (&c->buf, &c->len);
-  return c->out;
-}
-
-/* Execute the complete lines received.  Returns false if memory ran
- * out or the replies not yet sent are over the bound: checked after
- * each line, so they never grow past it by more than one reply.
+/* Execute the complete lines received, and answer a line too long
+ * with an error and closing.  Returns false if memory ran out or the
+ * replies not yet sent are over the bound: checked after each line, so
+ * they never grow past it by more than one reply.  The stream of the
+ * replies is opened at the first.
  */
 static bool
 process_lines (struct client *c)
 {
-  FILE *out;
   char *nl;
 
-  while (!c->closing && (nl = memchr (c->in, '\n', c->inlen)) != NULL) {
-    size_t len = nl - c->in;
-
-    if ((out = client_out (c)) == NULL)
+  while (!c->closing) {
+    nl = memchr (c->in, '\n', c->inlen);
+    if (nl == NULL && c->inlen <= MAX_LINE)
+      break;
+    if (c->out == NULL &&
+        (c->out = open_memstream (&c->buf, &c->len)) == NULL)
       return false;
-    if (memchr (c->in, '\0', len) != NULL)
-      throttle_report_error (out, "NUL byte in a command");
+    if (nl == NULL) {
+      throttle_json_error (c->out, "line too long (more than %d bytes): "
+                           "closing", MAX_LINE);
+      c->inlen = 0;
+      c->closing = true;
+      return fflush (c->out) != EOF;
+    }
+    if (memchr (c->in, '\0', nl - c->in) != NULL)
+      throttle_json_error (c->out, "NUL byte in a command");
     else {
       *nl = '\0';
-      if (len > 0 && c->in[len - 1] == '\r')
-        c->in[len - 1] = '\0';
-      throttle_control_execute (out, c->in);
+      if (nl > c->in && nl[-1] == '\r')
+        nl[-1] = '\0';
+      throttle_control_execute (c->out, c->in);
     }
-    memmove (c->in, nl + 1, c->inlen - len - 1);
-    c->inlen -= len + 1;
-    if (fflush (out) == EOF || c->len > THROTTLE_CONTROL_MAX_OUTPUT)
-      return false;
-  }
-  if (!c->closing && c->inlen > MAX_LINE) {
-    if ((out = client_out (c)) == NULL)
-      return false;
-    throttle_report_error (out, "line too long (more than %d bytes): "
-                                  "closing", MAX_LINE);
-    c->inlen = 0;
-    c->closing = true;
-    if (fflush (out) == EOF)
+    c->inlen -= nl + 1 - c->in;
+    memmove (c->in, nl + 1, c->inlen);
+    if (fflush (c->out) == EOF || c->len > THROTTLE_CONTROL_MAX_OUTPUT)
       return false;
   }
   return true;
@@ -357,7 +337,8 @@ accept_cb (struct ev_loop *loop, ev_io *w, int revents)
   ev_io_init (&c->rio, client_read_cb, fd, EV_READ);
   ev_io_init (&c->wio, client_write_cb, fd, EV_WRITE);
   ev_init (&c->idle, client_idle_cb);
-  c->idle.repeat = idle_timeout ();
+  c->idle.repeat = throttle_debug_control_timeout > 0 ?
+    throttle_debug_control_timeout : DEFAULT_IDLE_TIMEOUT;
   c->rio.data = c->wio.data = c->idle.data = c;
   ev_io_start (loop, &c->rio);
   ev_timer_again (loop, &c->idle);
@@ -479,11 +460,8 @@ bind_socket (void)
     return -1;
   }
   /* Whoever can connect can change the capacity: owner only, from the
-   * first instant the name exists.
+   * first instant the name exists (the umask), and 0600 once bound.
    */
-  if (fchmod (fd, 0600) == -1)
-    nbdkit_debug ("throttle: control: fchmod of the socket: %s",
-                  throttle_errtext (errno));
   old_umask = umask (0077);
   r = bind (fd, (struct sockaddr *) &sun, sizeof sun);
   umask (old_umask);
@@ -585,7 +563,6 @@ throttle_control_after_fork (void)
     control_loop = NULL;
     return -1;
   }
-  thread_running = true;
   return 0;
 }
 
@@ -594,14 +571,12 @@ throttle_control_cleanup (void)
 {
   struct stat st;
 
-  if (thread_running) {
+  /* The loop exists while its thread runs (throttle_control_after_fork). */
+  if (control_loop) {
     ev_async_send (control_loop, &stop_watcher);
     pthread_join (thread, NULL);
-    thread_running = false;
-  }
-  while (clients)
-    drop_client (clients, NULL);
-  if (control_loop) {
+    while (clients)
+      drop_client (clients, NULL);
     ev_loop_destroy (control_loop);
     control_loop = NULL;
   }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: the metrics file (see throttle-metrics-file.h). */
+/* nbdkit-throttle filter: the metrics file (see throttle-control.h). */
 
 #include <config.h>
 
@@ -14,8 +14,8 @@
 
 #include <nbdkit-filter.h>
 
+#include "throttle-control.h"
 #include "throttle-metrics.h"
-#include "throttle-metrics-file.h"
 #include "throttle-params.h"
 #include "throttle-parse.h"
 

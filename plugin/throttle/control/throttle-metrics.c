@@ -18,7 +18,6 @@
 #include "throttle-json.h"
 #include "throttle-metrics.h"
 #include "throttle-prom.h"
-#include "throttle-report.h"
 
 #define PREFIX "nbdkit_throttle_"
 
@@ -87,6 +86,16 @@ value (const struct budget *b, const struct statistic *st)
   return v;
 }
 
+/* Every feature's members of the stats, in the table's order. */
+static void
+report_json (FILE *fp, struct throttle_export *exp)
+{
+  const struct throttle_report *r;
+
+  for (r = throttle_reports; r->json; r++)
+    r->json (fp, exp);
+}
+
 /* --- the snapshot -------------------------------------------------------- */
 
 struct snapshot {
@@ -121,15 +130,15 @@ take_export (struct throttle_export *exp, void *opaque)
   fwrite (exp->name, 1, strlen (exp->name) + 1, r->fp);
   b->json = offset (r->fp);
   if (r->with_json)
-    throttle_report_json (r->fp, exp);
+    report_json (r->fp, exp);
   putc ('\0', r->fp);
 }
 
 /* One export (exp != NULL, held by the caller), or at most max from
  * the from'th, with each export's features' JSON members if
- * with_json.  An
- * export made between the count and the walk is left out, as if made
- * just after.  0, or -1 if memory ran out (nothing to free then).
+ * with_json.  An export made between the count and the walk is left
+ * out, as if made just after.  0, or -1 if memory ran out (nothing to
+ * free then).
  */
 static int
 take (struct snapshot *r, struct throttle_export *exp, size_t from,
@@ -227,7 +236,7 @@ throttle_metrics_stats (struct throttle_export *exp, size_t from)
     else
       fputs (",\"next\":null", fp);
   }
-  throttle_report_json (fp, NULL);
+  report_json (fp, NULL);
   fputs (",\"exports\":[", fp);
   for (i = 0; i < r.n; i++) {
     if (i > 0)
@@ -270,9 +279,9 @@ write_config (FILE *fp, size_t exports)
                         "and what the _units families count (bytes, "
                         "pages, requests, or units for a user metric)");
   fputs (PREFIX "info{metric=", fp);
-  throttle_prom_label_value (fp, m);
+  throttle_quote (fp, m, false);
   fputs (",unit=", fp);
-  throttle_prom_label_value (fp, unit (m));
+  throttle_quote (fp, unit (m), false);
   fputs ("} 1\n", fp);
   throttle_prom_family (fp, PREFIX "default_capacity_units", "gauge",
                         "The capacity a new export's budget starts at "
@@ -313,6 +322,7 @@ write_family (FILE *fp, const struct statistic *st, const struct budget *b,
 int
 throttle_metrics_write (FILE *fp, bool with_features)
 {
+  const struct throttle_report *rep;
   struct snapshot r;
   size_t i;
 
@@ -325,8 +335,9 @@ throttle_metrics_write (FILE *fp, bool with_features)
       write_family (fp, &stats[i], &r.server, 1, true);
   }
   snapshot_free (&r);
-  if (with_features)
-    throttle_report_metrics (fp);
+  for (rep = throttle_reports; with_features && rep->json; rep++)
+    if (rep->metrics)
+      rep->metrics (fp);
   fputs (THROTTLE_PROM_EOF, fp);
   return 0;
 }

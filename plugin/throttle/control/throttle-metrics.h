@@ -25,8 +25,8 @@
  *
  * To add a statistic: a line in the table if it is a budget's (in
  * every output then); a function beside write_config if it is the
- * server's configuration or state; a feature's own functions
- * (throttle_report_add) if it is a feature's.  A family has one label
+ * server's configuration or state; a feature's report (below) if it is
+ * a feature's.  A family has one label
  * at most per sample (a verdict with its reasons: a 0/1 gauge, and a
  * gauge of one sample per reason labelled reason="...").
  *
@@ -45,6 +45,32 @@
 
 #include "throttle-export.h"
 
+/* What a feature reports (write-behind's pool and queue, the latency
+ * target, the swap verdict, real-time switching): the table
+ * throttle_reports[], ending with a NULL json, is in
+ * throttle-features.c, in the order the outputs give them.  Called
+ * from the control thread alone, which starts after every feature's
+ * .after_fork and is stopped in .cleanup before any feature's, so that
+ * what they read exists; neither may block.
+ *
+ * json writes zero or more JSON members of the stats, each preceded
+ * by a comma, e.g.
+ *   ,"writeback":{"pool_used":1048576,"pending_writes":3,"error":null}
+ * once with exp == NULL for members of the top-level object (without
+ * the registry's lock), then once per export, maybe with the
+ * registry's lock held: it must not call the registry (a lock it takes
+ * for a copy is ordered after that one: throttle-export.c).
+ *
+ * metrics, or NULL, writes whole families as OpenMetrics text
+ * (lib/throttle-prom.h), after the budgets', without the registry's
+ * lock (it may get an export).
+ */
+struct throttle_report {
+  void (*json) (FILE *fp, struct throttle_export *exp);
+  void (*metrics) (FILE *fp);
+};
+extern const struct throttle_report throttle_reports[];
+
 /* The stats give at most this many exports per line: a page of the
  * longest names (4096 bytes, each byte escaped to 6) with the
  * features' members stays well under what a control client may have
@@ -54,7 +80,7 @@
 
 /* The stats of one export (exp != NULL, held by the caller), or of a
  * page of at most THROTTLE_METRICS_STATS_PAGE exports from the
- * from'th, with the features' members (throttle-report.h), as one line
+ * from'th, with the features' members (throttle_reports), as one line
  * of JSON without the newline, into a buffer the caller frees.  The
  * control thread's.  NULL if memory ran out.
  */

@@ -94,7 +94,7 @@ struct throttle_export {
  * freed: no connection and no control command holds it then, and at
  * unload the registry's lock may be held.  Neither may call anything
  * here, nor take a lock that is held while calling in here.  Its
- * statistics go through throttle_report_add (throttle-report.h).
+ * statistics are a report (throttle-features.c).
  */
 struct throttle_export_feature {
   void *(*attach) (struct throttle_export *exp);

@@ -32,6 +32,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "throttle-params.h"
 
@@ -177,10 +178,9 @@ extern void throttle_guards_set_missing (enum throttle_guard guard,
  */
 
 /* after_fork, once the guards know whether SCHED_FIFO is permitted
- * (throttle_guards_rt_active): adds set rt and the stats member to the
- * control protocol, and where permitted opens /proc/self/task and the
- * PSI trigger, starts the watcher and decides for the start mode.
- * Never fails: what cannot be had is logged.
+ * (throttle_guards_rt_active): where permitted opens /proc/self/task
+ * and the PSI trigger, starts the watcher and decides for the start
+ * mode.  Never fails: what cannot be had is logged.
  */
 extern void throttle_realtime_start (void);
 /* unload, last of all: stops the watcher, closes what start opened,
@@ -210,6 +210,15 @@ extern void throttle_realtime_close (void *peer);
  * changed.
  */
 extern void throttle_realtime_thread_policy (void);
+
+/* The control socket's rt member of the stats and its "set rt", from
+ * the control thread (throttle-features.c lists them).
+ */
+struct throttle_export;
+extern void throttle_realtime_stats_json (FILE *fp,
+                                          struct throttle_export *exp);
+extern void throttle_realtime_set (FILE *out, struct throttle_export *unused,
+                                   const char *value);
 
 #define throttle_guards_config_help \
   "throttle-swap=auto|on|off   The default of every guard below: on\n" \

@@ -34,7 +34,6 @@
 #include "throttle-json.h"
 #include "throttle-lock.h"
 #include "throttle-parse.h"
-#include "throttle-report.h"
 #include "throttle-rtpolicy.h"
 #include "throttle-verdict.h"
 
@@ -372,11 +371,11 @@ throttle_realtime_close (void *state)
 }
 
 /* The JSON member ,"rt":{...} (mode, whether on and why, the peers,
- * the hold), after its comma: a throttle_report_json_fn, of the
- * top-level object alone.
+ * the hold), after its comma: a report's json (throttle-metrics.h), of
+ * the top-level object alone.
  */
-static void
-rt_json (FILE *fp, struct throttle_export *exp)
+void
+throttle_realtime_stats_json (FILE *fp, struct throttle_export *exp)
 {
   struct throttle_rt st;
   char why[sizeof rt_why];
@@ -419,8 +418,9 @@ rt_json (FILE *fp, struct throttle_export *exp)
 /* The control socket's "set rt on|off|auto": the server's real-time
  * mode; the reply has the rt member.
  */
-static void
-set_rt (FILE *out, struct throttle_export *unused, const char *value)
+void
+throttle_realtime_set (FILE *out, struct throttle_export *unused,
+                       const char *value)
 {
   char event[64];
   enum throttle_rt_mode mode;
@@ -429,14 +429,14 @@ set_rt (FILE *out, struct throttle_export *unused, const char *value)
     if (strcmp (value, throttle_rt_mode_name (mode)) == 0)
       break;
   if (mode > THROTTLE_RT_ON) {
-    throttle_report_error (out, "set rt: bad mode \"%s\": expected on, off "
-                           "or auto", value);
+    throttle_json_error (out, "set rt: bad mode \"%s\": expected on, off "
+                         "or auto", value);
     return;
   }
   if (!permitted && mode != THROTTLE_RT_OFF) {
-    throttle_report_error (out, "set rt %s: this server cannot be real-time "
-                           "(started with throttle-rt=off, or SCHED_FIFO was "
-                           "refused: see its log)", value);
+    throttle_json_error (out, "set rt %s: this server cannot be real-time "
+                         "(started with throttle-rt=off, or SCHED_FIFO was "
+                         "refused: see its log)", value);
     return;
   }
   if (permitted) {
@@ -454,7 +454,7 @@ set_rt (FILE *out, struct throttle_export *unused, const char *value)
     rt_wake_watcher ();
   }
   fputs ("{\"ok\":true", out);
-  rt_json (out, NULL);
+  throttle_realtime_stats_json (out, NULL);
   fputs ("}\n", out);
 }
 
@@ -584,11 +584,6 @@ rt_watch (void *arg)
   return NULL;
 }
 
-/* The control socket's set rt, and the rt member of its stats. */
-static const struct throttle_report_setter rt_setter = {
-  "rt", "set rt on|off|auto", false, set_rt
-};
-
 /* Where permitted: opens /proc/self/task and the PSI trigger, decides
  * for the start mode and starts the watcher.  Where no PSI trigger can
  * be set, clients of root or the server's uid count as kernel clients
@@ -603,9 +598,6 @@ throttle_realtime_start (void)
   int err;
 
   permitted = throttle_guards_rt_active ();
-  /* Before the control thread exists (throttle-report.h). */
-  throttle_report_add (rt_json, NULL);
-  throttle_report_add_setter (&rt_setter);
   if (!permitted)
     return;
   throttle_rt_init (&rt_state, (uint64_t) (gp->rt_hold * 1e9));

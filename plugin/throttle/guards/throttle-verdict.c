@@ -18,7 +18,6 @@
 #include "throttle-params.h"
 #include "throttle-parse.h"
 #include "throttle-prom.h"
-#include "throttle-report.h"
 #include "throttle-verdict.h"
 
 /* The reasons, fixed: their names are the label values of the metrics
@@ -228,8 +227,8 @@ report (const struct verdict *v)
 }
 
 /* The control socket's top-level stats member "swap". */
-static void
-stats_json (FILE *fp, struct throttle_export *exp)
+void
+throttle_verdict_stats_json (FILE *fp, struct throttle_export *exp)
 {
   struct verdict v;
   size_t i, n = 0;
@@ -259,8 +258,8 @@ stats_json (FILE *fp, struct throttle_export *exp)
  * (1: it holds now), every reason always present so that a monitor
  * tells "taken" from "not reported".
  */
-static void
-metrics (FILE *fp)
+void
+throttle_verdict_metrics (FILE *fp)
 {
   struct verdict v;
   size_t i;
@@ -296,7 +295,6 @@ throttle_verdict_get_ready (int thread_model)
   judge (&v);
   report (&v);
   reported = v.missing;
-  throttle_report_add (stats_json, metrics);
   return 0;
 }
 

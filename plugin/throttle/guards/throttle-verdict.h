@@ -74,7 +74,7 @@ extern void throttle_verdict_plugin_key (const char *key, const char *value);
 /* .get_ready, after every guard was tried: with the storage remote, a
  * debug line with the vm settings and what they need (or why they
  * cannot be read); the verdict at start, while stderr is still the
- * user's terminal; adds the stats member and the metrics families.
+ * user's terminal.
  */
 extern int throttle_verdict_get_ready (int thread_model);
 
@@ -99,5 +99,12 @@ extern void throttle_verdict_peer (enum throttle_rt_peer peer,
   "                            vm.min_free_kbytes is too low for that\n" \
   "                            (default auto: from the plugin's hostname=,\n" \
   "                            uri=, url= or host=)."
+
+/* The control socket's stats member "swap" and the metrics families
+ * (throttle-features.c lists them), from the control thread.
+ */
+extern void throttle_verdict_stats_json (FILE *fp,
+                                         struct throttle_export *exp);
+extern void throttle_verdict_metrics (FILE *fp);
 
 #endif /* THROTTLE_VERDICT_H */

@@ -20,7 +20,6 @@
 
 #include "throttle-config.h"
 #include "throttle-compat.h"
-#include "throttle-report.h"
 #include "throttle-params.h"
 #include "throttle-wbq.h"
 #include "throttle-writeback.h"
@@ -202,8 +201,6 @@ throttle_writeback_config_complete (void)
                 "%d bytes go through directly",
                 pool_bytes, WB_ELEM, need,
                 (int) (pool_bytes < WB_MAX_WRITE ? pool_bytes : WB_MAX_WRITE));
-  throttle_report_add (throttle_writeback_stats_json,
-                       throttle_writeback_metrics);
   return 0;
 }
 

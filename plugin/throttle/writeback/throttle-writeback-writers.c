@@ -459,13 +459,17 @@ throttle_writeback_stats_json (FILE *fp, struct throttle_export *exp)
 void
 throttle_writeback_metrics (FILE *fp)
 {
-  /* Writeback serves the default export alone. */
-  struct throttle_export *exp = throttle_export_get ("");
-  struct throttle_wb *wb = throttle_wb_of (exp);
+  struct throttle_export *exp;
+  struct throttle_wb *wb;
   struct throttle_wbq_stats s;
   uint64_t v[NR_WB_STATS];
   size_t i;
 
+  if (!throttle_writeback_enabled ())
+    return;
+  /* Writeback serves the default export alone. */
+  exp = throttle_export_get ("");
+  wb = throttle_wb_of (exp);
   wb_values (wb, v, &s);
   for (i = 0; i < NR_WB_STATS; i++) {
     throttle_prom_family (fp, wb_stats[i].family,

@@ -143,7 +143,8 @@ throttle_wb_of (struct throttle_export *exp)
 extern int throttle_writeback_make (struct throttle_export *exp,
                                     nbdkit_context *context);
 
-/* The member for the control socket (throttle_report_json_fn):
+/* The member for the control socket (a report's json,
+ * throttle-metrics.h):
  *   ,"writeback":{"pending_writes":N,"pending_bytes":N,
  *   "peak_pending_bytes":N,"pool_used":N,"pool_size":N,"written":N,
  *   "direct":N,"failed":N,"error":"EIO"|null}
@@ -152,9 +153,9 @@ extern int throttle_writeback_make (struct throttle_export *exp,
  */
 extern void throttle_writeback_stats_json (FILE *fp,
                                            struct throttle_export *exp);
-/* The same numbers as metrics (a throttle_report_metrics_fn): the
- * families nbdkit_throttle_writeback_*, each with one sample per
- * export in writeback (the default export alone, once a writable
+/* The same numbers as metrics (a report's metrics): in writeback
+ * mode the families nbdkit_throttle_writeback_*, each with one sample
+ * per export in writeback (the default export alone, once a writable
  * connection made its queue; none before).  The control thread's.
  */
 extern void throttle_writeback_metrics (FILE *fp);
