@@ -169,7 +169,8 @@ throttle_adapt_config_complete (void)
 
     snprintf (what, sizeof what, "throttle-min-capacity=%s",
               config_floor_text);
-    throttle_capacity_check (&throttle_config.metric, config_floor, what,
+    throttle_capacity_judge (&throttle_config.metric, what,
+                             config_floor_text, config_floor,
                              err, sizeof err);
     nbdkit_error ("%s", err);
     return -1;

@@ -85,27 +85,24 @@ throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
   return next (nxdata, key, value);
 }
 
-/* A capacity given as key=text (value parsed) that the metric, now
- * known, cannot take (below its smallest, or bytes where it counts
- * pages or requests): its one error line.  One more than RAM could
- * ever hold in flight works, never throttling: a warning.
+/* A capacity given as key=text (value parsed), judged against the
+ * metric, now known (throttle_capacity_judge): -1 after its one error
+ * line, else 0, after a warning if it can never be reached.
  */
 static int
 check_capacity (const char *key, const char *text, uint64_t value)
 {
   char what[256], err[512];
+  int r;
 
   snprintf (what, sizeof what, "%s=%s", key, text);
-  if (throttle_capacity_check (&throttle_config.metric, value, what,
-                               err, sizeof err) == -1 ||
-      throttle_capacity_unit_check (&throttle_config.metric, text, value,
-                                    what, err, sizeof err) == -1) {
+  r = throttle_capacity_judge (&throttle_config.metric, what, text, value,
+                               err, sizeof err);
+  if (r == -1) {
     nbdkit_error ("%s", err);
     return -1;
   }
-  if (throttle_capacity_ram_check (&throttle_config.metric, value,
-                                   throttle_ram (), what,
-                                   err, sizeof err) == 1)
+  if (r == 1)
     throttle_warning ("%s", err);
   return 0;
 }
