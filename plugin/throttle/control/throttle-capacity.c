@@ -157,7 +157,7 @@ throttle_control_set_server_capacity (FILE *out,
   /* Not below an export's capacity, nor below throttle-capacity, at
    * which every budget made from now on starts.
    */
-  throttle_export_foreach (max_ceiling, &ctx);
+  throttle_export_foreach_range (0, SIZE_MAX, max_ceiling, &ctx);
   if ((uint64_t) r < ctx.max) {
     if (ctx.found)
       throttle_json_error (out, "server-capacity \"%s\": below "
