@@ -10,13 +10,15 @@
  *
  * The lifecycle callbacks below call the features' hooks
  * (throttle-feature.h) in the order of their table, and take them down
- * in reverse; the data callbacks are in throttle-serve.c.
+ * in reverse, as does a thread's first request (thread_enter); the
+ * data callbacks are in throttle-serve.c.
  */
 
 #include <config.h>
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,6 +181,37 @@ throttle_config_complete (nbdkit_next_config_complete *next,
                 throttle_config.charge_reads ? "charged" : "free");
 
   return next (nxdata);
+}
+
+/* Per-thread settings (throttle-feature.h).  initial-exec: in a
+ * dlopen'ed object the default TLS model reaches a variable through
+ * __tls_get_addr, which on a thread's first access mallocs the
+ * thread's slot: an allocation on the writeout path, before the
+ * guards are on.  One word fits glibc's static TLS surplus.  The
+ * generation starts at 1: 0 is a thread that never entered.
+ */
+atomic_uint throttle_thread_generation = 1;
+__thread unsigned throttle_thread_seen
+  __attribute__ ((tls_model ("initial-exec")));
+
+void
+throttle_thread_enter_slow (unsigned gen)
+{
+  const struct throttle_feature *const *f;
+  bool first = throttle_thread_seen == 0;
+
+  for (f = throttle_features; *f; f++)
+    if ((*f)->thread_enter)
+      (*f)->thread_enter (first);
+  throttle_thread_seen = gen;
+}
+
+/* A generation that wraps to 0 is skipped: 0 means never entered. */
+void
+throttle_threads_renew (void)
+{
+  if (atomic_fetch_add (&throttle_thread_generation, 1) == UINT_MAX)
+    atomic_fetch_add (&throttle_thread_generation, 1);
 }
 
 /* The features' hooks run in the table's order; the first failure
