@@ -5,17 +5,10 @@
 
 #include <config.h>
 
-#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "throttle-duration.h"
-
-static bool
-is_digit (char c)
-{
-  return c >= '0' && c <= '9';
-}
 
 /* The unit at s (the whole rest of the string): its length in decimal
  * digits of a nanosecond (9 for seconds, 0 for ns), or -1 if it is
@@ -43,12 +36,10 @@ throttle_parse_duration (const char *str, uint64_t *ns)
   int k, i;
 
   /* The digits first, to find where the unit begins. */
-  while (is_digit (*p))
-    p++;
+  p += strspn (p, "0123456789");
   if (*p == '.') {
     frac = ++p;
-    while (is_digit (*p))
-      p++;
+    p += strspn (p, "0123456789");
   }
   unit = p;
   /* At least one digit, before or after the point. */
@@ -60,7 +51,7 @@ throttle_parse_duration (const char *str, uint64_t *ns)
   for (i = 0; i < k; i++)
     unit_ns *= 10;
 
-  for (p = str; is_digit (*p); p++) {
+  for (p = str; *p >= '0' && *p <= '9'; p++) {
     if (whole > (UINT64_MAX - (*p - '0')) / 10)
       return -1;
     whole = whole * 10 + (*p - '0');

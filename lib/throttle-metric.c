@@ -75,15 +75,13 @@ throttle_metric_requests (const struct throttle_request *req)
 
 #define DEFAULT_BYTES (16 * 1024 * 1024)
 
-static const struct {
-  const char *name;
-  throttle_metric_fn *fn;
-  uint64_t page_units;
-  uint64_t default_capacity;
-} builtins[] = {
-  { "bytes", throttle_metric_bytes, THROTTLE_PAGE_SIZE, DEFAULT_BYTES },
-  { "pages", throttle_metric_pages, 1, DEFAULT_BYTES / THROTTLE_PAGE_SIZE },
-  { "requests", throttle_metric_requests, 0, DEFAULT_BYTES / (256 * 1024) },
+static const struct throttle_metric builtins[] = {
+  { "bytes", throttle_metric_bytes, .page_units = THROTTLE_PAGE_SIZE,
+    .default_capacity = DEFAULT_BYTES },
+  { "pages", throttle_metric_pages, .page_units = 1,
+    .default_capacity = DEFAULT_BYTES / THROTTLE_PAGE_SIZE },
+  { "requests", throttle_metric_requests,
+    .default_capacity = DEFAULT_BYTES / (256 * 1024) },
 };
 
 int
@@ -94,16 +92,13 @@ throttle_metric_load (const char *spec, struct throttle_metric *m,
   size_t i;
   void *dl;
 
-  memset (m, 0, sizeof *m);
   for (i = 0; i < sizeof builtins / sizeof builtins[0]; i++) {
     if (strcmp (spec, builtins[i].name) == 0) {
-      m->name = builtins[i].name;
-      m->fn = builtins[i].fn;
-      m->page_units = builtins[i].page_units;
-      m->default_capacity = builtins[i].default_capacity;
+      *m = builtins[i];
       return 0;
     }
   }
+  memset (m, 0, sizeof *m);
 
   /* Like nbdkit's plugin names: a name with a '/' is a path. */
   if (strchr (spec, '/') == NULL) {

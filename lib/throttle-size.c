@@ -7,16 +7,9 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "throttle-size.h"
-
-/* The white space strtoimax skips in the C locale. */
-static bool
-is_space (char c)
-{
-  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' ||
-    c == '\r';
-}
 
 /* log2 of suffix c's multiplier, or -1 if c is not a suffix.  's' is
  * 512 (2^9): nbdkit's "sectors", whatever the disk's sector size.
@@ -47,8 +40,8 @@ throttle_size_parse (const char *str, int64_t *out,
   int shift = 0;
 
   *where = str;
-  while (is_space (*p))
-    p++;
+  /* The white space strtoimax skips in the C locale. */
+  p += strspn (p, " \t\n\v\f\r");
   if (*p == '+' || *p == '-')
     minus = *p++ == '-';
   if (!(*p >= '0' && *p <= '9')) {

@@ -103,6 +103,9 @@ const struct throttle_report throttle_reports[] = {
   { NULL }
 };
 
+/* No feature keeps state per export here. */
+const struct throttle_feature *const throttle_features[] = { NULL };
+
 /* --- helpers ---------------------------------------------------------- */
 
 /* The reply to one command line, which the caller frees. */

@@ -70,11 +70,18 @@ feature_detach (void *state)
   free (state);
 }
 
-static const struct throttle_export_feature feature = {
-  .attach = feature_attach,
-  .detach = feature_detach,
+static const struct throttle_feature feature = {
+  .export_attach = feature_attach,
+  .export_detach = feature_detach,
 };
-static unsigned feature_slot;
+/* A feature with no state per export before it, so that the state's
+ * place is the feature's in the table.
+ */
+static const struct throttle_feature stateless;
+const struct throttle_feature *const throttle_features[] = {
+  &stateless, &feature, NULL
+};
+static const unsigned feature_slot = 1;
 
 /* --- helpers ------------------------------------------------------------ */
 
@@ -193,7 +200,7 @@ START_TEST (test_order)
   ck_assert_str_eq (c.names[0], "n0");
   ck_assert_str_eq (c.names[1], "n2");
   c.n = 0;
-  throttle_export_foreach (collect, &c);
+  throttle_export_foreach_range (0, SIZE_MAX, collect, &c);
   ck_assert_uint_eq (c.n, 4);
   ck_assert_str_eq (c.names[0], "");
   ck_assert_str_eq (c.names[3], "n1");
@@ -203,7 +210,7 @@ START_TEST (test_order)
   /* The tail is right after removing the last one: a new one links. */
   e[0] = throttle_export_open ("z");
   c.n = 0;
-  throttle_export_foreach (collect, &c);
+  throttle_export_foreach_range (0, SIZE_MAX, collect, &c);
   ck_assert_uint_eq (c.n, 2);
   ck_assert_str_eq (c.names[1], "z");
   throttle_export_close (e[0]);
@@ -366,7 +373,6 @@ throttle_test_suite (void)
   Suite *s = suite_create ("export");
   TCase *tc = tcase_create ("core");
 
-  feature_slot = throttle_export_add_feature (&feature);
   tcase_add_checked_fixture (tc, setup, teardown);
   tcase_set_timeout (tc, 120);
   tcase_add_test (tc, test_default);

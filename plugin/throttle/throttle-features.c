@@ -87,6 +87,8 @@ static const struct throttle_feature adapt = {
   .get_ready = throttle_adapt_get_ready,
   .after_fork = throttle_adapt_after_fork,
   .cleanup = throttle_adapt_cleanup,
+  .export_attach = throttle_adapt_export_attach,
+  .export_detach = throttle_adapt_export_detach,
 };
 
 static const struct throttle_feature metrics_file = {

@@ -129,18 +129,11 @@ const struct throttle_param throttle_adapt_param_table[] = {
   { NULL }
 };
 
-static void *adapt_attach (struct throttle_export *exp);
-static void adapt_detach (void *state);
-
-static const struct throttle_export_feature adapt_feature = {
-  .attach = adapt_attach,
-  .detach = adapt_detach,
-};
-
-/* The slot of the latency target's state in every export, set by
+/* The place of the latency target's state in every export's state[]:
+ * its place in the features' table (throttle-feature.h), found by
  * throttle_adapt_config_complete before the first export is made.
  */
-static unsigned adapt_slot;
+static size_t adapt_slot;
 
 static struct throttle_adapt_export *
 adapt_of (struct throttle_export *exp)
@@ -169,7 +162,8 @@ throttle_adapt_config_complete (void)
 
     snprintf (what, sizeof what, "throttle-min-capacity=%s",
               config_floor_text);
-    throttle_capacity_check (&throttle_config.metric, config_floor, what,
+    throttle_capacity_judge (&throttle_config.metric, what,
+                             config_floor_text, config_floor,
                              err, sizeof err);
     nbdkit_error ("%s", err);
     return -1;
@@ -192,7 +186,9 @@ throttle_adapt_config_complete (void)
                   config_floor, ceiling,
                   throttle_writeback_enabled () ?
                   " (writeback: writes are not sampled)" : "");
-  adapt_slot = throttle_export_add_feature (&adapt_feature);
+  while (throttle_features[adapt_slot]->export_attach !=
+         throttle_adapt_export_attach)
+    adapt_slot++;
   return 0;
 }
 
@@ -237,10 +233,10 @@ static throttle_sample_fn sample;
 
 /* The state of a new export, whose budget starts at its capacity, the
  * ceiling, which config_complete checked is not below the floor
- * (throttle_export_feature's attach).
+ * (its export_attach, throttle-feature.h).
  */
-static void *
-adapt_attach (struct throttle_export *exp)
+void *
+throttle_adapt_export_attach (struct throttle_export *exp)
 {
   struct throttle_adapt_export *ae = calloc (1, sizeof *ae);
   uint64_t ceiling = throttle_budget_get_capacity (&exp->budget);
@@ -255,8 +251,8 @@ adapt_attach (struct throttle_export *exp)
   return ae;
 }
 
-static void
-adapt_detach (void *state)
+void
+throttle_adapt_export_detach (void *state)
 {
   struct throttle_adapt_export *ae = state;
 
@@ -359,7 +355,7 @@ clock_main (void *arg)
   throttle_thread_enter ();
   while (!__atomic_load_n (&clock_stop, __ATOMIC_RELAXED)) {
     nanosleep (&tick, NULL);
-    throttle_export_foreach (tick_export, NULL);
+    throttle_export_foreach_range (0, SIZE_MAX, tick_export, NULL);
   }
   return NULL;
 }

@@ -32,6 +32,11 @@ extern int throttle_adapt_get_ready (int thread_model);
 extern int throttle_adapt_after_fork (void);
 /* Stops the clock. */
 extern void throttle_adapt_cleanup (void);
+/* Each export's controller, at the export's capacity, and the export's
+ * sampler while a target is configured.
+ */
+extern void *throttle_adapt_export_attach (struct throttle_export *exp);
+extern void throttle_adapt_export_detach (void *state);
 
 #define throttle_adapt_config_help \
   "throttle-latency-target=DURATION|off\n" \

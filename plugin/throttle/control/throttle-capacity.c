@@ -30,7 +30,8 @@ parse_capacity (FILE *out, const char *name, const char *value, int64_t *r,
                 bool *huge, char *warning, size_t len)
 {
   const char *why, *where;
-  char what[256], err[512];
+  char what[256];
+  int judged;
 
   if (throttle_size_parse (value, r, &why, &where) == -1) {
     throttle_json_error (out, "bad number \"%s\": expected a "
@@ -43,21 +44,18 @@ parse_capacity (FILE *out, const char *name, const char *value, int64_t *r,
     return -1;
   }
   snprintf (what, sizeof what, "%s \"%s\"", name, value);
-  if (throttle_capacity_check (&throttle_config.metric, *r, what,
-                               err, sizeof err) == -1 ||
-      throttle_capacity_unit_check (&throttle_config.metric, value, *r,
-                                    what, err, sizeof err) == -1) {
-    throttle_json_error (out, "%s", err);
+  judged = throttle_capacity_judge (&throttle_config.metric, what, value, *r,
+                                    warning, len);
+  if (judged == -1) {
+    throttle_json_error (out, "%s", warning);
     return -1;
   }
-  *huge = throttle_capacity_ram_check (&throttle_config.metric, *r,
-                                       throttle_ram (), what,
-                                       warning, len) == 1;
+  *huge = judged == 1;
   return 0;
 }
 
 /* The end of a set reply: with "warning" when the capacity was set
- * but can never be reached (throttle_capacity_ram_check), as nbdkit
+ * but can never be reached (throttle_capacity_judge), as nbdkit
  * would have warned at start, so the operator reads why.
  */
 static void
@@ -159,7 +157,7 @@ throttle_control_set_server_capacity (FILE *out,
   /* Not below an export's capacity, nor below throttle-capacity, at
    * which every budget made from now on starts.
    */
-  throttle_export_foreach (max_ceiling, &ctx);
+  throttle_export_foreach_range (0, SIZE_MAX, max_ceiling, &ctx);
   if ((uint64_t) r < ctx.max) {
     if (ctx.found)
       throttle_json_error (out, "server-capacity \"%s\": below "

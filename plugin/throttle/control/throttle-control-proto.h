@@ -33,7 +33,7 @@ extern void throttle_control_execute (FILE *out, char *line);
  * NAME VALUE".  set writes the one reply line, {"ok":true,...} or
  * throttle_json_error's; exp is the named export's budget, held for the
  * call (NULL unless per_export), without the registry's lock: set may
- * call throttle_export_foreach.  It runs in the control thread and
+ * call throttle_export_foreach_range.  It runs in the control thread and
  * must not block.  The table throttle_setters[], ending with a NULL
  * name, is in throttle-features.c, in the order help and the usage of
  * a bad set list them: the protocol names no command of a feature's.

@@ -18,6 +18,7 @@
 #include "throttle-admit.h"
 #include "throttle-config.h"
 #include "throttle-export.h"
+#include "throttle-feature.h"
 #include "throttle-lock.h"
 #include "throttle-parse.h"
 
@@ -29,7 +30,7 @@
  * refs are 0, so a holder of a reference may use it without the lock.
  *
  * 'lock' is first in the filter's lock order (HACKING.md, "Locks"):
- * throttle_export_foreach{,_range} call their function with it held
+ * throttle_export_foreach_range calls its function with it held
  * (the stats, the latency target's clock, set server-capacity), and
  * throttle_export_free_all calls the features' detach with it held;
  * nothing under it calls back in here.  Otherwise an export is torn
@@ -44,27 +45,17 @@ static size_t nr_exports;
 /* Set once by throttle_export_init, before any connection. */
 static uint64_t capacity;
 
-/* Added before throttle_export_init in nbdkit's main thread, read only
- * after it: no lock (throttle-export.h).
- */
-static const struct throttle_export_feature *features[THROTTLE_EXPORT_MAX_FEATURES];
-static unsigned nr_features;
-
-unsigned
-throttle_export_add_feature (const struct throttle_export_feature *f)
-{
-  if (nr_features == THROTTLE_EXPORT_MAX_FEATURES)
-    abort ();                   /* a new feature: raise the maximum */
-  features[nr_features] = f;
-  return nr_features++;
-}
-
-/* Detach the features attached to exp, the last first. */
+/* Detach the features attached to exp (a state set), the last first. */
 static void
-detach_features (struct throttle_export *exp, unsigned n)
+detach_features (struct throttle_export *exp)
 {
+  size_t n = 0;
+
+  while (throttle_features[n])
+    n++;
   while (n-- > 0)
-    features[n]->detach (exp->state[n]);
+    if (exp->state[n])
+      throttle_features[n]->export_detach (exp->state[n]);
 }
 
 static unsigned
@@ -96,7 +87,7 @@ static struct throttle_export *
 make (const char *name)
 {
   struct throttle_export *exp = calloc (1, sizeof *exp);
-  unsigned i;
+  size_t i;
 
   if (exp == NULL)
     return NULL;
@@ -110,10 +101,12 @@ make (const char *name)
   /* With the budget, so that the control socket never finds an export
    * without its features' state.
    */
-  for (i = 0; i < nr_features; i++) {
-    exp->state[i] = features[i]->attach (exp);
+  for (i = 0; throttle_features[i]; i++) {
+    if (throttle_features[i]->export_attach == NULL)
+      continue;
+    exp->state[i] = throttle_features[i]->export_attach (exp);
     if (exp->state[i] == NULL) {
-      detach_features (exp, i);
+      detach_features (exp);
       throttle_budget_destroy (&exp->budget);
       free (exp->name);
       free (exp);
@@ -130,7 +123,7 @@ unmake (struct throttle_export *exp)
 {
   throttle_budget_shutdown (&exp->budget);
   throttle_budget_destroy (&exp->budget);
-  detach_features (exp, nr_features);
+  detach_features (exp);
   free (exp->name);
   free (exp);
 }
@@ -275,12 +268,6 @@ throttle_export_get (const char *name)
     exp->refs++;
   throttle_unlock (&lock);
   return exp;
-}
-
-void
-throttle_export_foreach (throttle_export_fn fn, void *opaque)
-{
-  throttle_export_foreach_range (0, SIZE_MAX, fn, opaque);
 }
 
 size_t

@@ -39,6 +39,7 @@
 #include "throttle-admit.h"
 #include "throttle-budget.h"
 #include "throttle-config.h"
+#include "throttle-feature.h"
 
 struct throttle_wb;
 struct throttle_export;
@@ -49,9 +50,6 @@ struct throttle_export;
  */
 typedef void throttle_sample_fn (struct throttle_export *exp,
                                  uint64_t start_ns, enum throttle_op op);
-
-/* At most this many features keep state per export. */
-#define THROTTLE_EXPORT_MAX_FEATURES 2
 
 struct throttle_export {
   struct throttle_export *next;   /* in creation order; "" is first */
@@ -78,37 +76,12 @@ struct throttle_export {
    * (throttle-writeback-writers.c).
    */
   struct throttle_wb *wb;
-  /* Each feature's state (throttle_export_add_feature), made with the
-   * budget and freed with it.
+  /* Each feature's state (its export_attach, throttle-feature.h), at
+   * its place in the features' table, made with the budget and freed
+   * with it.
    */
-  void *state[THROTTLE_EXPORT_MAX_FEATURES];
+  void *state[THROTTLE_MAX_FEATURES];
 };
-
-/* A feature with state per export (the latency target), so that the
- * registry calls it without naming it.  attach is called when a
- * budget is made, before the control socket can find it, outside the
- * registry's lock (in .config_complete for "", else in the .open of
- * the first connection to the name): it returns the state, or NULL
- * with errno to refuse the budget (and so the connection, or the start
- * for "").  detach is called with that state when the budget is
- * freed: no connection and no control command holds it then, and at
- * unload the registry's lock may be held.  Neither may call anything
- * here, nor take a lock that is held while calling in here.  Its
- * statistics are a report (throttle-features.c).
- */
-struct throttle_export_feature {
-  void *(*attach) (struct throttle_export *exp);
-  void (*detach) (void *state);
-};
-
-/* Register f (static storage: the registry keeps the pointer) from
- * .config_complete, in nbdkit's main thread before
- * throttle_export_init, without a lock: no other thread exists yet,
- * and the table is only read after.  Returns the slot of its state in
- * every export's state[].
- */
-extern unsigned throttle_export_add_feature
-  (const struct throttle_export_feature *f);
 
 /* Create the default export's budget at 'capacity', which every
  * budget made later starts at too.  Call once, from .config_complete,
@@ -132,14 +105,11 @@ extern struct throttle_export *throttle_export_get (const char *name);
 extern void throttle_export_put (struct throttle_export *exp);
 
 typedef void (*throttle_export_fn) (struct throttle_export *exp, void *opaque);
-/* fn is called with the registry locked (so it may read refs): it
- * must not block, nor call anything here.
- */
-extern void throttle_export_foreach (throttle_export_fn fn, void *opaque);
-/* The same for at most 'max' exports, from the 'from'th (0 is the
- * default export) in creation order.  A budget freed between two
- * calls moves the later ones one place down.  Returns how many exports
- * there are in all.
+/* fn for at most 'max' exports (SIZE_MAX: all), from the 'from'th (0
+ * is the default export) in creation order, called with the registry
+ * locked (so it may read refs): it must not block, nor call anything
+ * here.  A budget freed between two calls moves the later ones one
+ * place down.  Returns how many exports there are in all.
  */
 extern size_t throttle_export_foreach_range (size_t from, size_t max,
                                              throttle_export_fn fn,

@@ -34,6 +34,7 @@
 #include <nbdkit-filter.h>
 
 struct throttle_conn;
+struct throttle_export;
 struct throttle_param;
 
 struct throttle_feature {
@@ -58,6 +59,20 @@ struct throttle_feature {
   int (*after_fork) (void);
   void (*cleanup) (void);
   void (*unload) (void);
+
+  /* A budget made for an export (throttle-export.h), before the
+   * control socket can find it, outside the registry's lock (in
+   * .config_complete for "", else in the .open of the first connection
+   * to the name): returns the feature's state for it, which the export
+   * keeps in state[] at the feature's place in the table, or NULL with
+   * errno to refuse the budget (and so the connection, or the start
+   * for "").  export_detach is called with that state when the budget
+   * is freed: no connection and no control command holds it then, and
+   * at unload the registry's lock may be held.  Neither may call into
+   * the registry, nor take a lock held while calling into it.
+   */
+  void *(*export_attach) (struct throttle_export *exp);
+  void (*export_detach) (void *state);
 
   /* .list_exports: at most one feature may answer it (write-behind);
    * without one the plugin's list is passed on.

@@ -90,7 +90,7 @@ ask_prober (void)
 }
 
 bool
-throttle_quit_confirm (void)
+throttle_quit_cancelled (void *opaque)
 {
   if (throttle_quitting ())
     return true;
@@ -100,12 +100,6 @@ throttle_quit_confirm (void)
     return true;
   conn_closing = true;          /* the client is done: serve its requests */
   return false;
-}
-
-bool
-throttle_quit_cancelled (void *opaque)
-{
-  return throttle_quit_confirm ();
 }
 
 static void *

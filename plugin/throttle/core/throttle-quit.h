@@ -15,16 +15,6 @@ extern int throttle_quit_start (void);
 /* Wakes and joins it; no request may be waiting. */
 extern void throttle_quit_stop (void);
 
-/* For a request thread deciding whether to abandon a wait: true if
- * nbdkit is shutting down.  Costs a system call; when this thread's
- * own nbdkit_nanosleep fails (a shutdown, or its client is done) also a
- * round trip to the thread that tells which, as it does every time
- * once the client is done.  Logs nbdkit's error line ("aborting
- * sleep ...") only when the server is shutting down, or once in a
- * thread whose client is done.
- */
-extern bool throttle_quit_confirm (void);
-
 /* What throttle_quitting reads: learnt by a request thread that asked
  * (a signal, or the end of --run), never because of what a client
  * did.  Set once, never cleared, only by throttle-quit.c.
@@ -32,7 +22,7 @@ extern bool throttle_quit_confirm (void);
 extern bool throttle_quit_known;
 
 /* True once nbdkit is known to be shutting down: one atomic load, no
- * system call (what throttle_quit_confirm starts with).  Inline: every
+ * system call (what throttle_quit_cancelled starts with).  Inline: every
  * reply asks, built against nbdkit before 1.33.10 (throttle-compat.h).
  */
 static inline bool
@@ -41,10 +31,16 @@ throttle_quitting (void)
   return __atomic_load_n (&throttle_quit_known, __ATOMIC_ACQUIRE);
 }
 
-/* The throttle_cancel_fn of every wait: throttle_quit_confirm.  Only a
- * server shutdown ends a wait: a client that sent NBD_CMD_DISC or shut
- * down its write side still reads the replies of what it sent.  Asked
- * by waiters every poll period and once more after a grant.
+/* The throttle_cancel_fn of every wait: true if nbdkit is shutting
+ * down.  Only a server shutdown ends a wait: a client that sent
+ * NBD_CMD_DISC or shut down its write side still reads the replies of
+ * what it sent.  Asked by waiters every poll period and once more
+ * after a grant.  Costs a system call; when this thread's own
+ * nbdkit_nanosleep fails (a shutdown, or its client is done) also a
+ * round trip to the thread that tells which, as it does every time
+ * once the client is done.  Logs nbdkit's error line ("aborting sleep
+ * ...") only when the server is shutting down, or once in a thread
+ * whose client is done.
  */
 extern bool throttle_quit_cancelled (void *opaque);
 

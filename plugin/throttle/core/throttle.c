@@ -10,13 +10,15 @@
  *
  * The lifecycle callbacks below call the features' hooks
  * (throttle-feature.h) in the order of their table, and take them down
- * in reverse; the data callbacks are in throttle-serve.c.
+ * in reverse, as does a thread's first request (thread_enter); the
+ * data callbacks are in throttle-serve.c.
  */
 
 #include <config.h>
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,27 +87,24 @@ throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
   return next (nxdata, key, value);
 }
 
-/* A capacity given as key=text (value parsed) that the metric, now
- * known, cannot take (below its smallest, or bytes where it counts
- * pages or requests): its one error line.  One more than RAM could
- * ever hold in flight works, never throttling: a warning.
+/* A capacity given as key=text (value parsed), judged against the
+ * metric, now known (throttle_capacity_judge): -1 after its one error
+ * line, else 0, after a warning if it can never be reached.
  */
 static int
 check_capacity (const char *key, const char *text, uint64_t value)
 {
   char what[256], err[512];
+  int r;
 
   snprintf (what, sizeof what, "%s=%s", key, text);
-  if (throttle_capacity_check (&throttle_config.metric, value, what,
-                               err, sizeof err) == -1 ||
-      throttle_capacity_unit_check (&throttle_config.metric, text, value,
-                                    what, err, sizeof err) == -1) {
+  r = throttle_capacity_judge (&throttle_config.metric, what, text, value,
+                               err, sizeof err);
+  if (r == -1) {
     nbdkit_error ("%s", err);
     return -1;
   }
-  if (throttle_capacity_ram_check (&throttle_config.metric, value,
-                                   throttle_ram (), what,
-                                   err, sizeof err) == 1)
+  if (r == 1)
     throttle_warning ("%s", err);
   return 0;
 }
@@ -182,6 +181,37 @@ throttle_config_complete (nbdkit_next_config_complete *next,
                 throttle_config.charge_reads ? "charged" : "free");
 
   return next (nxdata);
+}
+
+/* Per-thread settings (throttle-feature.h).  initial-exec: in a
+ * dlopen'ed object the default TLS model reaches a variable through
+ * __tls_get_addr, which on a thread's first access mallocs the
+ * thread's slot: an allocation on the writeout path, before the
+ * guards are on.  One word fits glibc's static TLS surplus.  The
+ * generation starts at 1: 0 is a thread that never entered.
+ */
+atomic_uint throttle_thread_generation = 1;
+__thread unsigned throttle_thread_seen
+  __attribute__ ((tls_model ("initial-exec")));
+
+void
+throttle_thread_enter_slow (unsigned gen)
+{
+  const struct throttle_feature *const *f;
+  bool first = throttle_thread_seen == 0;
+
+  for (f = throttle_features; *f; f++)
+    if ((*f)->thread_enter)
+      (*f)->thread_enter (first);
+  throttle_thread_seen = gen;
+}
+
+/* A generation that wraps to 0 is skipped: 0 means never entered. */
+void
+throttle_threads_renew (void)
+{
+  if (atomic_fetch_add (&throttle_thread_generation, 1) == UINT_MAX)
+    atomic_fetch_add (&throttle_thread_generation, 1);
 }
 
 /* The features' hooks run in the table's order; the first failure

@@ -6,7 +6,6 @@
 #include <config.h>
 
 #include <inttypes.h>
-#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -37,21 +36,18 @@ throttle_params_given (const char *key)
   return NULL;
 }
 
-/* Digits only, saturating: 0 if value is a number from min to max. */
+/* Digits only (throttle_size_parse also takes blanks, a sign and a
+ * suffix): 0 if value is a number from min to max.
+ */
 static int
 parse_number (const char *value, int64_t min, int64_t max, unsigned *out)
 {
-  unsigned long long n = 0;
-  const char *p;
+  const char *why, *where;
+  int64_t n;
 
-  for (p = value; *p; p++) {
-    if (*p < '0' || *p > '9')
-      return -1;
-    n = n * 10 + (*p - '0');
-    if (n > UINT_MAX)
-      n = (unsigned long long) UINT_MAX + 1;
-  }
-  if (p == value || n < (uint64_t) min || n > (uint64_t) max)
+  if (value[strspn (value, "0123456789")] != '\0' ||
+      throttle_size_parse (value, &n, &why, &where) == -1 ||
+      n < min || n > max)
     return -1;
   *out = n;
   return 0;

@@ -7,6 +7,7 @@
 
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,100 +25,69 @@ throttle_capacity_min (const struct throttle_metric *m)
 }
 
 int
-throttle_capacity_check (const struct throttle_metric *m, uint64_t value,
-                         const char *text, char *err, size_t errlen)
-{
-  uint64_t min = throttle_capacity_min (m);
-
-  if (value > THROTTLE_BUDGET_MAX_UNITS) {
-    snprintf (err, errlen, "%s: above %" PRIu64 ", the largest capacity "
-              "a budget holds", text, (uint64_t) THROTTLE_BUDGET_MAX_UNITS);
-    return -1;
-  }
-  if (value >= min)
-    return 0;
-  if (m->page_units)
-    snprintf (err, errlen, "%s: below %" PRIu64 ", the smallest capacity "
-              "under throttle-metric=%s (a page: requests are served in "
-              "whole pages, and less could never be granted)",
-              text, min, m->name);
-  else
-    snprintf (err, errlen, "%s: below %" PRIu64 ", the smallest capacity "
-              "under throttle-metric=%s", text, min, m->name);
-  return -1;
-}
-
-int
-throttle_capacity_unit_check (const struct throttle_metric *m,
-                              const char *text, uint64_t value,
-                              const char *what, char *err, size_t errlen)
+throttle_capacity_judge (const struct throttle_metric *m, const char *what,
+                         const char *text, uint64_t value,
+                         char *err, size_t errlen)
 {
   static const char units[] = "KMGTPE";
+  uint64_t min = throttle_capacity_min (m), ram, max;
+  bool pages = strcmp (m->name, "pages") == 0;
+  bool requests = strcmp (m->name, "requests") == 0;
   size_t n = strlen (text);
-  const char *unit;
+  /* A size was parsed from text: a letter can only be its suffix, last. */
+  bool suffix = n > 0 && ((text[n - 1] >= 'a' && text[n - 1] <= 'z') ||
+                          (text[n - 1] >= 'A' && text[n - 1] <= 'Z'));
   double bytes;
   int i;
 
-  if (strcmp (m->name, "pages") == 0)
-    unit = "pages";
-  else if (strcmp (m->name, "requests") == 0)
-    unit = "requests";
-  else
-    return 0;
-  /* nbdkit_parse_size took text: a letter can only be its suffix, last. */
-  if (n == 0 || !((text[n - 1] >= 'a' && text[n - 1] <= 'z') ||
-                  (text[n - 1] >= 'A' && text[n - 1] <= 'Z')))
-    return 0;
-  if (strcmp (unit, "requests") == 0) {
+  if (value > THROTTLE_BUDGET_MAX_UNITS) {
+    snprintf (err, errlen, "%s: above %" PRIu64 ", the largest capacity "
+              "a budget holds", what, (uint64_t) THROTTLE_BUDGET_MAX_UNITS);
+    return -1;
+  }
+  if (value < min) {
+    if (m->page_units)
+      snprintf (err, errlen, "%s: below %" PRIu64 ", the smallest capacity "
+                "under throttle-metric=%s (a page: requests are served in "
+                "whole pages, and less could never be granted)",
+                what, min, m->name);
+    else
+      snprintf (err, errlen, "%s: below %" PRIu64 ", the smallest capacity "
+                "under throttle-metric=%s", what, min, m->name);
+    return -1;
+  }
+  if (!pages && !requests && strcmp (m->name, "bytes") != 0)
+    return 0;                   /* a user metric: its unit is unknown */
+  if (requests && suffix) {
     snprintf (err, errlen, "%s: under throttle-metric=requests the "
               "capacity counts requests, not bytes: %s would be %" PRIu64
               " requests in flight; write the number of requests",
               what, text, value);
     return -1;
   }
-  /* What the pages would hold, in the largest binary unit below it. */
-  bytes = (double) value * THROTTLE_PAGE_SIZE;
-  for (i = 0; i < 5 && bytes >= 1024.0 * 1024.0; i++)
-    bytes /= 1024.0;
-  snprintf (err, errlen, "%s: under throttle-metric=pages the capacity "
-            "counts pages, not bytes: %s would be %" PRIu64 " pages "
-            "(%.0f %ciB); write the number of pages",
-            what, text, value, bytes / 1024.0, units[i]);
-  return -1;
-}
-
-int
-throttle_capacity_ram_check (const struct throttle_metric *m,
-                             uint64_t value, uint64_t ram,
-                             const char *what, char *err, size_t errlen)
-{
-  const char *unit, *why;
-  uint64_t max;
-
-  if (strcmp (m->name, "bytes") == 0) {
-    max = ram;
-    unit = "bytes";
-    why = "each byte in flight is held in the server's memory";
+  if (pages && suffix) {
+    /* What the pages would hold, in the largest binary unit below it. */
+    bytes = (double) value * THROTTLE_PAGE_SIZE;
+    for (i = 0; i < 5 && bytes >= 1024.0 * 1024.0; i++)
+      bytes /= 1024.0;
+    snprintf (err, errlen, "%s: under throttle-metric=pages the capacity "
+              "counts pages, not bytes: %s would be %" PRIu64 " pages "
+              "(%.0f %ciB); write the number of pages",
+              what, text, value, bytes / 1024.0, units[i]);
+    return -1;
   }
-  else if (strcmp (m->name, "pages") == 0) {
-    max = ram / THROTTLE_PAGE_SIZE;
-    unit = "pages";
-    why = "each page in flight is held in the server's memory";
-  }
-  else if (strcmp (m->name, "requests") == 0) {
-    max = ram / THROTTLE_PAGE_SIZE;
-    unit = "requests";
-    why = "each request in flight holds at least a page: a worker "
-      "thread's stack or a writeback buffer";
-  }
-  else
-    return 0;
+  ram = throttle_ram ();
+  max = pages || requests ? ram / THROTTLE_PAGE_SIZE : ram;
   if (value <= max)
     return 0;
   snprintf (err, errlen, "%s: above %" PRIu64 " %s, the most this machine's "
             "RAM (%" PRIu64 " bytes) could hold in flight (%s): this "
             "capacity can never be reached, so it never throttles",
-            what, max, unit, ram, why);
+            what, max, m->name, ram,
+            requests ? "each request in flight holds at least a page: a "
+            "worker thread's stack or a writeback buffer" :
+            pages ? "each page in flight is held in the server's memory" :
+            "each byte in flight is held in the server's memory");
   return 1;
 }
 

@@ -23,45 +23,30 @@
  */
 extern uint64_t throttle_capacity_min (const struct throttle_metric *m);
 
-/* Whether 'value' (a capacity or floor, given as 'text') is at least
- * throttle_capacity_min: 0 if so, else -1 with a message naming the
- * value and the minimum in err, for the caller to say after what it
- * names (the parameter, or the control command).
- */
-extern int throttle_capacity_check (const struct throttle_metric *m,
-                                    uint64_t value, const char *text,
-                                    char *err, size_t errlen);
-
-/* Under throttle-metric=pages or requests a capacity counts pages or
- * requests, yet nbdkit's size suffixes (k, M, G, ... and b, s) read as
+/* Judges 'value', a capacity (or floor) written as 'text', against
+ * metric m, for the caller to say after 'what', which names it (the
+ * parameter and its value, or the control command): -1 with the
+ * reason in err if m cannot take it, 1 with the reason in err if m
+ * takes it but it can never be reached, else 0.
+ *
+ * Refused: above THROTTLE_BUDGET_MAX_UNITS, the most a budget holds;
+ * below throttle_capacity_min; and under throttle-metric=pages or
+ * requests, a size suffix (k, M, G, ... and b, s), which reads as
  * bytes: throttle-capacity=1M would silently be 1048576 pages (4 GiB).
- * text is the capacity as written (already parsed to value as a
- * size), what names it for the message.  0 if text has no
- * suffix or the metric counts bytes (bytes, or a user metric, whose
- * unit the filter cannot know); else -1 with the reason in err, for
- * the caller to say.
+ *
+ * Never reached (a warning, for such a capacity works, it only never
+ * throttles): more than the machine's RAM could hold in flight.
+ * Every unit in flight holds memory of the server's own: a byte of
+ * data, a page of it, and a request either a worker thread, whose
+ * stack is at least a page, or a writeback buffer of at least a page.
+ * So more than throttle_ram bytes, or that over THROTTLE_PAGE_SIZE
+ * pages or requests, can never be in flight at once.  A user metric's
+ * unit is unknown: it is judged by its bounds alone.
  */
-extern int throttle_capacity_unit_check (const struct throttle_metric *m,
-                                         const char *text, uint64_t value,
-                                         const char *what,
-                                         char *err, size_t errlen);
+extern int throttle_capacity_judge (const struct throttle_metric *m,
+                                    const char *what, const char *text,
+                                    uint64_t value, char *err, size_t errlen);
 
-/* Whether 'value' (a capacity or server capacity, named by what) is
- * more than the machine could ever have in flight: 0 if not (or the
- * metric's unit is unknown: a user metric), 1 if so, with the reason
- * in err for the caller to warn with (a warning: such a capacity
- * works, it only never throttles).  Every unit in flight holds memory
- * of the server's own: a byte of data, a page of it, and a request
- * either a worker thread, whose stack is at least a page, or a
- * writeback buffer of at least a page.  So more than ram bytes,
- * ram / THROTTLE_PAGE_SIZE pages or requests, can never be in flight
- * at once.  ram is the machine's physical memory (throttle_ram), a
- * parameter so that the unit test can choose it.
- */
-extern int throttle_capacity_ram_check (const struct throttle_metric *m,
-                                        uint64_t value, uint64_t ram,
-                                        const char *what,
-                                        char *err, size_t errlen);
 /* The machine's physical memory in bytes (not a cgroup's limit, which
  * can change while nbdkit runs).
  */
