@@ -24,14 +24,6 @@ throttle_rt_classify (uid_t peer_uid, uid_t server_uid, bool kernel_name)
   return kernel_name ? THROTTLE_RT_PEER_KERNEL : THROTTLE_RT_PEER_TRUSTED;
 }
 
-const char *
-throttle_rt_mode_name (enum throttle_rt_mode mode)
-{
-  static const char *const names[] = { "off", "auto", "on" };
-
-  return names[mode];
-}
-
 void
 throttle_rt_init (struct throttle_rt *st, uint64_t hold_ns)
 {

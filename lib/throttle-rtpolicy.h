@@ -48,9 +48,6 @@ extern enum throttle_rt_peer throttle_rt_classify (uid_t peer_uid,
                                                    uid_t server_uid,
                                                    bool kernel_name);
 
-/* "off", "auto" or "on". */
-extern const char *throttle_rt_mode_name (enum throttle_rt_mode);
-
 struct throttle_rt {
   enum throttle_rt_mode mode;
   uint64_t hold_ns;               /* the hysteresis */

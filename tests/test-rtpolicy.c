@@ -139,7 +139,6 @@ START_TEST (test_modes)
   throttle_rt_peer_close (&st, THROTTLE_RT_PEER_KERNEL, 22 * S);
   throttle_rt_set_mode (&st, THROTTLE_RT_AUTO, 23 * S);
   ck_assert (!throttle_rt_wanted (&st, 23 * S, &recheck));
-  ck_assert_str_eq (throttle_rt_mode_name (THROTTLE_RT_AUTO), "auto");
 }
 END_TEST
 

@@ -164,17 +164,9 @@ extern void throttle_guards_set_missing (enum throttle_guard guard,
                                          const char *why);
 
 /* The real-time switch (throttle-rt): whether the whole process runs
- * SCHED_FIFO now, decided by the state machine of
- * lib/throttle-rtpolicy.h: with "auto", while a kernel nbd client of
- * root or the server's uid is connected, and for throttle-rt-hold
- * after it left or after memory pressure while such a peer was
- * connected; "on" from the start.  Real-time priority makes the
- * request threads preempt every ordinary process on the same CPUs at
- * every request (nbdkit-throttle-design(1)): "auto" pays that only
- * where the server may be what the kernel waits for.  A watcher
- * thread, itself always SCHED_FIFO, counts memory pressure from a PSI
- * trigger and ends the hold on time.  The control socket's "set rt"
- * and the rt member of its stats are served from there.
+ * SCHED_FIFO now, as lib/throttle-rtpolicy.h decides (when, and why
+ * not always).  A watcher thread, itself always SCHED_FIFO, counts
+ * memory pressure from a PSI trigger and ends the hold on time.
  */
 
 /* after_fork, once the guards know whether SCHED_FIFO is permitted

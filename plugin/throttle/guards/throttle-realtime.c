@@ -37,6 +37,12 @@
 #include "throttle-rtpolicy.h"
 #include "throttle-verdict.h"
 
+/* throttle_guard_words names the modes of both. */
+_Static_assert ((int) THROTTLE_RT_OFF == (int) THROTTLE_GUARD_OFF &&
+                (int) THROTTLE_RT_AUTO == (int) THROTTLE_GUARD_AUTO &&
+                (int) THROTTLE_RT_ON == (int) THROTTLE_GUARD_ON,
+                "enum throttle_rt_mode is not enum throttle_guard_mode");
+
 static const struct sched_param fifo_1 = { .sched_priority = 1 };
 static const struct sched_param other = { .sched_priority = 0 };
 
@@ -71,53 +77,34 @@ static int task_dir_fd = -1;
  */
 static int psi_fd = -1;
 static int psi_stop[2] = { -1, -1 };
-static pthread_t psi_thread;
-static bool psi_thread_started;
+static pthread_t psi_thread;             /* running while psi_stop[1] >= 0 */
 
-/* Is the process named by /proc/PID one that hands its NBD socket to
- * the kernel's nbd driver?  By comm (what it was started as) or by
- * the executable's name.  Anyone can take either name: this only
- * tells a trusted peer's kernel client from its other clients.
+/* Is the process /proc/PID one that hands its NBD socket to the
+ * kernel's nbd driver?  By its comm, the name of the file it executed
+ * (unless it renamed itself), into name (len bytes).  Anyone can take
+ * the name: this only tells a trusted peer's kernel client from its
+ * other clients.
  */
-static bool
-kernel_client_name (const char *name)
-{
-  return strcmp (name, "nbd-client") == 0 || strcmp (name, "qemu-nbd") == 0;
-}
-
 static bool
 pid_is_kernel_client (int64_t pid, char *name, size_t len)
 {
-  char path[64], exe[PATH_MAX];
-  const char *base;
-  ssize_t r;
+  char path[64];
+  ssize_t r = -1;
   int fd;
 
-  snprintf (name, len, "?");
   snprintf (path, sizeof path, "/proc/%" PRIi64 "/comm", pid);
   fd = open (path, O_RDONLY | O_CLOEXEC);
   if (fd >= 0) {
     r = read (fd, name, len - 1);
     close (fd);
-    if (r > 0) {
-      name[r] = '\0';
-      name[strcspn (name, "\n")] = '\0';
-      if (kernel_client_name (name))
-        return true;
-    }
   }
-  snprintf (path, sizeof path, "/proc/%" PRIi64 "/exe", pid);
-  r = readlink (path, exe, sizeof exe - 1);
-  if (r > 0) {
-    exe[r] = '\0';
-    base = strrchr (exe, '/');
-    base = base ? base + 1 : exe;
-    if (kernel_client_name (base)) {
-      snprintf (name, len, "%.*s", (int) len - 1, base);
-      return true;
-    }
+  if (r <= 0) {
+    snprintf (name, len, "?");
+    return false;
   }
-  return false;
+  name[r] = '\0';
+  name[strcspn (name, "\n")] = '\0';
+  return strcmp (name, "nbd-client") == 0 || strcmp (name, "qemu-nbd") == 0;
 }
 
 /* The owner of the TCP socket on this machine whose local address is
@@ -162,14 +149,13 @@ classify_peer (char *why, size_t len)
 {
   struct sockaddr_storage ss;
   socklen_t sslen = sizeof ss;
-  char name[64], addr[INET6_ADDRSTRLEN] = "?";
-  const uid_t me = geteuid ();
+  char name[64], addr[INET6_ADDRSTRLEN] = "?", who[128];
   struct in6_addr a6 = { .s6_addr = { [10] = 0xff, [11] = 0xff } };
   uint16_t port = 0;
   enum throttle_rt_peer c;
   int64_t pid, uid;
   uid_t tuid;
-  bool kname;
+  bool kname = false, tcp = true;
 
   if (nbdkit_peer_name ((struct sockaddr *) &ss, &sslen) == -1) {
     snprintf (why, len, "peer unknown (not a socket)");
@@ -184,16 +170,9 @@ classify_peer (char *why, size_t len)
       return THROTTLE_RT_PEER_OTHER;
     }
     kname = pid_is_kernel_client (pid, name, sizeof name);
-    c = throttle_rt_classify (uid, me, kname);
-    snprintf (why, len, "peer PID %" PRIi64 " is %s, uid %" PRIi64 ", %s",
-              pid, name, uid,
-              c == THROTTLE_RT_PEER_KERNEL ?
-              "a kernel nbd client on this machine" :
-              c == THROTTLE_RT_PEER_TRUSTED ?
-              "not a kernel nbd client (real-time only under memory "
-              "pressure)" :
-              "neither root nor the server's uid: never real-time");
-    return c;
+    snprintf (who, sizeof who, "peer PID %" PRIi64 " is %s", pid, name);
+    tcp = false;
+    break;
   case AF_INET: {
     const struct sockaddr_in *sin = (const struct sockaddr_in *) &ss;
 
@@ -215,27 +194,55 @@ classify_peer (char *why, size_t len)
               (int) ss.ss_family);
     return THROTTLE_RT_PEER_OTHER;
   }
-  if (!IN6_IS_ADDR_LOOPBACK (&a6) &&
-      !(IN6_IS_ADDR_V4MAPPED (&a6) && a6.s6_addr[12] == 127)) {
-    snprintf (why, len, "TCP peer %s, not on this machine", addr);
-    return THROTTLE_RT_PEER_OTHER;
+  if (tcp) {
+    if (!IN6_IS_ADDR_LOOPBACK (&a6) &&
+        !(IN6_IS_ADDR_V4MAPPED (&a6) && a6.s6_addr[12] == 127)) {
+      snprintf (why, len, "TCP peer %s, not on this machine", addr);
+      return THROTTLE_RT_PEER_OTHER;
+    }
+    snprintf (who, sizeof who, "TCP peer %s port %u on loopback", addr,
+              (unsigned) port);
+    if (!tcp_peer_uid (&a6, port, &tuid)) {
+      snprintf (why, len, "%s, owner not found: never real-time", who);
+      return THROTTLE_RT_PEER_OTHER;
+    }
+    uid = tuid;
   }
-  /* The owner of a loopback peer's socket can be known, its process
-   * cannot (a kernel client's socket has none): at most trusted.
+  /* A loopback TCP peer's process cannot be known (a kernel client's
+   * socket has none): at most trusted.
    */
-  if (!tcp_peer_uid (&a6, port, &tuid)) {
-    snprintf (why, len, "TCP peer %s port %u on loopback, owner not found: "
-              "never real-time", addr, (unsigned) port);
-    return THROTTLE_RT_PEER_OTHER;
-  }
-  c = throttle_rt_classify (tuid, me, false);
-  snprintf (why, len, "TCP peer %s port %u on loopback, uid %u, %s",
-            addr, (unsigned) port, (unsigned) tuid,
-            c == THROTTLE_RT_PEER_TRUSTED ?
-            "which may be a kernel nbd client (real-time only under memory "
-            "pressure)" :
-            "neither root nor the server's uid: never real-time");
+  c = throttle_rt_classify (uid, geteuid (), kname);
+  snprintf (why, len, "%s, uid %" PRIi64 ", %s", who, uid,
+            c == THROTTLE_RT_PEER_KERNEL ?
+            "a kernel nbd client on this machine" :
+            c == THROTTLE_RT_PEER_OTHER ?
+            "neither root nor the server's uid: never real-time" :
+            tcp ? "which may be a kernel nbd client (real-time only under "
+            "memory pressure)" :
+            "not a kernel nbd client (real-time only under memory "
+            "pressure)");
   return c;
+}
+
+/* Sets thread tid's (0: the caller's) policy to SCHED_FIFO with the
+ * flags fifo (on) or to SCHED_OTHER, unless it has it already.
+ * Returns 1 if it changed it, 0 if not needed, -1 with errno.  Needs
+ * no lock and allocates nothing.
+ */
+static int
+rt_set_policy (pid_t tid, bool on, int fifo)
+{
+  const int policy = sched_getscheduler (tid);
+  const bool is_fifo = (policy & ~SCHED_RESET_ON_FORK) == SCHED_FIFO;
+
+  if (policy == -1)
+    return -1;
+  if (on ? is_fifo && (policy & fifo) == fifo : !is_fifo)
+    return 0;
+  if (sched_setscheduler (tid, on ? fifo : SCHED_OTHER,
+                          on ? &fifo_1 : &other) == -1)
+    return -1;
+  return 1;
 }
 
 /* Sets the policy of every thread of the process but the watcher to
@@ -263,20 +270,13 @@ rt_set_all_threads (bool on)
       unsigned short reclen;
       const char *name = buf + off + 19;
       pid_t tid = 0;
-      int policy;
 
       memcpy (&reclen, buf + off + 16, sizeof reclen);
       off += reclen;
       for (; *name >= '0' && *name <= '9'; name++)
         tid = tid * 10 + (*name - '0');
-      if (tid <= 0 || *name != '\0' || tid == watcher)
-        continue;
-      policy = sched_getscheduler (tid);
-      if (policy == -1 ||
-          ((policy & ~SCHED_RESET_ON_FORK) == SCHED_FIFO) == on)
-        continue;
-      if (sched_setscheduler (tid, on ? SCHED_FIFO : SCHED_OTHER,
-                              on ? &fifo_1 : &other) == 0)
+      if (tid > 0 && *name == '\0' && tid != watcher &&
+          rt_set_policy (tid, on, SCHED_FIFO) == 1)
         n++;
     }
   }
@@ -288,6 +288,12 @@ rt_set_all_threads (bool on)
  * The whole process, not one connection: writeback writers and every
  * connection's requests share the budget with the connection that
  * needs it, and a SCHED_OTHER thread holding it would stall the
+ * real-time ones.  An event that finds it real-time already walks the
+ * threads again: one started since the switch by a request thread is
+ * SCHED_OTHER (request threads reset their policy on fork, for the
+ * plugin's children), such as the reader that nbdkit's nbd plugin
+ * starts when nbdkit's retry filter reopens it after the storage went
+ * away, and memory pressure is when it must not wait behind the
  * real-time ones.  Returns when to decide again without an event (0:
  * never).  Caller holds rt_lock.  Allocates nothing unless nbdkit runs
  * verbose (its debug message): the watcher calls it under memory
@@ -303,8 +309,12 @@ rt_apply_locked (uint64_t now, const char *event)
 
   throttle_lock_assert_held (&rt_lock);
   want = throttle_rt_wanted (&rt_state, now, &recheck);
-  if (want == atomic_load (&rt_on))
+  if (want == atomic_load (&rt_on)) {
+    if (want && event && (n = rt_set_all_threads (true)) > 0)
+      nbdkit_debug ("throttle: guards: real-time: SCHED_FIFO set on %u "
+                    "threads started since the switch", n);
     return recheck;
+  }
   atomic_store (&rt_on, want);
   throttle_threads_renew ();
   rt_since = now;
@@ -394,7 +404,7 @@ throttle_realtime_stats_json (FILE *fp, struct throttle_export *exp)
   throttle_unlock (&rt_lock);
 
   fprintf (fp, ",\"rt\":{\"mode\":\"%s\",\"on\":%s,\"why\":",
-           !permitted ? "off" : throttle_rt_mode_name (st.mode),
+           throttle_guard_words[permitted ? st.mode : THROTTLE_RT_OFF],
            on ? "true" : "false");
   throttle_json_string (fp, !permitted ?
                         "not permitted (throttle-rt=off at start, or "
@@ -426,7 +436,7 @@ throttle_realtime_set (FILE *out, struct throttle_export *unused,
   enum throttle_rt_mode mode;
 
   for (mode = THROTTLE_RT_OFF; mode <= THROTTLE_RT_ON; mode++)
-    if (strcmp (value, throttle_rt_mode_name (mode)) == 0)
+    if (strcmp (value, throttle_guard_words[mode]) == 0)
       break;
   if (mode > THROTTLE_RT_ON) {
     throttle_json_error (out, "set rt: bad mode \"%s\": expected on, off "
@@ -445,17 +455,27 @@ throttle_realtime_set (FILE *out, struct throttle_export *unused,
     snprintf (event, sizeof event, "set rt %s (control socket)", value);
     rt_apply_locked (throttle_now_ns (), event);
     throttle_unlock (&rt_lock);
-    if (mode == THROTTLE_RT_OFF)
-      throttle_guards_set_missing (THROTTLE_SWAP_RT,
-                                   "set rt off (control socket)");
-    else
-      throttle_guards_set_missing (THROTTLE_SWAP_RT, NULL);
+    throttle_guards_set_missing (THROTTLE_SWAP_RT, mode == THROTTLE_RT_OFF ?
+                                 "set rt off (control socket)" : NULL);
     nbdkit_debug ("throttle: guards: control: set rt %s", value);
     rt_wake_watcher ();
   }
   fputs ("{\"ok\":true", out);
   throttle_realtime_stats_json (out, NULL);
   fputs ("}\n", out);
+}
+
+/* Closes the n descriptors at fds that are open, and marks them closed. */
+static void
+close_fds (int *fds, size_t n)
+{
+  size_t i;
+
+  for (i = 0; i < n; i++)
+    if (fds[i] >= 0) {
+      close (fds[i]);
+      fds[i] = -1;
+    }
 }
 
 /* The PSI trigger: a stall of 'some' task on memory for 10 ms within
@@ -519,16 +539,16 @@ rt_watch (void *arg)
   nfds_t nfds = psi_fd >= 0 ? 2 : 1;
   const char *event;
   char why[320], buf[64];
-  uint64_t deadline;
+  /* None yet: start decided with no hold, and whatever sets one since
+   * wakes this thread (rt_wake_watcher).
+   */
+  uint64_t deadline = 0;
 
   atomic_store (&psi_tid, gettid ());
   /* Real-time whatever the mode; if refused, it is at least woken. */
   sched_setscheduler (0, SCHED_FIFO, &fifo_1);
   snprintf (why, sizeof why, "memory pressure (PSI trigger \"%s\" on %s)",
             trigger ? trigger : "", gp->psi_path);
-  throttle_lock (&rt_lock);
-  deadline = rt_apply_locked (throttle_now_ns (), NULL);
-  throttle_unlock (&rt_lock);
   for (;;) {
     if (poll (fds, nfds, poll_timeout (deadline)) == -1) {
       if (errno == EINTR)
@@ -565,20 +585,6 @@ rt_watch (void *arg)
                     "clients from now on");
     }
     deadline = rt_apply_locked (throttle_now_ns (), event);
-    /* A thread started since the switch by a request thread is
-     * SCHED_OTHER (request threads reset their policy on fork, for the
-     * plugin's children): the reader that nbdkit's nbd plugin starts
-     * when nbdkit's retry filter reopens it after the storage went
-     * away.  Pressure is when it must not wait behind the real-time
-     * ones; the walk allocates nothing.
-     */
-    if (event && atomic_load (&rt_on)) {
-      unsigned n = rt_set_all_threads (true);
-
-      if (n > 0)
-        nbdkit_debug ("throttle: guards: real-time: SCHED_FIFO set on %u "
-                      "threads started since the switch", n);
-    }
     throttle_unlock (&rt_lock);
   }
   return NULL;
@@ -601,7 +607,7 @@ throttle_realtime_start (void)
   if (!permitted)
     return;
   throttle_rt_init (&rt_state, (uint64_t) (gp->rt_hold * 1e9));
-  rt_state.mode = on ? THROTTLE_RT_ON : THROTTLE_RT_AUTO;
+  rt_state.mode = (enum throttle_rt_mode) gp->rt;
   task_dir_fd = open ("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (task_dir_fd == -1)
     throttle_warning ("throttle-rt: cannot open /proc/self/task: %s: only "
@@ -618,18 +624,14 @@ throttle_realtime_start (void)
   rt_apply_locked (throttle_now_ns (), on ? "throttle-rt=on" : NULL);
   throttle_unlock (&rt_lock);
 
-  if (pipe2 (psi_stop, O_CLOEXEC | O_NONBLOCK) == -1) {
-    throttle_warning ("throttle-rt: pipe: %s: real-time is switched off only "
-                      "at a connection's open or close",
-                      throttle_errtext (errno));
-    return;
-  }
-  err = pthread_create (&psi_thread, NULL, rt_watch, (void *) trigger);
+  err = pipe2 (psi_stop, O_CLOEXEC | O_NONBLOCK) == -1 ? errno :
+    pthread_create (&psi_thread, NULL, rt_watch, (void *) trigger);
   if (err) {
     throttle_warning ("throttle-rt: cannot start the real-time watcher: %s: "
                       "memory pressure is not watched, and real-time is "
                       "switched off only at a connection's open or close",
                       throttle_errtext (err));
+    close_fds (psi_stop, 2);
     throttle_lock (&rt_lock);
     rt_state.no_pressure_signal = true;
     throttle_unlock (&rt_lock);
@@ -637,34 +639,23 @@ throttle_realtime_start (void)
   }
   /* Named, so that it can be told from nbdkit's threads. */
   pthread_setname_np (psi_thread, "throttle-psi");
-  psi_thread_started = true;
 }
 
 void
 throttle_realtime_thread_policy (void)
 {
-  int policy = sched_getscheduler (0);
-  bool rt = atomic_load (&rt_on);
-  bool fifo = policy != -1 && (policy & ~SCHED_RESET_ON_FORK) == SCHED_FIFO;
+  const bool rt = atomic_load (&rt_on);
 
-  if (rt && policy != (SCHED_FIFO | SCHED_RESET_ON_FORK) &&
-      sched_setscheduler (0, SCHED_FIFO | SCHED_RESET_ON_FORK,
-                          &fifo_1) == -1)
-    nbdkit_debug ("throttle: SCHED_FIFO in thread %ld: %s",
-                  (long) gettid (), throttle_errtext (errno));
-  if (!rt && fifo &&
-      sched_setscheduler (0, SCHED_OTHER, &other) == -1)
-    nbdkit_debug ("throttle: SCHED_OTHER in thread %ld: %s",
-                  (long) gettid (), throttle_errtext (errno));
+  if (rt_set_policy (0, rt, SCHED_FIFO | SCHED_RESET_ON_FORK) == -1)
+    nbdkit_debug ("throttle: %s in thread %ld: %s",
+                  rt ? "SCHED_FIFO" : "SCHED_OTHER", (long) gettid (),
+                  throttle_errtext (errno));
 }
 
 void
 throttle_realtime_stop (void)
 {
-  int *const fds[] = { &psi_stop[0], &psi_stop[1], &psi_fd, &task_dir_fd };
-  size_t i;
-
-  if (psi_thread_started) {
+  if (psi_stop[1] >= 0) {
     /* The pipe is non-blocking, but the watcher drains it at every
      * wake-up: there is room.
      */
@@ -672,13 +663,10 @@ throttle_realtime_stop (void)
       nbdkit_debug ("throttle: guards: cannot stop the real-time watcher");
     else
       pthread_join (psi_thread, NULL);
-    psi_thread_started = false;
   }
-  for (i = 0; i < sizeof fds / sizeof fds[0]; i++)
-    if (*fds[i] >= 0) {
-      close (*fds[i]);
-      *fds[i] = -1;
-    }
+  close_fds (psi_stop, 2);
+  close_fds (&psi_fd, 1);
+  close_fds (&task_dir_fd, 1);
   if (!permitted)
     return;
   throttle_lock (&rt_lock);
