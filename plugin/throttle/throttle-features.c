@@ -50,6 +50,8 @@
 #include "throttle-metrics.h"
 #include "throttle-verdict.h"
 #include "throttle-writeback.h"
+#include "throttle-writeback-config.h"
+#include "throttle-writeback-writers.h"
 
 static const struct throttle_feature guards = {
   .params = throttle_guards_param_table,

@@ -46,7 +46,7 @@
 #include "throttle-lock.h"
 #include "throttle-params.h"
 #include "throttle-parse.h"
-#include "throttle-writeback.h"
+#include "throttle-writeback-config.h"
 
 /* Lock order (ae->lock): HACKING.md, "Locks". */
 

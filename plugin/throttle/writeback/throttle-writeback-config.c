@@ -22,7 +22,7 @@
 #include "throttle-compat.h"
 #include "throttle-params.h"
 #include "throttle-wbq.h"
-#include "throttle-writeback.h"
+#include "throttle-writeback-config.h"
 
 /* The names the configuration uses (see lib/throttle-wbq.h). */
 #define WB_ELEM THROTTLE_WBQ_ELEM

@@ -41,7 +41,8 @@
 #include "throttle-parse.h"
 #include "throttle-prom.h"
 #include "throttle-wbq.h"
-#include "throttle-writeback.h"
+#include "throttle-writeback-config.h"
+#include "throttle-writeback-writers.h"
 
 /* The state made, for cleanup: at most one, the default export's
  * (throttle_writeback_preopen refuses every other name).  Lock rule:

@@ -27,6 +27,8 @@
 #include "throttle-serve.h"
 #include "throttle-wbq.h"
 #include "throttle-writeback.h"
+#include "throttle-writeback-config.h"
+#include "throttle-writeback-writers.h"
 
 /* A connection's state: which background write failures it has been
  * told of, written by its open and its own flushes.
