@@ -10,12 +10,15 @@
  *   their replies; bounding reads keeps that draw bounded), which the
  *   latency target's warning needs; .after_fork sets the guards before
  *   any thread of ours exists, so every thread started later inherits
- *   them; .preopen tells the swap verdict who the peer is and may make
- *   nbdkit real-time before the plugin's open forks anything and
- *   before nbdkit starts the connection's workers (they inherit the
- *   policy).  .unload, last of all, stops the real-time watcher.
- *   .before_exports gives throttle-swap's mode to each guard not given
- *   its own, before anything reads them.
+ *   them.  .before_exports gives throttle-swap's mode to each guard not
+ *   given its own, before anything reads them.
+ * - realtime, after the guards, which say whether it is permitted and
+ *   have locked memory and grown the reserve before its watcher
+ *   starts (.after_fork); its .thread_enter follows theirs.  .preopen
+ *   tells the swap verdict who the peer is and may make nbdkit
+ *   real-time before the plugin's open forks anything and before
+ *   nbdkit starts the connection's workers (they inherit the policy).
+ *   .unload, last of all, stops the real-time watcher.
  * - writeback: .preopen refuses a name other than "" in writeback mode
  *   before anything is made or counted for it; .get_ready refuses a
  *   thread model that forbids background writes and (nbdkit <
@@ -48,6 +51,7 @@
 #include "throttle-feature.h"
 #include "throttle-guards.h"
 #include "throttle-metrics.h"
+#include "throttle-realtime.h"
 #include "throttle-verdict.h"
 #include "throttle-writeback.h"
 #include "throttle-writeback-config.h"
@@ -58,10 +62,15 @@ static const struct throttle_feature guards = {
   .before_exports = throttle_guards_config_complete,
   .get_ready = throttle_guards_get_ready,
   .after_fork = throttle_guards_after_fork,
+  .thread_enter = throttle_guards_thread_enter,
+};
+
+static const struct throttle_feature realtime = {
+  .after_fork = throttle_realtime_start,
   .unload = throttle_realtime_stop,
   .preopen = throttle_realtime_open,
   .close = throttle_realtime_close,
-  .thread_enter = throttle_guards_thread_enter,
+  .thread_enter = throttle_realtime_thread_enter,
 };
 
 static const struct throttle_feature writeback = {
@@ -113,7 +122,7 @@ static const struct throttle_feature control = {
 };
 
 const struct throttle_feature *const throttle_features[] = {
-  &guards, &writeback, &verdict, &adapt,
+  &guards, &realtime, &writeback, &verdict, &adapt,
   &metrics_file, &summary, &control,
   NULL
 };

@@ -753,10 +753,6 @@ throttle_guards_after_fork (void)
             "bytes could not be had (-v says why)", reserve_size);
   if (say_refusals () == -1)
     return -1;
-  /* After the locks and the reserve: the watcher's stack is locked
-   * and takes nothing from the reserve.
-   */
-  throttle_realtime_start ();
 
   /* Under MCL_ONFAULT VmLck counts every locked mapping, touched or
    * not; what is pinned in RAM is at most VmRSS.
@@ -789,21 +785,17 @@ throttle_guards_thread_enter (bool first)
 {
   const bool io_flusher = active[THROTTLE_SWAP_IO_FLUSHER];
 
-  /* Threads created after after_fork inherit the task flags, and the
-   * policy of their creator; this catches a thread that existed before
-   * (or code that cleared them), and a thread a switch of real-time
-   * missed (throttle_realtime_thread_policy).
+  /* Threads created after after_fork inherit the task flags; this
+   * catches a thread that existed before (or code that cleared them).
+   * Real-time's thread_enter, after this one, does the same for the
+   * policy.
    */
   if (first && io_flusher && prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) != 1 &&
       set_io_flusher (true) != 0)
     nbdkit_debug ("throttle: PR_SET_IO_FLUSHER in thread %ld: %s",
                   (long) gettid (), throttle_errtext (errno));
-  if (active[THROTTLE_SWAP_RT])
-    throttle_realtime_thread_policy ();
   if (throttle_debug_verbose)
-    nbdkit_debug ("throttle: guards: thread %ld: io-flusher %s, policy %s",
+    nbdkit_debug ("throttle: guards: thread %ld: io-flusher %s",
                   (long) gettid (), !io_flusher ? "not set" :
-                  prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) == 1 ? "set" : "lost",
-                  (sched_getscheduler (0) & ~SCHED_RESET_ON_FORK) ==
-                  SCHED_FIFO ? "SCHED_FIFO" : "other");
+                  prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) == 1 ? "set" : "lost");
 }

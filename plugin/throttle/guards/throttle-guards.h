@@ -163,55 +163,6 @@ extern const char *throttle_guards_missing (enum throttle_guard guard);
 extern void throttle_guards_set_missing (enum throttle_guard guard,
                                          const char *why);
 
-/* The real-time switch (throttle-rt): whether the whole process runs
- * SCHED_FIFO now, as lib/throttle-rtpolicy.h decides (when, and why
- * not always).  A watcher thread, itself always SCHED_FIFO, counts
- * memory pressure from a PSI trigger and ends the hold on time.
- */
-
-/* after_fork, once the guards know whether SCHED_FIFO is permitted
- * (throttle_guards_rt_active): where permitted opens /proc/self/task
- * and the PSI trigger, starts the watcher and decides for the start
- * mode.  Never fails: what cannot be had is logged.
- */
-extern void throttle_realtime_start (void);
-/* unload, last of all: stops the watcher, closes what start opened,
- * and logs how long the process was real-time and why.
- */
-extern void throttle_realtime_stop (void);
-
-/* .open, in the connection's thread, before the plugin's open:
- * classifies the peer (its address, its credentials, its process's
- * name, for a loopback TCP peer the owner of its socket), tells the
- * swap verdict (throttle_verdict_peer: a kernel client attaching to a
- * server that is not safe), and where real-time is permitted counts
- * the peer and switches the process if that changes the answer.  Keeps
- * in *peer the peer's class for throttle_realtime_close, or -1 where
- * real-time is not permitted.  Returns 0: it refuses no one.  Opens
- * files under /proc: not for the writeout path.
- */
-extern int throttle_realtime_open (const char *exportname, void **peer);
-extern void throttle_realtime_close (void *peer);
-
-/* Where real-time is permitted (throttle_guards_rt_active), sets the
- * calling thread's policy to what the process's is now: SCHED_FIFO
- * with SCHED_RESET_ON_FORK (whatever it starts, however, starts
- * SCHED_OTHER), or SCHED_OTHER.  A switch between the caller's
- * load of the generation (throttle_thread_enter) and this leaves the
- * thread stale until its next check, which sees the generation
- * changed.
- */
-extern void throttle_realtime_thread_policy (void);
-
-/* The control socket's rt member of the stats and its "set rt", from
- * the control thread (throttle-features.c lists them).
- */
-struct throttle_export;
-extern void throttle_realtime_stats_json (FILE *fp,
-                                          struct throttle_export *exp);
-extern void throttle_realtime_set (FILE *out, struct throttle_export *unused,
-                                   const char *value);
-
 #define throttle_guards_config_help \
   "throttle-swap=auto|on|off   The default of every guard below: on\n" \
   "                            requires each, off turns them off for\n" \

@@ -34,6 +34,7 @@
 #include "throttle-json.h"
 #include "throttle-lock.h"
 #include "throttle-parse.h"
+#include "throttle-realtime.h"
 #include "throttle-rtpolicy.h"
 #include "throttle-verdict.h"
 
@@ -596,7 +597,7 @@ rt_watch (void *arg)
  * (nothing would tell when they need it); where no watcher can start,
  * the hold ends at the next connection's open or close.
  */
-void
+int
 throttle_realtime_start (void)
 {
   static const char *trigger;
@@ -605,7 +606,7 @@ throttle_realtime_start (void)
 
   permitted = throttle_guards_rt_active ();
   if (!permitted)
-    return;
+    return 0;
   throttle_rt_init (&rt_state, (uint64_t) (gp->rt_hold * 1e9));
   rt_state.mode = (enum throttle_rt_mode) gp->rt;
   task_dir_fd = open ("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -635,21 +636,30 @@ throttle_realtime_start (void)
     throttle_lock (&rt_lock);
     rt_state.no_pressure_signal = true;
     throttle_unlock (&rt_lock);
-    return;
+    return 0;
   }
   /* Named, so that it can be told from nbdkit's threads. */
   pthread_setname_np (psi_thread, "throttle-psi");
+  return 0;
 }
 
 void
-throttle_realtime_thread_policy (void)
+throttle_realtime_thread_enter (bool first)
 {
-  const bool rt = atomic_load (&rt_on);
+  bool rt;
 
+  if (!permitted)
+    return;
+  rt = atomic_load (&rt_on);
   if (rt_set_policy (0, rt, SCHED_FIFO | SCHED_RESET_ON_FORK) == -1)
     nbdkit_debug ("throttle: %s in thread %ld: %s",
                   rt ? "SCHED_FIFO" : "SCHED_OTHER", (long) gettid (),
                   throttle_errtext (errno));
+  if (throttle_debug_verbose)
+    nbdkit_debug ("throttle: guards: thread %ld: policy %s",
+                  (long) gettid (),
+                  (sched_getscheduler (0) & ~SCHED_RESET_ON_FORK) ==
+                  SCHED_FIFO ? "SCHED_FIFO" : "other");
 }
 
 void

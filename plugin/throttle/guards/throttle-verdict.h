@@ -39,6 +39,8 @@
 #include "throttle-params.h"
 #include "throttle-rtpolicy.h"
 
+struct throttle_export;
+
 /* Watermark boosting (vm.watermark_boost_factor, Linux >= 5.0) must
  * be off: after a fragmentation event the kernel adds a boost to every
  * watermark of the zone, min included (wmark_pages in

@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* nbdkit-throttle filter: real-time switching, a feature of its own
+ * above the guards (which say whether it is permitted) and the swap
+ * verdict (which it tells who the peer is).
+ */
+
+#ifndef THROTTLE_REALTIME_H
+#define THROTTLE_REALTIME_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+struct throttle_export;
+
+/* The real-time switch (throttle-rt): whether the whole process runs
+ * SCHED_FIFO now, as lib/throttle-rtpolicy.h decides (when, and why
+ * not always).  A watcher thread, itself always SCHED_FIFO, counts
+ * memory pressure from a PSI trigger and ends the hold on time.
+ */
+
+/* after_fork, after the guards' (so once they know whether SCHED_FIFO
+ * is permitted, throttle_guards_rt_active, and once the locks and the
+ * heap reserve are in place: the watcher's stack is locked and takes
+ * nothing from the reserve): where permitted opens /proc/self/task and
+ * the PSI trigger, starts the watcher and decides for the start mode.
+ * Returns 0: what cannot be had is logged.
+ */
+extern int throttle_realtime_start (void);
+/* unload, last of all: stops the watcher, closes what start opened,
+ * and logs how long the process was real-time and why.
+ */
+extern void throttle_realtime_stop (void);
+
+/* .open, in the connection's thread, before the plugin's open:
+ * classifies the peer (its address, its credentials, its process's
+ * name, for a loopback TCP peer the owner of its socket), tells the
+ * swap verdict (throttle_verdict_peer: a kernel client attaching to a
+ * server that is not safe), and where real-time is permitted counts
+ * the peer and switches the process if that changes the answer.  Keeps
+ * in *peer the peer's class for throttle_realtime_close, or -1 where
+ * real-time is not permitted.  Returns 0: it refuses no one.  Opens
+ * files under /proc: not for the writeout path.
+ */
+extern int throttle_realtime_open (const char *exportname, void **peer);
+extern void throttle_realtime_close (void *peer);
+
+/* thread_enter: where real-time is permitted
+ * (throttle_guards_rt_active), sets the calling thread's policy to
+ * what the process's is now, whether or not it is the thread's first
+ * request (a switch may have missed the thread): SCHED_FIFO
+ * with SCHED_RESET_ON_FORK (whatever it starts, however, starts
+ * SCHED_OTHER), or SCHED_OTHER.  A switch between the caller's
+ * load of the generation (throttle_thread_enter) and this leaves the
+ * thread stale until its next check, which sees the generation
+ * changed.
+ */
+extern void throttle_realtime_thread_enter (bool first);
+
+/* The control socket's rt member of the stats and its "set rt", from
+ * the control thread (throttle-features.c lists them).
+ */
+extern void throttle_realtime_stats_json (FILE *fp,
+                                          struct throttle_export *exp);
+extern void throttle_realtime_set (FILE *out, struct throttle_export *unused,
+                                   const char *value);
+
+#endif /* THROTTLE_REALTIME_H */
