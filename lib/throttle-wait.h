@@ -7,7 +7,8 @@
  * is *granted* it by whoever releases enough, so a waiter never has to
  * re-check and re-take (no check-then-take race, no lost wake-up) and
  * no later arrival slips in ahead of it.  The budget (units in flight),
- * the write-behind queue and the mempool (buffers) are its users.
+ * the write-behind queue and the disk plugin's mempool (buffers) are
+ * its users.
  *
  * The owner of a queue keeps its resource and the queue under one
  * mutex of its own, made by throttle_lock_init and given to

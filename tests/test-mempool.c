@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Unit tests of lib/throttle-mempool.c (Check). */
+/* Unit tests of plugin/disk/throttle-mempool.c (Check). */
 
 #include <config.h>
 
