@@ -421,13 +421,6 @@ throttle_budget_fast_swap (struct throttle_budget *b,
 }
 
 int
-throttle_budget_fast_confirm (struct throttle_budget *b,
-                              struct throttle_budget_fast *f)
-{
-  return fast_confirm (b, f);
-}
-
-int
 throttle_budget_fast_recheck (struct throttle_budget *b,
                               struct throttle_budget_fast *f)
 {

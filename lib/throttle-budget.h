@@ -157,8 +157,9 @@ extern uint64_t throttle_budget_part_min (uint64_t capacity, uint64_t quantum);
  * THROTTLE_BUDGET_MAX_UNITS.
  *
  * *charged is what the caller gives back with exactly one
- * throttle_budget_credit: 'need' (WHOLE), or a part (PARTS); on a mirrored budget with THROTTLE_BUDGET_MIRRORED or'd
- * in (throttle_budget_mirror), which the credit must leave out.
+ * throttle_budget_credit: 'need' (WHOLE), or a part (PARTS); on a
+ * mirrored budget with THROTTLE_BUDGET_MIRRORED or'd in
+ * (throttle_budget_mirror), which the credit must leave out.
  */
 extern int throttle_budget_enqueue (struct throttle_budget *b,
                                     struct throttle_budget_waiter *bw,
@@ -178,24 +179,20 @@ extern int throttle_budget_enqueue (struct throttle_budget *b,
  * on with throttle_budget_enqueue_locked.
  *
  * throttle_budget_fast_swap: its compare-and-swap.  0: the units are
- * in the word: confirm next; 1: the word had changed and they still
+ * in the word: recheck next; 1: the word had changed and they still
  * fit: swap again; -1: holding nothing, they no longer fit: go on with
  * throttle_budget_enqueue_locked.
  *
- * throttle_budget_fast_confirm: its second reading of the sequence
+ * throttle_budget_fast_recheck: its second reading of the sequence
  * count.  0: the units are taken and counted, to be given back with
  * one throttle_budget_credit (f->word, the word the swap found, says
  * with THROTTLE_BUDGET_MIRRORED whether they are owed to a mirror);
- * -1: the capacity changed meanwhile and they were given back: go on
- * with throttle_budget_enqueue_locked.
- *
- * throttle_budget_fast_recheck: throttle_budget_fast_confirm without
- * the giving back, so that its two steps can be apart too.  0 as
- * throttle_budget_fast_confirm; -1: the capacity changed meanwhile and
- * the caller gives f->need back as throttle_budget_fast_confirm does:
- * throttle_budget_credit_release, throttle_budget_credit_grant if that
- * returned THROTTLE_BUDGET_SLOW, and as many units credited to the
- * mirror if it returned THROTTLE_BUDGET_MIRRORED and f->word had not.
+ * -1: the capacity changed meanwhile: the caller gives f->need back
+ * as the fast charge does, with throttle_budget_credit_release,
+ * throttle_budget_credit_grant if that returned THROTTLE_BUDGET_SLOW,
+ * and as many units credited to the mirror if it returned
+ * THROTTLE_BUDGET_MIRRORED and f->word had not; then goes on with
+ * throttle_budget_enqueue_locked.
  *
  * throttle_budget_enqueue_locked: throttle_budget_enqueue without the
  * fast charge.
@@ -213,8 +210,6 @@ extern bool throttle_budget_fast_read (struct throttle_budget *b,
                                        struct throttle_budget_fast *f);
 extern int throttle_budget_fast_swap (struct throttle_budget *b,
                                       struct throttle_budget_fast *f);
-extern int throttle_budget_fast_confirm (struct throttle_budget *b,
-                                         struct throttle_budget_fast *f);
 extern int throttle_budget_fast_recheck (struct throttle_budget *b,
                                          struct throttle_budget_fast *f);
 extern int throttle_budget_enqueue_locked (struct throttle_budget *b,
@@ -320,8 +315,9 @@ extern bool throttle_budget_mirrored (struct throttle_budget *b);
 
 /* Change the capacity, to any value from 1 to
  * THROTTLE_BUDGET_MAX_UNITS.  Lowering it never revokes units already
- * held; raising it admits waiters at once.  A waiting part is sized under the new capacity when it is granted.  Returns -1
- * (EINVAL) for a capacity out of range.
+ * held; raising it admits waiters at once.  A waiting part is sized
+ * under the new capacity when it is granted.  Returns -1 (EINVAL) for
+ * a capacity out of range.
  */
 extern int throttle_budget_set_capacity (struct throttle_budget *b,
                                          uint64_t capacity);
