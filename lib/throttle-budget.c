@@ -168,8 +168,12 @@ close_fast (struct throttle_budget *b)
   __atomic_fetch_or (&b->word, THROTTLE_BUDGET_SLOW, __ATOMIC_SEQ_CST);
 }
 
-/* Called with the lock held, last before it is dropped: reopen the fast
- * charge if nobody waits and the budget is not shut down.
+/* Called with the lock held, and drops it, after a change: reopen the
+ * fast charge if nobody waits and the budget is not shut down.  Debug
+ * builds check what keeps the liveness invariant (throttle-budget.h)
+ * under the fast path: a queue is never left with the fast charge
+ * open.  (The invariant itself is checked by the simulation at the
+ * points where no credit is halfway, tests/test-sim.c.)
  */
 static void
 settle (struct throttle_budget *b)
@@ -178,6 +182,10 @@ settle (struct throttle_budget *b)
   if (b->queue.head == NULL && !b->shutdown &&
       (__atomic_load_n (&b->word, __ATOMIC_RELAXED) & THROTTLE_BUDGET_SLOW))
     __atomic_fetch_and (&b->word, ~THROTTLE_BUDGET_SLOW, __ATOMIC_SEQ_CST);
+  assert (b->queue.head == NULL ||
+          (__atomic_load_n (&b->word, __ATOMIC_RELAXED) &
+           THROTTLE_BUDGET_SLOW));
+  throttle_unlock (&b->lock);
 }
 
 /* Called with the lock held (by acquire and charge_now, which check
@@ -238,20 +246,6 @@ grantable (const struct throttle_budget *b, enum throttle_budget_kind kind,
   return want;
 }
 
-/* What keeps the liveness invariant (throttle-budget.h) under the
- * fast path, checked after every change made under the lock: a queue
- * is never left with the fast charge open.  (The invariant itself is
- * checked by the simulation at the points where no credit is halfway,
- * tests/test-sim.c.)
- */
-static void
-check_closed (struct throttle_budget *b)
-{
-  assert (b->queue.head == NULL ||
-          (__atomic_load_n (&b->word, __ATOMIC_RELAXED) &
-           THROTTLE_BUDGET_SLOW));
-}
-
 /* throttle_acquire_fn: called with the lock held. */
 static bool
 acquire (void *owner, struct throttle_waiter *w)
@@ -296,8 +290,9 @@ putback (void *owner, struct throttle_waiter *w)
 }
 
 /* Called with the lock held and the fast charge closed.  Take units
- * only if that overtakes no waiter: an arrival that fits while others wait must queue behind
- * them, or a stream of small requests could starve a large one.
+ * only if that overtakes no waiter: an arrival that fits while others
+ * wait must queue behind them, or a stream of small requests could
+ * starve a large one.
  */
 static int
 charge_now (struct throttle_budget *b, enum throttle_budget_kind kind,
@@ -477,8 +472,6 @@ throttle_budget_enqueue_locked (struct throttle_budget *b,
     throttle_wait_enqueue (&b->queue, &bw->w);
   }
   settle (b);
-  check_closed (b);
-  throttle_unlock (&b->lock);
   return r;
 }
 
@@ -514,8 +507,6 @@ throttle_budget_wait (struct throttle_budget *b,
   else
     b->stats.cancelled++;
   settle (b);
-  check_closed (b);
-  throttle_unlock (&b->lock);
   return r;
 }
 
@@ -538,8 +529,6 @@ throttle_budget_poll (struct throttle_budget *b,
     r = 0;
   }
   settle (b);
-  check_closed (b);
-  throttle_unlock (&b->lock);
   return r;
 }
 
@@ -551,8 +540,6 @@ throttle_budget_abandon (struct throttle_budget *b,
   throttle_wait_abandon (&b->queue, &bw->w, acquire, putback, b);
   b->stats.cancelled++;
   settle (b);
-  check_closed (b);
-  throttle_unlock (&b->lock);
 }
 
 static int
@@ -624,8 +611,6 @@ throttle_budget_credit_grant (struct throttle_budget *b)
   if (b->queue.head != NULL)
     throttle_wait_grant (&b->queue, acquire, b);
   settle (b);
-  check_closed (b);
-  throttle_unlock (&b->lock);
 }
 
 bool
@@ -680,8 +665,6 @@ throttle_budget_mirror_mark (struct throttle_budget *b, uint64_t x)
   old = __atomic_fetch_or (&b->word, THROTTLE_BUDGET_MIRRORED,
                            __ATOMIC_SEQ_CST);
   settle (b);
-  check_closed (b);
-  throttle_unlock (&b->lock);
   return x - (old & THROTTLE_BUDGET_MAX_UNITS);
 }
 
@@ -726,8 +709,6 @@ throttle_budget_set_capacity_end (struct throttle_budget *b)
   __atomic_add_fetch (&b->cap_seq, 1, __ATOMIC_SEQ_CST);
   throttle_wait_grant (&b->queue, acquire, b);
   settle (b);
-  check_closed (b);
-  throttle_unlock (&b->lock);
 }
 
 int
