@@ -3,10 +3,8 @@
  * export's budget and to the server's.  See throttle-admit.h.
  *
  * The blocking path (throttle_admit_wait) and the stepped one
- * (throttle_admit_poll) run the same steps: the export's grant, then
- * the server's charge for exactly what the export granted; they differ
- * only in how they wait for a grant (throttle_budget_wait or
- * throttle_budget_poll).
+ * (throttle_admit_poll) run the same steps (step): the export's grant,
+ * then the server's charge for exactly what the export granted.
  */
 
 #include <config.h>
@@ -162,23 +160,34 @@ throttle_admit_start (struct throttle_admit *a,
   return server_enqueue (a);
 }
 
-int
-throttle_admit_poll (struct throttle_admit *a)
+/* throttle_admit_wait if 'block', else throttle_admit_poll: the same
+ * steps, which differ only in how they wait for a grant.
+ */
+static int
+step (struct throttle_admit *a, bool block, throttle_cancel_fn cancel,
+      void *opaque, unsigned poll_ms)
 {
   uint64_t got;
   int r;
 
   switch (a->stage) {
   case THROTTLE_ADMIT_EXPORT:
-    r = throttle_budget_poll (a->exp, &a->bw, &got);
+    r = block ? throttle_budget_wait (a->exp, &a->bw, cancel, opaque,
+                                      poll_ms, &got) :
+      throttle_budget_poll (a->exp, &a->bw, &got);
     if (r == -1)
       a->stage = THROTTLE_ADMIT_DONE;
     if (r != 0)
       return r;
     export_granted (a, got);
-    return server_enqueue (a);
+    r = server_enqueue (a);
+    if (r != 1 || !block)
+      return r;
+    /* fallthrough */
   case THROTTLE_ADMIT_SERVER:
-    r = throttle_budget_poll (a->server, &a->bw, &got);
+    r = block ? throttle_budget_wait (a->server, &a->bw, cancel, opaque,
+                                      poll_ms, &got) :
+      throttle_budget_poll (a->server, &a->bw, &got);
     if (r == 0)
       a->stage = THROTTLE_ADMIT_GRANTED;
     else if (r == -1) {
@@ -195,31 +204,16 @@ throttle_admit_poll (struct throttle_admit *a)
 }
 
 int
+throttle_admit_poll (struct throttle_admit *a)
+{
+  return step (a, false, NULL, NULL, 0);
+}
+
+int
 throttle_admit_wait (struct throttle_admit *a, throttle_cancel_fn cancel,
                      void *opaque, unsigned poll_ms)
 {
-  uint64_t got;
-
-  if (a->stage == THROTTLE_ADMIT_EXPORT) {
-    if (throttle_budget_wait (a->exp, &a->bw, cancel, opaque, poll_ms,
-                              &got) == -1) {
-      a->stage = THROTTLE_ADMIT_DONE;
-      return -1;
-    }
-    export_granted (a, got);
-    if (server_enqueue (a) != 1)
-      return a->stage == THROTTLE_ADMIT_GRANTED ? 0 : -1;
-  }
-  if (a->stage == THROTTLE_ADMIT_SERVER) {
-    if (throttle_budget_wait (a->server, &a->bw, cancel, opaque, poll_ms,
-                              &got) == -1) {
-      throttle_budget_credit (a->exp, a->charged);
-      a->stage = THROTTLE_ADMIT_DONE;
-      return -1;
-    }
-    a->stage = THROTTLE_ADMIT_GRANTED;
-  }
-  return a->stage == THROTTLE_ADMIT_GRANTED ? 0 : -1;
+  return step (a, true, cancel, opaque, poll_ms);
 }
 
 void
