@@ -21,16 +21,6 @@ throttle_wait_queue_init (struct throttle_wait_queue *q, pthread_mutex_t *lock)
 }
 
 static void
-enqueue (struct throttle_wait_queue *q, struct throttle_waiter *w)
-{
-  w->next = NULL;
-  w->prev = q->tail;
-  if (q->tail) q->tail->next = w; else q->head = w;
-  q->tail = w;
-  q->nr++;
-}
-
-static void
 unlink_waiter (struct throttle_wait_queue *q, struct throttle_waiter *w)
 {
   if (w->prev) w->prev->next = w->next; else q->head = w->next;
@@ -93,7 +83,11 @@ throttle_wait_enqueue (struct throttle_wait_queue *q, struct throttle_waiter *w)
   pthread_cond_init (&w->cond, &attr);
   pthread_condattr_destroy (&attr);
   w->granted = false;
-  enqueue (q, w);
+  w->next = NULL;
+  w->prev = q->tail;
+  if (q->tail) q->tail->next = w; else q->head = w;
+  q->tail = w;
+  q->nr++;
 }
 
 void
