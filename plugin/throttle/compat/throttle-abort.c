@@ -14,7 +14,7 @@
  * too: a write that would be acknowledged into the pool is held
  * instead (throttle_abort_hold), or the pool would never empty.  Only
  * async-signal-safe calls are made: getpid, an atomic load, nanosleep,
- * write, sigaction, raise.
+ * write, sigaction, signal, raise.
  *
  * If the abort comes from a thread holding a lock the writers need
  * (our own abort on a broken invariant), they cannot progress and the
@@ -90,7 +90,6 @@ drain_then_die (int sig, siginfo_t *info, void *context)
 {
   const struct timespec tick = { .tv_sec = 0, .tv_nsec = 10000000 };
   long left = THROTTLE_ABORT_DRAIN_SECS * 100;
-  struct sigaction dfl;
 
   if (inherited_ignore && info->si_code <= 0 && info->si_pid != getpid ())
     return;
@@ -113,12 +112,8 @@ drain_then_die (int sig, siginfo_t *info, void *context)
    * default one where that was to ignore it: writes are held from now
    * on, so the process must not go on.
    */
-  if (inherited_ignore) {
-    memset (&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset (&dfl.sa_mask);
-    sigaction (SIGABRT, &dfl, NULL);
-  }
+  if (inherited_ignore)
+    signal (SIGABRT, SIG_DFL);
   else
     sigaction (SIGABRT, &old_action, NULL);
   raise (sig);

@@ -133,9 +133,7 @@ pace_closing (struct throttle_pace *p, int r, uint64_t now)
   uint64_t next = atomic_load_explicit (&p->next_probe_ns,
                                         memory_order_relaxed);
 
-  if (next == 0)
-    return true;
-  if (throttle_quitting ())
+  if (next == 0 || throttle_quitting ())
     return true;
   /* One thread per interval asks; the others go on.  A thread that
    * read next before it became 0 fails its exchange: 0 is kept.
