@@ -550,9 +550,6 @@ charge (struct throttle_budget *b, enum throttle_budget_kind kind,
   struct throttle_budget_waiter bw;
   int r;
 
-  *charged = 0;
-  if (need == 0)
-    return 0;
   r = throttle_budget_enqueue (b, &bw, kind, need, quantum, charged);
   if (r == 1)
     r = throttle_budget_wait (b, &bw, cancel, opaque, poll_ms, charged);

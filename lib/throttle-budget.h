@@ -1,12 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle: a budget of units in flight with FIFO admission.
  *
- * Modelled on the kernel's rq_qos_wait (block/blk-rq-qos.c): a request
- * that cannot be admitted at once joins the tail of a queue and is
- * *granted* its units by whoever frees them, so a waiter never has to
- * re-check and re-take (no check-then-subtract race, no lost wake-up),
- * and no later arrival can slip in ahead of it (no barging, no
- * starvation of large requests by a stream of small ones).
+ * A request that cannot be admitted at once waits in the budget's
+ * queue (throttle-wait.h: the kernel's rq_qos_wait), *granted* its
+ * units by whoever frees them: no later arrival slips in ahead of it,
+ * so a stream of small requests cannot starve a large one.
  */
 
 #ifndef THROTTLE_BUDGET_H
