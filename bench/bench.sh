@@ -436,8 +436,8 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 # 4K random writes at queue depth 64, 1M sequential writes at 8.
 # 'rate' is nbdkit's rate filter at a rate that never binds either: the
 # cost of a peer filter on the same path.  The throttle runs with its
-# defaults (throttle-rt=auto: real-time only for a kernel nbd client or
-# under memory pressure, so not here), with throttle-rt=on to show what
+# defaults (throttle-rt=auto: real-time only while a kernel nbd client
+# is connected, so not here), with throttle-rt=on to show what
 # real-time request threads cost a client on the same CPUs, and with
 # throttle-rt=off to tell the cost of the budget alone.  Case 1 is
 # the noisiest (differences of a few percent), so it gets more rounds.

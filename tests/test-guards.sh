@@ -24,15 +24,6 @@ requires "$PY" -c 'import nbd'
 # more than an unprivileged RLIMIT_MEMLOCK allows.
 requires_root "the mlock checks lock more than RLIMIT_MEMLOCK allows a user"
 
-# A memory.pressure of a cgroup in which nothing runs: memory pressure
-# elsewhere on the machine (another test's) must not turn the auto
-# server below real-time while its client (root's python3) is
-# connected.
-quiet_cg=
-cg2root=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
-[ -n "$cg2root" ] && mkdir "$cg2root/throttle-guards.$$" 2>/dev/null &&
-    quiet_cg=$cg2root/throttle-guards.$$
-at_exit '[ -z "$quiet_cg" ] || rmdir "$quiet_cg"'
 pid= bg=
 # finish PID: SIGTERM, then SIGKILL if it is still there after 5 s.
 finish() {
@@ -48,15 +39,8 @@ import nbd, os, sys, time
 pid, sock, what = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 def stat(path):
     return open(path).read().rsplit(")", 1)[1].split()
-def ours(t):
-    # The filter's memory pressure watcher (throttle-rt=auto) is
-    # real-time from the start.
-    try:
-        return open("/proc/%d/task/%s/comm" % (pid, t)).read().strip() != "throttle-psi"
-    except FileNotFoundError:
-        return False
 def nthreads():
-    return len([t for t in os.listdir("/proc/%d/task" % pid) if ours(t)])
+    return len(os.listdir("/proc/%d/task" % pid))
 idle = nthreads()
 h = nbd.NBD()
 h.connect_uri("nbd+unix:///?socket=" + sock)
@@ -70,9 +54,10 @@ if what == "threads":
             break
         time.sleep(0.05)
     for t in sorted(os.listdir("/proc/%d/task" % pid)):
-        if not ours(t):
+        try:
+            f = stat("/proc/%d/task/%s/stat" % (pid, t))
+        except FileNotFoundError:
             continue
-        f = stat("/proc/%d/task/%s/stat" % (pid, t))
         # fields 9 (flags), 40 (rt_priority), 41 (policy)
         print(t, f[6], f[37], f[38])
 else:
@@ -181,8 +166,7 @@ refuse() {
 for kv in throttle-io-flusher=maybe throttle-rt=yes throttle-oom=1 \
           throttle-mlock=all throttle-threads=0 \
           throttle-max-request=32K throttle-max-request=64M \
-          throttle-rt-hold=-1 throttle-rt-hold=86401 throttle-rt-hold=1m \
-          throttle-rt-pressure=memory.pressure; do
+          throttle-rt-hold=-1 throttle-rt-hold=86401 throttle-rt-hold=1m; do
     refuse "$kv" "$kv"
 done
 # The help into a file first: under pipefail, grep -q leaving the pipe
@@ -269,12 +253,10 @@ check_policy() {  # want: fifo|other
         fail_later "rt: $bad of $n threads not $1"
     fi
 }
-must_start ${quiet_cg:+throttle-rt-pressure=$quiet_cg/memory.pressure}
+must_start
 if [ $can_rt = yes ]; then
     # The probe (python3) is no kernel nbd client: auto stays
-    # SCHED_OTHER (but for its memory pressure watcher, which
-    # threads () leaves out).  test-guards-rt.sh tests when auto turns
-    # real-time.
+    # SCHED_OTHER.  test-guards-rt.sh tests when auto turns real-time.
     check_policy other
     grep -q 'SCHED_FIFO on demand' "$tmp/log" || fail_later "rt: debug output lacks 'SCHED_FIFO on demand'"
 else

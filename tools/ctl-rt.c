@@ -35,7 +35,7 @@ ctl_print_rt (json_object *reply)
   if (off_in == NULL)
     off_in = reply_member (rt, "off_in_s", json_type_int);
   if (off_in)
-    printf ("; off in %.1f s unless %s", json_object_get_double (off_in),
-            "a kernel client connects or memory pressure recurs");
+    printf ("; off in %.1f s unless a kernel client connects",
+            json_object_get_double (off_in));
   printf ("\n");
 }

@@ -53,7 +53,6 @@ struct throttle_guards_params throttle_guards_params = {
   .threads = DEFAULT_THREADS,
   .max_request = DEFAULT_MAX_REQUEST,
   .rt_hold = DEFAULT_RT_HOLD,
-  .psi_path = "/proc/pressure/memory",
 };
 
 static struct throttle_guards_params *const gp = &throttle_guards_params;
@@ -81,10 +80,6 @@ const struct throttle_param throttle_guards_param_table[] = {
   { "throttle-rt-hold", THROTTLE_PARAM_SECONDS,
     &throttle_guards_params.rt_hold, .max = 86400 * THROTTLE_PARAM_S,
     .why = "expected a number of seconds from 0 to 86400" },
-  { "throttle-rt-pressure", THROTTLE_PARAM_PATH,
-    &throttle_guards_params.psi_path,
-    .why = "expected the absolute path of a PSI file "
-    "(/proc/pressure/memory, or a cgroup's memory.pressure)" },
   { "throttle-mlock", THROTTLE_PARAM_WORD, &throttle_guards_params.mlock,
     .words = lock_words, .why = "expected auto, onfault, pool or off" },
   { "throttle-reserve", THROTTLE_PARAM_SIZE, &throttle_guards_params.reserve,
@@ -765,9 +760,8 @@ throttle_guards_after_fork (void)
                 active[THROTTLE_SWAP_IO_FLUSHER] ? "set" : "not set",
                 !active[THROTTLE_SWAP_RT] ? "not set" :
                 gp->rt == THROTTLE_GUARD_ON ? "set" :
-                "on demand (a kernel nbd client of root or the server's "
-                "uid, or memory pressure while a client of theirs is "
-                "connected)",
+                "on demand (while a kernel nbd client of root or the "
+                "server's uid is connected)",
                 active[THROTTLE_SWAP_OOM] ? "-1000" : "unchanged",
                 lock_words[gp->mlock],
                 lock_all ? "everything, on fault" :

@@ -11,7 +11,7 @@
  * GUARD PREVENTS WHICH DEADLOCK" in nbdkit-throttle-design(1).
  *
  * The parameters (throttle-swap, throttle-io-flusher, throttle-rt and
- * its hold and pressure file, throttle-oom, throttle-mlock,
+ * its hold, throttle-oom, throttle-mlock,
  * throttle-reserve, throttle-threads, throttle-max-request) are set by
  * .config and .config_complete and read only after it.  throttle-swap
  * is the default of the five guards (io-flusher, rt, oom, mlock,
@@ -93,7 +93,6 @@ struct throttle_guards_params {
   uint64_t max_request;         /* 0 in .config: plugin */
   bool max_request_plugin;      /* throttle-max-request=plugin */
   double rt_hold;               /* seconds */
-  const char *psi_path;
 };
 extern struct throttle_guards_params throttle_guards_params;
 
@@ -172,13 +171,9 @@ extern void throttle_guards_set_missing (enum throttle_guard guard,
   "                            (default auto).\n" \
   "throttle-rt=auto|on|off     Request threads SCHED_FIFO priority 1\n" \
   "                            (default auto: while a kernel nbd client of\n" \
-  "                            root or the server's uid is connected, and\n" \
-  "                            under memory pressure while a client of\n" \
-  "                            theirs is).\n" \
+  "                            root or the server's uid is connected).\n" \
   "throttle-rt-hold=SECS       How long real-time outlasts its reason\n" \
   "                            (default 60).\n" \
-  "throttle-rt-pressure=FILE   The PSI file watched for memory pressure\n" \
-  "                            (default /proc/pressure/memory).\n" \
   "throttle-mlock=auto|onfault|pool|off  What is locked in RAM\n" \
   "                            (default auto: onfault where permitted).\n" \
   "throttle-oom=auto|on|off    oom_score_adj -1000 (default auto).\n" \

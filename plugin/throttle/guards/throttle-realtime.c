@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the real-time switch of throttle-rt (see
- * throttle-guards.h), and who is at the other end of a connection as
- * it judges them.
+ * throttle-realtime.h), and whether the peer of a connection is a
+ * kernel nbd client.
  */
 
 #include <config.h>
@@ -9,8 +9,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <limits.h>
-#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -20,8 +18,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 
@@ -59,32 +55,30 @@ static bool permitted;
 /* Whether the process is real-time now (rt_on), and the state machine
  * that decides it.  Lock rule: rt_lock serializes every change of rt_state and rt_on
  * (rt_apply_locked: the walk over the tasks and its static buffer,
- * rt_why, rt_since).  rt_on is read without it.
+ * rt_why, rt_since) and the timer's stop.  rt_on is read without it.
  */
 static pthread_mutex_t rt_lock = THROTTLE_LOCK_INITIALIZER;
 static struct throttle_rt rt_state;
 static atomic_bool rt_on;
 static char rt_why[256];
 static uint64_t rt_since;               /* throttle_now_ns () at the switch */
-/* The watcher thread, which stays SCHED_FIFO whatever the mode. */
-static atomic_int psi_tid;
 
 /* /proc/self/task, opened in after_fork: walking it must not allocate
- * (opendir does), since memory pressure is one reason to walk it.
+ * (opendir does), since the walk runs while a kernel client may swap
+ * to this server.
  */
 static int task_dir_fd = -1;
-/* The watcher: a PSI trigger on throttle-rt-pressure, and a pipe that wakes it
- * ("w": the hold may have changed) or stops it ("x").
+/* The timer thread: signalled (under rt_lock) when the process
+ * switches real-time on, and at its stop.
  */
-static int psi_fd = -1;
-static int psi_stop[2] = { -1, -1 };
-static pthread_t psi_thread;             /* running while psi_stop[1] >= 0 */
+static pthread_cond_t timer_cond;
+static bool timer_stop;
+static bool timer_running;
+static pthread_t timer_thread;
 
 /* Is the process /proc/PID one that hands its NBD socket to the
  * kernel's nbd driver?  By its comm, the name of the file it executed
- * (unless it renamed itself), into name (len bytes).  Anyone can take
- * the name: this only tells a trusted peer's kernel client from its
- * other clients.
+ * (unless it renamed itself), into name (len bytes).
  */
 static bool
 pid_is_kernel_client (int64_t pid, char *name, size_t len)
@@ -108,121 +102,46 @@ pid_is_kernel_client (int64_t pid, char *name, size_t len)
   return strcmp (name, "nbd-client") == 0 || strcmp (name, "qemu-nbd") == 0;
 }
 
-/* The owner of the TCP socket on this machine whose local address is
- * a6 (an IPv4 address mapped) port, from the socket tables of
- * nbdkit's network namespace (a loopback peer is in it).  The owner is
- * whoever created the socket; a kernel client's socket keeps it after
- * nbd-client hands it over.
+/* Whether the calling thread's connection's peer is a kernel nbd
+ * client: over a Unix socket, root's or the server's uid's, a process
+ * named like one.  What was found goes into why (len bytes) either
+ * way.  Call from .open.
  */
 static bool
-tcp_peer_uid (const struct in6_addr *a6, uint16_t port, uid_t *uid)
-{
-  char want[2][THROTTLE_RT_TCP_ADDR_LEN + 1], line[512];
-  const char *tables[2] = { "/proc/self/net/tcp", "/proc/self/net/tcp6" };
-  bool found = false;
-  size_t i;
-
-  /* The peer's socket is in one table or the other, depending on its
-   * family, not on ours: look for both spellings of an IPv4 address.
-   */
-  if (IN6_IS_ADDR_V4MAPPED (a6))
-    throttle_rt_tcp_addr (&a6->s6_addr[12], 4, port, want[0]);
-  else
-    tables[0] = NULL;
-  throttle_rt_tcp_addr (a6->s6_addr, 16, port, want[1]);
-  for (i = 0; i < 2 && !found; i++) {
-    FILE *fp = tables[i] ? fopen (tables[i], "re") : NULL;
-
-    if (fp == NULL)
-      continue;
-    while (!found && fgets (line, sizeof line, fp))
-      found = throttle_rt_tcp_line_uid (line, want[i], uid);
-    fclose (fp);
-  }
-  return found;
-}
-
-/* The class of the calling thread's connection's peer, and what was
- * found, into why (len bytes) either way.  Call from .open.
- */
-static enum throttle_rt_peer
-classify_peer (char *why, size_t len)
+peer_is_kernel_client (char *why, size_t len)
 {
   struct sockaddr_storage ss;
   socklen_t sslen = sizeof ss;
-  char name[64], addr[INET6_ADDRSTRLEN] = "?", who[128];
-  struct in6_addr a6 = { .s6_addr = { [10] = 0xff, [11] = 0xff } };
-  uint16_t port = 0;
-  enum throttle_rt_peer c;
+  char name[64];
   int64_t pid, uid;
-  uid_t tuid;
-  bool kname = false, tcp = true;
+  bool kname, kernel;
 
   if (nbdkit_peer_name ((struct sockaddr *) &ss, &sslen) == -1) {
     snprintf (why, len, "peer unknown (not a socket)");
-    return THROTTLE_RT_PEER_OTHER;
+    return false;
   }
-  switch (ss.ss_family) {
-  case AF_UNIX:
-    pid = nbdkit_peer_pid ();
-    uid = nbdkit_peer_uid ();
-    if (pid <= 0 || uid < 0) {
-      snprintf (why, len, "Unix socket peer without credentials");
-      return THROTTLE_RT_PEER_OTHER;
-    }
-    kname = pid_is_kernel_client (pid, name, sizeof name);
-    snprintf (who, sizeof who, "peer PID %" PRIi64 " is %s", pid, name);
-    tcp = false;
-    break;
-  case AF_INET: {
-    const struct sockaddr_in *sin = (const struct sockaddr_in *) &ss;
-
-    inet_ntop (AF_INET, &sin->sin_addr, addr, sizeof addr);
-    memcpy (&a6.s6_addr[12], &sin->sin_addr, 4);
-    port = ntohs (sin->sin_port);
-    break;
-  }
-  case AF_INET6: {
-    const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *) &ss;
-
-    inet_ntop (AF_INET6, &sin6->sin6_addr, addr, sizeof addr);
-    a6 = sin6->sin6_addr;
-    port = ntohs (sin6->sin6_port);
-    break;
-  }
-  default:
-    snprintf (why, len, "peer of address family %d, not on this machine",
-              (int) ss.ss_family);
-    return THROTTLE_RT_PEER_OTHER;
-  }
-  if (tcp) {
-    if (!IN6_IS_ADDR_LOOPBACK (&a6) &&
-        !(IN6_IS_ADDR_V4MAPPED (&a6) && a6.s6_addr[12] == 127)) {
-      snprintf (why, len, "TCP peer %s, not on this machine", addr);
-      return THROTTLE_RT_PEER_OTHER;
-    }
-    snprintf (who, sizeof who, "TCP peer %s port %u on loopback", addr,
-              (unsigned) port);
-    if (!tcp_peer_uid (&a6, port, &tuid)) {
-      snprintf (why, len, "%s, owner not found: never real-time", who);
-      return THROTTLE_RT_PEER_OTHER;
-    }
-    uid = tuid;
-  }
-  /* A loopback TCP peer's process cannot be known (a kernel client's
-   * socket has none): at most trusted.
+  /* Over TCP, even on loopback, which process holds the other end
+   * cannot be known (a kernel client's socket has none).
    */
-  c = throttle_rt_classify (uid, geteuid (), kname);
-  snprintf (why, len, "%s, uid %" PRIi64 ", %s", who, uid,
-            c == THROTTLE_RT_PEER_KERNEL ?
-            "a kernel nbd client on this machine" :
-            c == THROTTLE_RT_PEER_OTHER ?
-            "neither root nor the server's uid: never real-time" :
-            tcp ? "which may be a kernel nbd client (real-time only under "
-            "memory pressure)" :
-            "not a kernel nbd client (real-time only under memory "
-            "pressure)");
-  return c;
+  if (ss.ss_family != AF_UNIX) {
+    snprintf (why, len, "peer of address family %d, not a Unix socket: "
+              "never real-time", (int) ss.ss_family);
+    return false;
+  }
+  pid = nbdkit_peer_pid ();
+  uid = nbdkit_peer_uid ();
+  if (pid <= 0 || uid < 0) {
+    snprintf (why, len, "Unix socket peer without credentials");
+    return false;
+  }
+  kname = pid_is_kernel_client (pid, name, sizeof name);
+  kernel = throttle_rt_kernel_client (uid, geteuid (), kname);
+  snprintf (why, len, "peer PID %" PRIi64 " is %s, uid %" PRIi64 ", %s",
+            pid, name, uid,
+            kernel ? "a kernel nbd client on this machine" :
+            kname ? "neither root nor the server's uid: never real-time" :
+            "not a kernel nbd client");
+  return kernel;
 }
 
 /* Sets thread tid's (0: the caller's) policy to SCHED_FIFO with the
@@ -246,20 +165,19 @@ rt_set_policy (pid_t tid, bool on, int fifo)
   return 1;
 }
 
-/* Sets the policy of every thread of the process but the watcher to
- * SCHED_FIFO (on) or SCHED_OTHER, and returns how many it changed.
- * Threads created later inherit it from their creator (the main thread
- * is among those walked); a thread the walk misses, or one that set
- * its own policy from a stale rt_on meanwhile, switches itself at its
- * next throttle_thread_enter (each switch renews the threads).  Caller
- * holds rt_lock (the buffer is static: no allocation under memory
- * pressure).
+/* Sets the policy of every thread of the process to SCHED_FIFO (on)
+ * or SCHED_OTHER, and returns how many it changed.  Threads created
+ * later inherit it from their creator (the main thread is among those
+ * walked); a thread the walk misses, or one that set its own policy
+ * from a stale rt_on meanwhile, switches itself at its next
+ * throttle_thread_enter (each switch renews the threads).  Caller
+ * holds rt_lock (the buffer is static: nothing is allocated while the
+ * device served may be swap).
  */
 static unsigned
 rt_set_all_threads (bool on)
 {
   static char buf[4096] __attribute__ ((aligned (8)));
-  const pid_t watcher = atomic_load (&psi_tid);
   unsigned n = 0;
   long len, off;
 
@@ -276,7 +194,7 @@ rt_set_all_threads (bool on)
       off += reclen;
       for (; *name >= '0' && *name <= '9'; name++)
         tid = tid * 10 + (*name - '0');
-      if (tid > 0 && *name == '\0' && tid != watcher &&
+      if (tid > 0 && *name == '\0' &&
           rt_set_policy (tid, on, SCHED_FIFO) == 1)
         n++;
     }
@@ -289,18 +207,11 @@ rt_set_all_threads (bool on)
  * The whole process, not one connection: writeback writers and every
  * connection's requests share the budget with the connection that
  * needs it, and a SCHED_OTHER thread holding it would stall the
- * real-time ones.  An event that finds it real-time already walks the
- * threads again: one started since the switch by a request thread is
- * SCHED_OTHER (request threads reset their policy on fork, for the
- * plugin's children), such as the reader that nbdkit's nbd plugin
- * starts when nbdkit's retry filter reopens it after the storage went
- * away, and memory pressure is when it must not wait behind the
- * real-time ones.  Returns when to decide again without an event (0:
- * never).  Caller holds rt_lock.  Allocates nothing unless nbdkit runs
- * verbose (its debug message): the watcher calls it under memory
- * pressure.
+ * real-time ones.  A switch on wakes the timer.  Caller holds rt_lock.
+ * Allocates nothing unless nbdkit runs verbose (its debug message):
+ * the timer calls it while the device served may be swap.
  */
-static uint64_t
+static void
 rt_apply_locked (uint64_t now, const char *event)
 {
   uint64_t recheck;
@@ -310,12 +221,10 @@ rt_apply_locked (uint64_t now, const char *event)
 
   throttle_lock_assert_held (&rt_lock);
   want = throttle_rt_wanted (&rt_state, now, &recheck);
-  if (want == atomic_load (&rt_on)) {
-    if (want && event && (n = rt_set_all_threads (true)) > 0)
-      nbdkit_debug ("throttle: guards: real-time: SCHED_FIFO set on %u "
-                    "threads started since the switch", n);
-    return recheck;
-  }
+  if (want == atomic_load (&rt_on))
+    return;
+  if (want)
+    pthread_cond_signal (&timer_cond);
   atomic_store (&rt_on, want);
   throttle_threads_renew ();
   rt_since = now;
@@ -329,56 +238,43 @@ rt_apply_locked (uint64_t now, const char *event)
                 "at %lld.%06ld", want ? "on" : "off", rt_why,
                 want ? "SCHED_FIFO" : "SCHED_OTHER", n,
                 (long long) wall.tv_sec, wall.tv_nsec / 1000);
-  return recheck;
-}
-
-/* Tells the watcher to decide again (the hold may have changed). */
-static void
-rt_wake_watcher (void)
-{
-  if (psi_stop[1] >= 0 && write (psi_stop[1], "w", 1) != 1 &&
-      errno != EAGAIN)
-    nbdkit_debug ("throttle: guards: cannot wake the real-time watcher: %s",
-                  throttle_errtext (errno));
 }
 
 int
-throttle_realtime_open (const char *exportname, void **peer)
+throttle_realtime_open (const char *exportname, void **state)
 {
   char why[256];
-  enum throttle_rt_peer c;
+  bool kernel;
 
   /* Whatever real-time may do: the verdict speaks up when a kernel
    * client attaches to a server that is not safe for it.
    */
-  c = classify_peer (why, sizeof why);
-  throttle_verdict_peer (c, why);
-  *peer = (void *) (intptr_t) -1;
+  kernel = peer_is_kernel_client (why, sizeof why);
+  if (kernel)
+    throttle_verdict_kernel_client (why);
+  *state = (void *) (intptr_t) kernel;
   if (!permitted)
     return 0;
   throttle_lock (&rt_lock);
-  throttle_rt_peer_open (&rt_state, c, throttle_now_ns ());
+  throttle_rt_peer_open (&rt_state, kernel);
   rt_apply_locked (throttle_now_ns (), why);
   throttle_unlock (&rt_lock);
   if (throttle_debug_verbose)
     nbdkit_debug ("throttle: guards: throttle-rt peer: %s: real-time %s",
                   why, atomic_load (&rt_on) ? "on" : "off");
-  *peer = (void *) (intptr_t) c;
   return 0;
 }
 
 void
 throttle_realtime_close (void *state)
 {
-  int peer = (int) (intptr_t) state;
-
-  if (peer < 0)
+  if (!permitted)
     return;
   throttle_lock (&rt_lock);
-  throttle_rt_peer_close (&rt_state, peer, throttle_now_ns ());
+  throttle_rt_peer_close (&rt_state, (intptr_t) state != 0,
+                          throttle_now_ns ());
   rt_apply_locked (throttle_now_ns (), NULL);
   throttle_unlock (&rt_lock);
-  rt_wake_watcher ();
 }
 
 /* The JSON member ,"rt":{...} (mode, whether on and why, the peers,
@@ -413,13 +309,10 @@ throttle_realtime_stats_json (FILE *fp, struct throttle_export *exp)
                         why[0] ? why : st.reason);
   fputs (",\"decision\":", fp);
   throttle_json_string (fp, !permitted ? "" : st.reason);
-  fprintf (fp, ",\"since_s\":%.3f,\"peers\":{\"kernel\":%u,\"trusted\":%u,"
-           "\"other\":%u},\"hold_s\":%.3f,\"pressure_signal\":%s",
-           since ? (now - since) / 1e9 : 0.0,
-           st.peers[THROTTLE_RT_PEER_KERNEL],
-           st.peers[THROTTLE_RT_PEER_TRUSTED],
-           st.peers[THROTTLE_RT_PEER_OTHER], gp->rt_hold,
-           st.no_pressure_signal ? "false" : "true");
+  fprintf (fp, ",\"since_s\":%.3f,\"peers\":{\"kernel\":%u,\"other\":%u},"
+           "\"hold_s\":%.3f",
+           since ? (now - since) / 1e9 : 0.0, st.peers[true], st.peers[false],
+           gp->rt_hold);
   if (on && recheck > now)
     fprintf (fp, ",\"off_in_s\":%.3f}", (recheck - now) / 1e9);
   else
@@ -459,148 +352,53 @@ throttle_realtime_set (FILE *out, struct throttle_export *unused,
     throttle_guards_set_missing (THROTTLE_SWAP_RT, mode == THROTTLE_RT_OFF ?
                                  "set rt off (control socket)" : NULL);
     nbdkit_debug ("throttle: guards: control: set rt %s", value);
-    rt_wake_watcher ();
   }
   fputs ("{\"ok\":true", out);
   throttle_realtime_stats_json (out, NULL);
   fputs ("}\n", out);
 }
 
-/* Closes the n descriptors at fds that are open, and marks them closed. */
-static void
-close_fds (int *fds, size_t n)
-{
-  size_t i;
-
-  for (i = 0; i < n; i++)
-    if (fds[i] >= 0) {
-      close (fds[i]);
-      fds[i] = -1;
-    }
-}
-
-/* The PSI trigger: a stall of 'some' task on memory for 10 ms within
- * 1 s (1%).  Without CAP_SYS_RESOURCE, Linux >= 6.5 accepts only
- * windows of whole multiples of 2 s.
- */
-static const char *const psi_triggers[] = {
-  "some 10000 1000000", "some 20000 2000000",
-};
-
-/* Opens psi_fd with a trigger; 0 or an errno. */
-static int
-psi_open (const char **trigger)
-{
-  size_t i;
-  int err = 0;
-
-  for (i = 0; i < sizeof psi_triggers / sizeof psi_triggers[0]; i++) {
-    size_t len = strlen (psi_triggers[i]) + 1;
-
-    psi_fd = open (gp->psi_path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
-    if (psi_fd == -1)
-      return errno;
-    if (write (psi_fd, psi_triggers[i], len) == (ssize_t) len) {
-      *trigger = psi_triggers[i];
-      return 0;
-    }
-    err = errno;
-    close (psi_fd);
-    psi_fd = -1;
-  }
-  return err;
-}
-
-/* Milliseconds from now until deadline (0: none), for poll. */
-static int
-poll_timeout (uint64_t deadline)
-{
-  uint64_t now = throttle_now_ns (), ms;
-
-  if (deadline == 0)
-    return -1;
-  if (deadline <= now)
-    return 0;
-  ms = (deadline - now + 999999) / 1000000;
-  return ms > INT_MAX ? INT_MAX : (int) ms;
-}
-
-/* The watcher: counts memory pressure (the PSI trigger) and switches
- * real-time off when the hold ends.  Real-time itself, whatever the
- * mode, so that it runs at once when memory gets short.
+/* The timer: while the process is real-time, every second, ends the
+ * hold once it is over and walks the threads.  A thread that a request
+ * thread starts is SCHED_OTHER (request threads reset their policy on
+ * fork, for the plugin's children), such as the reader that nbdkit's
+ * nbd plugin starts when nbdkit's retry filter reopens it after the
+ * storage went away, and it must not wait long behind the real-time
+ * ones.  Otherwise it waits for a switch.  It waits on timer_cond
+ * under rt_lock, and allocates nothing.
  */
 static void *
-rt_watch (void *arg)
+rt_timer (void *unused)
 {
-  const char *trigger = arg;
-  struct pollfd fds[2] = {
-    { .fd = psi_stop[0], .events = POLLIN },
-    { .fd = psi_fd, .events = POLLPRI },
-  };
-  nfds_t nfds = psi_fd >= 0 ? 2 : 1;
-  const char *event;
-  char why[320], buf[64];
-  /* None yet: start decided with no hold, and whatever sets one since
-   * wakes this thread (rt_wake_watcher).
-   */
-  uint64_t deadline = 0;
+  struct timespec tick;
+  unsigned n;
 
-  atomic_store (&psi_tid, gettid ());
-  /* Real-time whatever the mode; if refused, it is at least woken. */
-  sched_setscheduler (0, SCHED_FIFO, &fifo_1);
-  snprintf (why, sizeof why, "memory pressure (PSI trigger \"%s\" on %s)",
-            trigger ? trigger : "", gp->psi_path);
-  for (;;) {
-    if (poll (fds, nfds, poll_timeout (deadline)) == -1) {
-      if (errno == EINTR)
-        continue;
-      break;
+  throttle_lock (&rt_lock);
+  while (!timer_stop) {
+    rt_apply_locked (throttle_now_ns (), NULL);
+    if (!atomic_load (&rt_on)) {
+      pthread_cond_wait (&timer_cond, &rt_lock);
+      continue;
     }
-    if (fds[0].revents) {
-      /* Every wake-up queued so far at once (the pipe is non-blocking):
-       * the stop's "x" must find room.
-       */
-      ssize_t r = read (psi_stop[0], buf, sizeof buf);
-
-      if (r > 0 && memchr (buf, 'x', r) != NULL)
-        break;
-    }
-    throttle_lock (&rt_lock);
-    event = NULL;
-    if (nfds == 2 && (fds[1].revents & POLLPRI)) {
-      if (throttle_rt_pressure (&rt_state, throttle_now_ns ()))
-        event = why;
-      if (throttle_debug_verbose)
-        nbdkit_debug ("throttle: guards: %s %s", why,
-                      event ? "counted" : "ignored: no client of root or "
-                      "the server's uid is connected");
-    }
-    if (nfds == 2 && (fds[1].revents & (POLLERR | POLLHUP | POLLNVAL))) {
-      /* The trigger is gone (its cgroup was removed): nothing will
-       * warn of memory pressure any more.
-       */
-      rt_state.no_pressure_signal = true;
-      nfds = 1;
-      nbdkit_debug ("throttle: guards: the memory pressure trigger failed: "
-                    "clients of root or the server's uid count as kernel "
-                    "clients from now on");
-    }
-    deadline = rt_apply_locked (throttle_now_ns (), event);
-    throttle_unlock (&rt_lock);
+    n = rt_set_all_threads (true);
+    if (n > 0)
+      nbdkit_debug ("throttle: guards: real-time: SCHED_FIFO set on %u "
+                    "threads started since the switch", n);
+    tick = throttle_deadline_ms (1000);
+    pthread_cond_timedwait (&timer_cond, &rt_lock, &tick);
   }
+  throttle_unlock (&rt_lock);
   return NULL;
 }
 
-/* Where permitted: opens /proc/self/task and the PSI trigger, decides
- * for the start mode and starts the watcher.  Where no PSI trigger can
- * be set, clients of root or the server's uid count as kernel clients
- * (nothing would tell when they need it); where no watcher can start,
- * the hold ends at the next connection's open or close.
+/* Where permitted: opens /proc/self/task, decides for the start mode
+ * and starts the timer.  Where no timer can start, the hold ends at the
+ * next connection's open or close.
  */
 int
 throttle_realtime_start (void)
 {
-  static const char *trigger;
+  pthread_condattr_t attr;
   const bool on = gp->rt == THROTTLE_GUARD_ON;
   int err;
 
@@ -614,32 +412,24 @@ throttle_realtime_start (void)
     throttle_warning ("throttle-rt: cannot open /proc/self/task: %s: only "
                       "threads that serve a request change policy",
                       throttle_errtext (errno));
-  err = psi_open (&trigger);
-  if (err) {
-    rt_state.no_pressure_signal = true;
-    nbdkit_debug ("throttle: guards: no memory pressure trigger (%s: %s): "
-                  "clients of root or the server's uid count as kernel "
-                  "clients", gp->psi_path, throttle_errtext (err));
-  }
+  pthread_condattr_init (&attr);
+  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
+  pthread_cond_init (&timer_cond, &attr);
+  pthread_condattr_destroy (&attr);
   throttle_lock (&rt_lock);
   rt_apply_locked (throttle_now_ns (), on ? "throttle-rt=on" : NULL);
   throttle_unlock (&rt_lock);
 
-  err = pipe2 (psi_stop, O_CLOEXEC | O_NONBLOCK) == -1 ? errno :
-    pthread_create (&psi_thread, NULL, rt_watch, (void *) trigger);
+  err = pthread_create (&timer_thread, NULL, rt_timer, NULL);
   if (err) {
-    throttle_warning ("throttle-rt: cannot start the real-time watcher: %s: "
-                      "memory pressure is not watched, and real-time is "
-                      "switched off only at a connection's open or close",
-                      throttle_errtext (err));
-    close_fds (psi_stop, 2);
-    throttle_lock (&rt_lock);
-    rt_state.no_pressure_signal = true;
-    throttle_unlock (&rt_lock);
+    throttle_warning ("throttle-rt: cannot start the real-time timer: %s: "
+                      "real-time is switched off only at a connection's "
+                      "open or close", throttle_errtext (err));
     return 0;
   }
+  timer_running = true;
   /* Named, so that it can be told from nbdkit's threads. */
-  pthread_setname_np (psi_thread, "throttle-psi");
+  pthread_setname_np (timer_thread, "throttle-rt");
   return 0;
 }
 
@@ -665,18 +455,18 @@ throttle_realtime_thread_enter (bool first)
 void
 throttle_realtime_stop (void)
 {
-  if (psi_stop[1] >= 0) {
-    /* The pipe is non-blocking, but the watcher drains it at every
-     * wake-up: there is room.
-     */
-    if (write (psi_stop[1], "x", 1) != 1)
-      nbdkit_debug ("throttle: guards: cannot stop the real-time watcher");
-    else
-      pthread_join (psi_thread, NULL);
+  if (timer_running) {
+    throttle_lock (&rt_lock);
+    timer_stop = true;
+    pthread_cond_signal (&timer_cond);
+    throttle_unlock (&rt_lock);
+    pthread_join (timer_thread, NULL);
+    timer_running = false;
   }
-  close_fds (psi_stop, 2);
-  close_fds (&psi_fd, 1);
-  close_fds (&task_dir_fd, 1);
+  if (task_dir_fd >= 0) {
+    close (task_dir_fd);
+    task_dir_fd = -1;
+  }
   if (!permitted)
     return;
   throttle_lock (&rt_lock);

@@ -14,35 +14,36 @@ struct throttle_export;
 
 /* The real-time switch (throttle-rt): whether the whole process runs
  * SCHED_FIFO now, as lib/throttle-rtpolicy.h decides (when, and why
- * not always).  A watcher thread, itself always SCHED_FIFO, counts
- * memory pressure from a PSI trigger and ends the hold on time.
+ * not always).  A timer thread, while the process is real-time, ends
+ * the hold within a second of its end and switches threads that were
+ * started since.
  */
 
 /* after_fork, after the guards' (so once they know whether SCHED_FIFO
  * is permitted, throttle_guards_rt_active, and once the locks and the
- * heap reserve are in place: the watcher's stack is locked and takes
- * nothing from the reserve): where permitted opens /proc/self/task and
- * the PSI trigger, starts the watcher and decides for the start mode.
- * Returns 0: what cannot be had is logged.
+ * heap reserve are in place: the timer's stack is locked and takes
+ * nothing from the reserve): where permitted opens /proc/self/task,
+ * decides for the start mode and starts the timer.  Returns 0: what
+ * cannot be had is logged.
  */
 extern int throttle_realtime_start (void);
-/* unload, last of all: stops the watcher, closes what start opened,
+/* unload, last of all: stops the timer, closes what start opened,
  * and logs how long the process was real-time and why.
  */
 extern void throttle_realtime_stop (void);
 
-/* .open, in the connection's thread, before the plugin's open:
- * classifies the peer (its address, its credentials, its process's
- * name, for a loopback TCP peer the owner of its socket), tells the
- * swap verdict (throttle_verdict_peer: a kernel client attaching to a
+/* .open, in the connection's thread, before the plugin's open: finds
+ * whether the peer is a kernel nbd client (a Unix socket's
+ * credentials, its process's name), tells the swap verdict of one
+ * (throttle_verdict_kernel_client: a kernel client attaching to a
  * server that is not safe), and where real-time is permitted counts
  * the peer and switches the process if that changes the answer.  Keeps
- * in *peer the peer's class for throttle_realtime_close, or -1 where
- * real-time is not permitted.  Returns 0: it refuses no one.  Opens
- * files under /proc: not for the writeout path.
+ * in *state whether it is a kernel client, for throttle_realtime_close.
+ * Returns 0: it refuses no one.  Opens a file under /proc: not for the
+ * writeout path.
  */
-extern int throttle_realtime_open (const char *exportname, void **peer);
-extern void throttle_realtime_close (void *peer);
+extern int throttle_realtime_open (const char *exportname, void **state);
+extern void throttle_realtime_close (void *state);
 
 /* thread_enter: where real-time is permitted
  * (throttle_guards_rt_active), sets the calling thread's policy to

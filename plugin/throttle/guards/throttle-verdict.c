@@ -311,13 +311,11 @@ throttle_verdict_after_fork (void)
 }
 
 void
-throttle_verdict_peer (enum throttle_rt_peer peer, const char *why)
+throttle_verdict_kernel_client (const char *why)
 {
   struct verdict v;
   char text[2048];
 
-  if (peer != THROTTLE_RT_PEER_KERNEL)
-    return;
   judge (&v);
   if (v.missing == 0)
     return;

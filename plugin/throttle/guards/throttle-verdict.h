@@ -37,7 +37,6 @@
 
 #include "throttle-guards.h"
 #include "throttle-params.h"
-#include "throttle-rtpolicy.h"
 
 struct throttle_export;
 
@@ -86,14 +85,13 @@ extern int throttle_verdict_get_ready (int thread_model);
  */
 extern int throttle_verdict_after_fork (void);
 
-/* .open, with the peer's class and what was found (throttle-realtime.c):
- * a kernel nbd client attaching to a server that is not safe is
- * logged with nbdkit_error (stderr, or syslog in the background),
- * naming every reason.  Reads vm.min_free_kbytes with the storage
- * remote: not for the writeout path.
+/* .open of a kernel nbd client, with what was found about it
+ * (throttle-realtime.c): if this server is not safe, logged with
+ * nbdkit_error (stderr, or syslog in the background), naming every
+ * reason.  Reads vm.min_free_kbytes with the storage remote: not for
+ * the writeout path.
  */
-extern void throttle_verdict_peer (enum throttle_rt_peer peer,
-                                   const char *why);
+extern void throttle_verdict_kernel_client (const char *why);
 
 #define throttle_verdict_config_help \
   "throttle-remote=auto|true|false  The plugin's storage is reached over\n" \
