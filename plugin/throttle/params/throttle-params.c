@@ -138,11 +138,6 @@ parse (const struct throttle_param *p, const char *value)
     }
     *(const char **) p->out = value;
     return 0;
-  case THROTTLE_PARAM_PATH:
-    if (value[0] != '/')
-      break;
-    *(const char **) p->out = value;
-    return 0;
   case THROTTLE_PARAM_FILE:
     if (n == 0 || value[n - 1] == '/')
       break;

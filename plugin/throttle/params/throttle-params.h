@@ -46,8 +46,6 @@ enum throttle_param_kind {
   THROTTLE_PARAM_WORD,
   /* const char *, not empty: else "empty value: " and why. */
   THROTTLE_PARAM_STRING,
-  /* const char *, an absolute path: else why. */
-  THROTTLE_PARAM_PATH,
   /* char *, the path of a file, neither empty nor ending in '/' (else
    * why), made absolute: nbdkit changes to / when it forks.
    */
