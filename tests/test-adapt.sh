@@ -106,6 +106,29 @@ logged=$(grep -c 'throttle: adapt: export "": capacity [0-9]* -> [0-9]* (down)' 
 echo "ok: $logged steps down logged, e.g.:"
 grep -m1 'throttle: adapt: export' "$tmp/live.log"
 
+# clock_wakes: how often the latency target's clock thread woke in a
+# second (its voluntary context switches): about 20 while an export
+# has a target, none once none has.
+clock_wakes ()
+{
+  $PY - "$live" <<'EOF'
+import os, sys, time
+task = "/proc/%s/task" % sys.argv[1]
+def wakes():
+    for t in os.listdir(task):
+        try:
+            if open("%s/%s/comm" % (task, t)).read().strip() != "throttle-clock":
+                continue
+            for line in open("%s/%s/status" % (task, t)):
+                if line.startswith("voluntary_ctxt_switches:"):
+                    return int(line.split()[1])
+        except FileNotFoundError:
+            pass
+    sys.exit("no throttle-clock thread")
+a = wakes(); time.sleep(1); print(wakes() - a)
+EOF
+}
+
 # The control socket.
 expect ()
 {
@@ -140,6 +163,11 @@ expect '"ceiling":4194304' 'stats ""'
 expect '"ok":true,"export":"","latency_target":"off","previous_ns":50000000' \
   'set latency-target "" off'
 expect '"capacity":4194304,.*"adapt":{"latency_target_ns":null' 'stats ""'
+# No export has a target: the clock waits for one (a tick under way
+# when the target went off may still end).
+w=$(clock_wakes) || fail "the clock thread was not found"
+[ "$w" -le 1 ] || fail "the clock woke $w times in a second with no target"
+echo "ok: with no target the clock woke $w times in a second"
 # Without a target any capacity goes; then a target is refused until
 # the capacity is back above the floor.
 expect '"ok":true' 'set capacity "" 128K'
@@ -149,6 +177,10 @@ expect '"ok":true' 'set capacity "" 8M'
 expect '"ok":true.*"previous_ns":null' 'set latency-target "" 5ms'
 expect '"capacity":8388608,.*"latency_target_ns":5000000,"floor"' \
   'stats ""'
+# A target again: the clock ticks again, 20 times a second.
+w=$(clock_wakes) || fail "the clock thread was not found"
+[ "$w" -ge 3 ] || fail "the clock woke $w times in a second with a target"
+echo "ok: with a target the clock woke $w times in a second"
 expect '"set latency-target EXPORT DURATION|off"' help
 
 # Set live, the target works as at start: a short load brings it down.

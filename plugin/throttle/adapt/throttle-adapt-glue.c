@@ -19,7 +19,8 @@
  * (throttle_adapt_tick) twice a window, so that an export whose
  * requests all wait, with nothing in flight to complete, still sees
  * its window end and its capacity step back up.  Both end it through
- * the same call, end_window.
+ * the same call, end_window.  While no export has a target the clock
+ * waits for one, rather than wake 20 times a second for nothing.
  */
 
 #include <config.h>
@@ -68,7 +69,14 @@ static const char *config_target_text;  /* as given, for its warning */
  */
 static pthread_t clock_thread;
 static bool clock_started;
-static bool clock_stop;                 /* atomic */
+/* Lock rule: clock_lock guards clock_targets (how many exports have a
+ * target) and clock_stop; clock_cond is signalled when either changes.
+ * A leaf: nothing is taken under it.
+ */
+static pthread_mutex_t clock_lock = THROTTLE_LOCK_INITIALIZER;
+static pthread_cond_t clock_cond = PTHREAD_COND_INITIALIZER;
+static size_t clock_targets;
+static bool clock_stop;
 
 struct throttle_adapt_export {
   /* Lock rule: 'lock' guards 'ctl', and is taken by the request
@@ -231,6 +239,19 @@ throttle_adapt_get_ready (int thread_model)
 
 static throttle_sample_fn sample;
 
+/* Tell the clock that an export gained (+1) or lost (-1) a target, or
+ * (stop) that .cleanup waits for it to end.
+ */
+static void
+clock_tell (int targets, bool stop)
+{
+  throttle_lock (&clock_lock);
+  clock_targets += targets;
+  clock_stop |= stop;
+  pthread_cond_signal (&clock_cond);
+  throttle_unlock (&clock_lock);
+}
+
 /* The state of a new export, whose budget starts at its capacity, the
  * ceiling, which config_complete checked is not below the floor
  * (its export_attach, throttle-feature.h).
@@ -246,8 +267,10 @@ throttle_adapt_export_attach (struct throttle_export *exp)
   throttle_lock_init (&ae->lock);
   throttle_adapt_init (&ae->ctl, config_floor, ceiling, config_target_ns,
                        WINDOW_NS, ceiling, throttle_now_ns ());
-  if (config_target_ns)
+  if (config_target_ns) {
     __atomic_store_n (&exp->sample, sample, __ATOMIC_RELAXED);
+    clock_tell (1, false);
+  }
   return ae;
 }
 
@@ -256,6 +279,8 @@ throttle_adapt_export_detach (void *state)
 {
   struct throttle_adapt_export *ae = state;
 
+  if (ae->ctl.target_ns)
+    clock_tell (-1, false);
   pthread_mutex_destroy (&ae->lock);
   free (ae);
 }
@@ -344,18 +369,25 @@ tick_export (struct throttle_export *exp, void *opaque)
   throttle_unlock (&ae->lock);
 }
 
-/* A tick every TICK_NS until .cleanup: it sleeps between them, and
- * .cleanup waits for the one under way.
+/* A tick every TICK_NS while an export has a target, until .cleanup:
+ * it sleeps between them under no lock, and .cleanup waits for the one
+ * under way.
  */
 static void *
 clock_main (void *arg)
 {
   const struct timespec tick = { .tv_nsec = TICK_NS };
+  bool stop = false;
 
   throttle_thread_enter ();
-  while (!__atomic_load_n (&clock_stop, __ATOMIC_RELAXED)) {
+  while (!stop) {
     nanosleep (&tick, NULL);
     throttle_export_foreach_range (0, SIZE_MAX, tick_export, NULL);
+    throttle_lock (&clock_lock);
+    while (clock_targets == 0 && !clock_stop)
+      pthread_cond_wait (&clock_cond, &clock_lock);
+    stop = clock_stop;
+    throttle_unlock (&clock_lock);
   }
   return NULL;
 }
@@ -377,6 +409,7 @@ start_clock (char *err, size_t errlen)
               "pthread_create: %s", throttle_errtext (r));
     return -1;
   }
+  pthread_setname_np (clock_thread, "throttle-clock");
   clock_started = true;
   return 0;
 }
@@ -398,7 +431,7 @@ throttle_adapt_cleanup (void)
 {
   if (!clock_started)
     return;
-  __atomic_store_n (&clock_stop, true, __ATOMIC_RELAXED);
+  clock_tell (0, true);
   pthread_join (clock_thread, NULL);
   clock_started = false;
 }
@@ -434,6 +467,7 @@ throttle_adapt_export_set_target (struct throttle_export *exp,
   else {
     throttle_budget_set_capacity (&exp->budget, ae->ctl.capacity);
     __atomic_store_n (&exp->sample, ns ? sample : NULL, __ATOMIC_RELAXED);
+    clock_tell ((ns != 0) - (*previous != 0), false);
   }
   throttle_unlock (&ae->lock);
   return r;
