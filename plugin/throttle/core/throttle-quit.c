@@ -43,7 +43,10 @@ static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static uint64_t asked, answered;
 static bool stop;
 static pthread_t prober;
-static bool prober_started;     /* only touched by after_fork, cleanup */
+/* Set by .after_fork before any request thread exists, never cleared:
+ * after .cleanup has set stop, no question waits.
+ */
+static bool prober_started;
 
 /* Set in a request thread once the prober has said that the server is
  * not quitting while the thread's own nbdkit_nanosleep failed: its
@@ -75,12 +78,9 @@ ask_prober (void)
 {
   uint64_t mine;
 
-  throttle_lock (&lock);
-  if (!prober_started) {
-    /* Not yet after_fork, or after cleanup: no request runs then. */
-    throttle_unlock (&lock);
+  if (!prober_started)
     return true;
-  }
+  throttle_lock (&lock);
   mine = ++asked;
   pthread_cond_broadcast (&cond);
   while (answered < mine && !stop)
@@ -138,25 +138,18 @@ throttle_quit_start (void)
                   "pthread_create: %s", throttle_errtext (err));
     return -1;
   }
-  throttle_lock (&lock);
   prober_started = true;
-  throttle_unlock (&lock);
   return 0;
 }
 
 void
 throttle_quit_stop (void)
 {
-  throttle_lock (&lock);
-  if (!prober_started) {
-    throttle_unlock (&lock);
+  if (!prober_started)
     return;
-  }
+  throttle_lock (&lock);
   stop = true;
   pthread_cond_broadcast (&cond);
   throttle_unlock (&lock);
   pthread_join (prober, NULL);
-  throttle_lock (&lock);
-  prober_started = false;
-  throttle_unlock (&lock);
 }
