@@ -22,9 +22,7 @@
 #include "throttle-lock.h"
 #include "throttle-parse.h"
 
-#define NR_BUCKETS 256
-
-/* Lock rule: 'lock' guards the list, the hash, nr_exports and every
+/* Lock rule: 'lock' guards the list, nr_exports and every
  * export's refs; conns is atomic.  An export's other fields but its budget
  * and wb never change after it is made, and it is freed only once its
  * refs are 0, so a holder of a reference may use it without the lock.
@@ -38,8 +36,11 @@
  * features attach without it.
  */
 static pthread_mutex_t lock = THROTTLE_LOCK_INITIALIZER;
-static struct throttle_export *registry, **tail = &registry;
-static struct throttle_export *buckets[NR_BUCKETS];
+/* In creation order, "" first.  A list, walked by .open and .close:
+ * it holds the names of open connections only, and a connection costs
+ * nbdkit a thread and a handshake already.
+ */
+static struct throttle_export *registry;
 static size_t nr_exports;
 
 /* Set once by throttle_export_init, before any connection. */
@@ -49,23 +50,11 @@ static uint64_t capacity;
 static void
 detach_features (struct throttle_export *exp)
 {
-  size_t n = 0;
+  size_t n = throttle_nr_features;
 
-  while (throttle_features[n])
-    n++;
   while (n-- > 0)
     if (exp->state[n])
       throttle_features[n]->export_detach (exp->state[n]);
-}
-
-static unsigned
-hash (const char *s)
-{
-  uint32_t h = 2166136261u;   /* FNV-1a */
-
-  while (*s)
-    h = (h ^ (unsigned char) *s++) * 16777619u;
-  return h % NR_BUCKETS;
 }
 
 static struct throttle_export *
@@ -74,7 +63,7 @@ find_locked (const char *name)
   struct throttle_export *exp;
 
   throttle_lock_assert_held (&lock);
-  for (exp = buckets[hash (name)]; exp; exp = exp->hnext)
+  for (exp = registry; exp; exp = exp->next)
     if (strcmp (exp->name, name) == 0)
       return exp;
   return NULL;
@@ -149,31 +138,24 @@ bind_locked (void)
 static void
 link_locked (struct throttle_export *exp)
 {
-  unsigned h = hash (exp->name);
+  struct throttle_export **pp = &registry;
 
   throttle_lock_assert_held (&lock);
-  exp->pprev = tail;
-  *tail = exp;
-  tail = &exp->next;
-  exp->hnext = buckets[h];
-  buckets[h] = exp;
+  while (*pp)
+    pp = &(*pp)->next;
+  *pp = exp;
   nr_exports++;
 }
 
 static void
 unlink_locked (struct throttle_export *exp)
 {
-  struct throttle_export **pp = &buckets[hash (exp->name)];
+  struct throttle_export **pp = &registry;
 
   throttle_lock_assert_held (&lock);
   while (*pp != exp)
-    pp = &(*pp)->hnext;
-  *pp = exp->hnext;
-  *exp->pprev = exp->next;
-  if (exp->next)
-    exp->next->pprev = exp->pprev;
-  else
-    tail = exp->pprev;
+    pp = &(*pp)->next;
+  *pp = exp->next;
   nr_exports--;
 }
 
@@ -310,8 +292,6 @@ throttle_export_free_all (void)
     registry = exp->next;
     unmake (exp);
   }
-  tail = &registry;
-  memset (buckets, 0, sizeof buckets);
   nr_exports = 0;
   throttle_unlock (&lock);
 }

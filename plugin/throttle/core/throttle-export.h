@@ -53,8 +53,6 @@ typedef void throttle_sample_fn (struct throttle_export *exp,
 
 struct throttle_export {
   struct throttle_export *next;   /* in creation order; "" is first */
-  struct throttle_export **pprev; /* &the previous one's next */
-  struct throttle_export *hnext;  /* hash chain */
   char *name;                     /* "" is the default export */
   /* References: open connections plus control commands using it.
    * Guarded by the registry's lock.
