@@ -53,28 +53,23 @@ parse_number (const char *value, int64_t min, int64_t max, unsigned *out)
   return 0;
 }
 
-/* nbdkit_parse_bool's words (nbdkit 1.32 to 1.44): 0 if value is one. */
+/* nbdkit_parse_bool's words (nbdkit 1.32 to 1.44), false then true:
+ * 0 if value is one.
+ */
 static int
 parse_bool (const char *value, bool *out)
 {
-  static const char *const yes[] = { "true", "t", "yes", "y", "on", NULL };
-  static const char *const no[] = { "false", "f", "no", "n", "off", NULL };
+  static const char *const words[] = {
+    "0", "1", "false", "true", "f", "t", "no", "yes", "n", "y", "off", "on",
+    NULL
+  };
   size_t i;
 
-  if (strcmp (value, "1") == 0 || strcmp (value, "0") == 0) {
-    *out = value[0] == '1';
-    return 0;
-  }
-  for (i = 0; yes[i]; i++) {
-    if (strcasecmp (value, yes[i]) == 0) {
-      *out = true;
+  for (i = 0; words[i]; i++)
+    if (strcasecmp (value, words[i]) == 0) {
+      *out = i % 2;
       return 0;
     }
-    if (strcasecmp (value, no[i]) == 0) {
-      *out = false;
-      return 0;
-    }
-  }
   return -1;
 }
 
