@@ -105,6 +105,7 @@ const struct throttle_report throttle_reports[] = {
 
 /* No feature keeps state per export here. */
 const struct throttle_feature *const throttle_features[] = { NULL };
+const size_t throttle_nr_features = 0;
 
 /* --- helpers ---------------------------------------------------------- */
 

@@ -81,6 +81,7 @@ static const struct throttle_feature stateless;
 const struct throttle_feature *const throttle_features[] = {
   &stateless, &feature, NULL
 };
+const size_t throttle_nr_features = 2;
 static const unsigned feature_slot = 1;
 
 /* --- helpers ------------------------------------------------------------ */

@@ -126,6 +126,8 @@ const struct throttle_feature *const throttle_features[] = {
   &metrics_file, &summary, &control,
   NULL
 };
+const size_t throttle_nr_features =
+  sizeof throttle_features / sizeof throttle_features[0] - 1;
 
 /* What the features report, for the control socket's stats, the
  * metrics and the metrics file (throttle-metrics.h), in the order the

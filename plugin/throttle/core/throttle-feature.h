@@ -29,6 +29,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <nbdkit-filter.h>
@@ -102,8 +103,11 @@ struct throttle_feature {
   void (*thread_enter) (bool first);
 };
 
-/* The table, NULL-terminated (throttle-features.c). */
+/* The table, NULL-terminated, and how many it holds
+ * (throttle-features.c).
+ */
 extern const struct throttle_feature *const throttle_features[];
+extern const size_t throttle_nr_features;
 
 /* .config_help: the core's parameters (throttle_core_config_help),
  * then each feature's (throttle-features.c).

@@ -244,38 +244,25 @@ throttle_after_fork (nbdkit_backend *backend)
   return 0;
 }
 
-/* The last feature in the table; .cleanup, .unload and .close walk it
- * backwards from there.
- */
-static const struct throttle_feature *const *
-last_feature (void)
-{
-  const struct throttle_feature *const *f = throttle_features;
-
-  while (f[1])
-    f++;
-  return f;
-}
-
 static void
 throttle_cleanup (nbdkit_backend *backend)
 {
-  const struct throttle_feature *const *f;
+  size_t i = throttle_nr_features;
 
-  for (f = last_feature (); f >= throttle_features; f--)
-    if ((*f)->cleanup)
-      (*f)->cleanup ();
+  while (i-- > 0)
+    if (throttle_features[i]->cleanup)
+      throttle_features[i]->cleanup ();
   throttle_quit_stop ();
 }
 
 static void
 throttle_unload (void)
 {
-  const struct throttle_feature *const *f;
+  size_t i = throttle_nr_features;
 
-  for (f = last_feature (); f >= throttle_features; f--)
-    if ((*f)->unload)
-      (*f)->unload ();
+  while (i-- > 0)
+    if (throttle_features[i]->unload)
+      throttle_features[i]->unload ();
   throttle_abort_uninstall ();
   throttle_export_free_all ();
   if (throttle_config.server) {
@@ -298,18 +285,15 @@ throttle_list_exports (nbdkit_next_list_exports *next, nbdkit_backend *nxdata,
   return next (nxdata, readonly, exports);
 }
 
-/* Close what the features before 'end' (in the table) opened for c,
+/* Close what the first n features (in the table) opened for c,
  * backwards.
  */
 static void
-close_features (struct throttle_conn *c,
-                const struct throttle_feature *const *end)
+close_features (struct throttle_conn *c, size_t n)
 {
-  const struct throttle_feature *const *f;
-
-  for (f = end - 1; f >= throttle_features; f--)
-    if ((*f)->close)
-      (*f)->close (c->state[f - throttle_features]);
+  while (n-- > 0)
+    if (throttle_features[n]->close)
+      throttle_features[n]->close (c->state[n]);
 }
 
 /* The features' preopen before anything is made for the connection and
@@ -358,7 +342,7 @@ throttle_open (nbdkit_next_open *next, nbdkit_context *nxdata,
 
  refused:
   /* f: past the last feature whose preopen succeeded. */
-  close_features (c, f);
+  close_features (c, f - throttle_features);
   free (c);
   return NULL;
 }
@@ -383,7 +367,7 @@ throttle_close (void *handle)
   struct throttle_conn *c = handle;
 
   throttle_pace_destroy (&c->pace);
-  close_features (c, last_feature () + 1);
+  close_features (c, throttle_nr_features);
   throttle_export_close (c->exp);
   free (c);
 }
