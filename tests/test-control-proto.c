@@ -106,6 +106,9 @@ const struct throttle_report throttle_reports[] = {
 /* No feature keeps state per export here. */
 const struct throttle_feature *const throttle_features[] = { NULL };
 const size_t throttle_nr_features = 0;
+/* The filter's (core/throttle.c). */
+struct throttle_config throttle_config = { .split = true };
+int throttle_debug_verbose;
 
 /* --- helpers ---------------------------------------------------------- */
 

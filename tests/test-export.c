@@ -82,6 +82,9 @@ const struct throttle_feature *const throttle_features[] = {
   &stateless, &feature, NULL
 };
 const size_t throttle_nr_features = 2;
+/* The filter's (core/throttle.c). */
+struct throttle_config throttle_config = { .split = true };
+int throttle_debug_verbose;
 static const unsigned feature_slot = 1;
 
 /* --- helpers ------------------------------------------------------------ */

@@ -36,6 +36,13 @@
 #include "throttle-quit.h"
 #include "throttle-serve.h"
 
+/* -D throttle.verbose=1: log every admission that waited, and every
+ * charge.
+ */
+NBDKIT_DLL_PUBLIC int throttle_debug_verbose = 0;
+
+struct throttle_config throttle_config = { .split = true };
+
 static const char *metric_spec = "bytes";
 static uint64_t server_capacity;        /* 0 = throttle-capacity */
 static struct throttle_budget server_budget;
