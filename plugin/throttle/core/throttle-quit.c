@@ -52,7 +52,7 @@ static bool prober_started;
  * not quitting while the thread's own nbdkit_nanosleep failed: its
  * connection is closing, for good (nbdkit's worker threads belong to
  * one connection), and its own probe would only log an error line
- * each time.  initial-exec: see thread_gen in throttle-guards.c.
+ * each time.  initial-exec: see throttle_thread_seen in throttle.c.
  */
 static __thread bool conn_closing __attribute__ ((tls_model ("initial-exec")));
 
