@@ -331,8 +331,9 @@ end_window (struct throttle_export *exp, struct throttle_adapt_export *ae,
                   s.in_flight);
 }
 
-/* The export's sampler (throttle_export.sample) while it has a target:
- * a request admitted at 'start' has been served and succeeded.
+/* The export's sampler (throttle_export.sample) while it has a target,
+ * so that without one a request reads no clock: a request admitted at
+ * 'start' has been served and succeeded.
  */
 static void
 sample (struct throttle_export *exp, uint64_t start, enum throttle_op op)

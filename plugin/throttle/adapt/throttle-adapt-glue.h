@@ -45,11 +45,6 @@ extern void throttle_adapt_export_detach (void *state);
   "                            reads within DURATION (default off).\n" \
   "throttle-min-capacity=SIZE  The floor (default throttle-capacity/16)."
 
-/* On the data path the latency target is the export's sampler
- * (throttle_export.sample), set while the export has a target: without
- * one a request reads no clock.
- */
-
 /* For the control socket.  Each returns 0, or -1 with a message for
  * the operator in err.  *previous gets the value replaced.
  */
