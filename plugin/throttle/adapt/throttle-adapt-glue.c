@@ -165,17 +165,9 @@ throttle_adapt_config_complete (void)
     if (config_floor < min)
       config_floor = min;
   }
-  else if (config_floor < min) {
-    char what[256], err[512];
-
-    snprintf (what, sizeof what, "throttle-min-capacity=%s",
-              config_floor_text);
-    throttle_capacity_judge (&throttle_config.metric, what,
-                             config_floor_text, config_floor,
-                             err, sizeof err);
-    nbdkit_error ("%s", err);
-    return -1;
-  }
+  else if (config_floor < min)
+    return throttle_check_capacity ("throttle-min-capacity",
+                                    config_floor_text, config_floor);
   else if (config_floor > ceiling) {
     if (throttle_config.capacity_text)
       nbdkit_error ("throttle-min-capacity=%s: above throttle-capacity=%s: "

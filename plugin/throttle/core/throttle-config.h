@@ -52,6 +52,14 @@ struct throttle_config {
 };
 extern struct throttle_config throttle_config;
 
+/* A capacity (or floor) given as key=text (value parsed), judged
+ * against the metric, once it is loaded (throttle_capacity_judge): -1
+ * after its one error line, else 0, after a warning if it can never be
+ * reached.
+ */
+extern int throttle_check_capacity (const char *key, const char *text,
+                                    uint64_t value);
+
 /* --help for the core's parameters (their rows: throttle.c). */
 #define throttle_core_config_help \
   "throttle-capacity=SIZE      Units allowed in flight per export\n" \

@@ -94,12 +94,8 @@ throttle_config_key (nbdkit_next_config *next, nbdkit_backend *nxdata,
   return next (nxdata, key, value);
 }
 
-/* A capacity given as key=text (value parsed), judged against the
- * metric, now known (throttle_capacity_judge): -1 after its one error
- * line, else 0, after a warning if it can never be reached.
- */
-static int
-check_capacity (const char *key, const char *text, uint64_t value)
+int
+throttle_check_capacity (const char *key, const char *text, uint64_t value)
 {
   char what[256], err[512];
   int r;
@@ -131,8 +127,9 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   }
   if (throttle_config.capacity == 0)
     throttle_config.capacity = throttle_config.metric.default_capacity;
-  else if (check_capacity ("throttle-capacity", throttle_config.capacity_text,
-                           throttle_config.capacity) == -1)
+  else if (throttle_check_capacity ("throttle-capacity",
+                                    throttle_config.capacity_text,
+                                    throttle_config.capacity) == -1)
     return -1;
   /* The server's bound: as one export's by default, following any
    * capacity set higher (throttle-config.h), so that a server with one export
@@ -142,9 +139,9 @@ throttle_config_complete (nbdkit_next_config_complete *next,
   if (server_capacity == 0)
     server_capacity = throttle_config.capacity;
   else {
-    if (check_capacity ("throttle-server-capacity",
-                        throttle_config.server_capacity_text,
-                        server_capacity) == -1)
+    if (throttle_check_capacity ("throttle-server-capacity",
+                                 throttle_config.server_capacity_text,
+                                 server_capacity) == -1)
       return -1;
     if (server_capacity < throttle_config.capacity) {
       if (throttle_config.capacity_text)
