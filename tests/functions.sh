@@ -267,24 +267,6 @@ hold_exports ()
   fail "hold_exports $tag: the connections did not open in 60 s"
 }
 
-# debug_json PATTERN LOG: the JSON after PATTERN (e.g. "throttle: stats ")
-# on each matching line of an nbdkit debug log, as the filter wrote it.
-# nbdkit 1.32 logs debug text as it is; later releases C-quote it (a
-# backslash doubled, other bytes as \xNN), which a JSON string's own
-# escapes do not survive: such a line is unquoted first.
-debug_json ()
-{
-  grep -F -- "$1" "$2" | sed "s/^.*$1//" | $PY -c '
-import codecs, json, sys
-for line in sys.stdin:
-    line = line.rstrip("\n")
-    try:
-        json.loads(line)
-    except ValueError:
-        line = codecs.escape_decode(line.encode())[0].decode("utf-8")
-    print(line)'
-}
-
 # Capability probes: each tries the real thing in a child, so that the
 # test's own shell stays as it was.  0 where this machine grants it.
 probe_io_flusher ()     # prctl(PR_SET_IO_FLUSHER)

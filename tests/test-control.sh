@@ -7,8 +7,7 @@
 # capacity takes effect both ways; bad input, silent, flooding and
 # vanishing clients get an error or are dropped while the server keeps
 # serving, and clients beyond the 32 places close those idle longest
-# (in full: test-control-full.sh); throttle-stats-interval logs stats;
-# the socket is removed at exit.  The live part is
+# (in full: test-control-full.sh); the socket is removed at exit.  The live part is
 # tests/throttle_control.py.
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 requires_file "$THROTTLE_FILTER"
@@ -34,10 +33,6 @@ expect_refusal ()
   echo "ok: $what refused"
 }
 
-expect_refusal "throttle-stats-interval=abc" "throttle-stats-interval=abc" \
-  throttle-stats-interval=abc
-expect_refusal "throttle-stats-interval=0" "throttle-stats-interval=0" \
-  throttle-stats-interval=0
 expect_refusal "throttle-control= (empty)" "throttle-control=: empty value" \
   throttle-control=
 expect_refusal "a control path too long" "too long" \
@@ -56,8 +51,7 @@ umask 000
 start_nbdkit live --filter="$THROTTLE_FILTER" "$TEST_PLUGIN" \
   delay-ms=50 statefile="$tmp/live.state" throttle-capacity=1M \
   export= export="$($PY "$client" odd-name)" \
-  throttle-control="$ctl" throttle-stats-interval=500ms \
-  -D throttle.control_timeout=2
+  throttle-control="$ctl" -D throttle.control_timeout=2
 umask "$old_umask"
 live=$pid
 wait_for_socket "$ctl" "$pid" || fail "no control socket at $ctl"
@@ -86,18 +80,6 @@ echo "writes: clients $total, throttle admitted (see above), backend $backend"
 echo "ok: the backend saw the $total writes the stats counted"
 [ ! -e "$ctl" ] || fail "the control socket was not removed at exit"
 echo "ok: control socket removed at exit"
-
-# throttle-stats-interval=500ms (a duration with its unit, as every
-# duration the filter reads): periodic one-line JSON in the debug log.
-n=$(grep -c 'throttle: stats {' "$tmp/live.log" || :)
-[ "$n" -ge 4 ] || fail "expected periodic stats in the log, found $n lines"
-debug_json 'throttle: stats ' "$tmp/live.log" | tail -1 |
-  $PY -c 'import json, sys
-d = json.load(sys.stdin)
-e = [x for x in d["exports"] if x["name"] == ""][0]
-assert e["admitted"] > 0, e' ||
-  fail "the periodic stats line is not the expected JSON"
-echo "ok: $n periodic stats lines, the last one valid JSON"
 
 # A stale socket (its server gone) is replaced.
 $PY -c 'import socket, sys

@@ -93,10 +93,11 @@ echo "ok: a refusal is said whole: $(cat "$tmp/old.out")"
 
 # A write that fails while the server runs is logged once, and the
 # next interval tries again: the directory removed, then made again.
+# (50ms: a duration with its unit, as every duration the filter reads.)
 mkdir "$tmp/mdir"
 # shellcheck disable=SC2086
 "$NBDKIT" -f -U "$tmp/gone.sock" --filter="$THROTTLE_FILTER" memory 1M \
-  throttle-metrics-file="$tmp/mdir/m.prom" throttle-metrics-interval=0.05 \
+  throttle-metrics-file="$tmp/mdir/m.prom" throttle-metrics-interval=50ms \
   $quiet >"$tmp/gone.log" 2>&1 &
 pid=$!
 _pids+=("$pid")

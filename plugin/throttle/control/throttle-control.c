@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: the control socket, the periodic stats and
- * the metrics file's timer.
+/* nbdkit-throttle filter: the control socket and the metrics file's
+ * timer.
  *
  * One thread runs a libev loop that serves line-oriented commands on a
  * Unix socket (see CONTROL SOCKET in nbdkit-throttle-filter(1)); this
@@ -57,7 +57,6 @@ NBDKIT_DLL_PUBLIC int throttle_debug_control_timeout = 0;
 
 static char *socket_path;
 static const char *socket_text;         /* as given, for its errors */
-static double stats_interval;      /* 0 = off */
 
 static int listen_fd = -1;
 static pid_t owner_pid;            /* the process that may remove the socket */
@@ -68,7 +67,6 @@ static struct ev_loop *control_loop;
 static ev_async stop_watcher;
 static ev_io accept_watcher;
 static ev_timer accept_retry;
-static ev_timer stats_timer;
 static ev_timer metrics_timer;
 static pthread_t thread;
 
@@ -355,25 +353,6 @@ accept_retry_cb (struct ev_loop *loop, ev_timer *w, int revents)
   ev_io_start (loop, &accept_watcher);
 }
 
-/* One line per page of exports, so that no line grows without bound. */
-static void
-stats_cb (struct ev_loop *loop, ev_timer *w, int revents)
-{
-  size_t from = 0, total;
-
-  do {
-    char *line = throttle_metrics_stats (NULL, from);
-
-    if (line == NULL)
-      nbdkit_debug ("throttle: stats: exports from %zu: out of memory", from);
-    else
-      nbdkit_debug ("throttle: stats %s", line);
-    free (line);
-    from += THROTTLE_METRICS_STATS_PAGE;
-    total = throttle_export_count ();
-  } while (from < total);
-}
-
 /* A file write on the loop: the file is small, and where it is (a
  * local directory, not the device this server serves) is the
  * operator's choice (nbdkit-throttle-filter(1)).
@@ -402,9 +381,6 @@ control_thread (void *arg)
 const struct throttle_param throttle_control_param_table[] = {
   { "throttle-control", THROTTLE_PARAM_STRING, &socket_text,
     .why = "expected the path of a Unix socket" },
-  { "throttle-stats-interval", THROTTLE_PARAM_SECONDS, &stats_interval,
-    .min = THROTTLE_PARAM_S / 1000, .max = 86400 * THROTTLE_PARAM_S,
-    .why = "expected a number of seconds from 0.001 to 86400" },
   { NULL }
 };
 
@@ -523,7 +499,7 @@ throttle_control_after_fork (void)
   sigset_t all, old;
   int err;
 
-  if (listen_fd == -1 && stats_interval == 0 && metrics_interval == 0)
+  if (listen_fd == -1 && metrics_interval == 0)
     return 0;
 
   owner_pid = getpid ();
@@ -538,10 +514,6 @@ throttle_control_after_fork (void)
     ev_io_init (&accept_watcher, accept_cb, listen_fd, EV_READ);
     ev_io_start (control_loop, &accept_watcher);
     ev_timer_init (&accept_retry, accept_retry_cb, 1., 0.);
-  }
-  if (stats_interval > 0) {
-    ev_timer_init (&stats_timer, stats_cb, stats_interval, stats_interval);
-    ev_timer_start (control_loop, &stats_timer);
   }
   if (metrics_interval > 0) {
     /* At once (the process that serves may be a fork of the one that

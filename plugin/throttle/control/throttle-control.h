@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-throttle filter: the control socket (throttle-control=SOCKET),
- * the periodic statistics (throttle-stats-interval=SECS), the metrics
- * file (throttle-metrics-file=PATH) and the commands that change a
- * capacity.
+ * the metrics file (throttle-metrics-file=PATH) and the commands that
+ * change a capacity.
  *
  * All are served by one thread of their own running a libev loop, so
  * that no operator, however slow or broken his client, can stall the
@@ -37,9 +36,7 @@ extern void throttle_control_unload (void);
 
 #define throttle_control_config_help \
   "throttle-control=SOCKET     Serve stats and runtime changes on this\n" \
-  "                            Unix socket (mode 0600).\n" \
-  "throttle-stats-interval=SECS\n" \
-  "                            Log stats every SECS seconds (with -v)."
+  "                            Unix socket (mode 0600)."
 
 /* --- the metrics file (throttle-metrics-file.c) ------------------------- */
 
