@@ -205,7 +205,7 @@ expect_ctl '"ok":true,"export":"","latency_target":"5","previous_ns":null' \
   'set latency-target "" 5'
 expect_ctl '"ok":true,"export":"","latency_target":"off","previous_ns":5000000000' \
   'set latency-target "" off'
-expect_ctl '"stats \[EXPORT\]","stats from N","metrics","set capacity EXPORT N","set latency-target EXPORT DURATION|off","set server-capacity N","set rt on|off|auto","help"' help
+expect_ctl '"stats \[EXPORT\]","metrics","set capacity EXPORT N","set latency-target EXPORT DURATION|off","set server-capacity N","set rt on|off|auto","help"' help
 "$THROTTLE_CTL" "$ctl" set server-capacity 4M >"$tmp/out" ||
   { cat "$tmp/out"; fail "throttle-ctl set server-capacity 4M failed"; }
 grep -q "^server-wide capacity 4194304 (4M), was 8388608 (8M)$" "$tmp/out" ||

@@ -17,9 +17,6 @@
 #include "ctl.h"
 
 #define MAX_EXPORT_DISPLAY 256
-/* The filter has a budget per name that connections have open, 100 a
- * page: 1000 pages are far more connections than one server holds. */
-#define MAX_PAGES 1000
 /* A verdict line: every reason of the filter's, each with its why. */
 #define VERDICT_LEN 4096
 
@@ -61,94 +58,6 @@ exports_of (json_object *reply, const char *path, char *err, size_t errlen)
     }
   }
   return a;
-}
-
-/* Ask for the stats of every export: "stats", then "stats from N" for
- * as long as a page names a "next" one, the exports of every page
- * gathered into the first reply's array, so that none is left out.
- * *RAW gets every reply line, each with its newline.  Returns NULL
- * with ERR on failure, as ctl_ask does; a server whose pages do not
- * move forward is not the filter.
- */
-static json_object *
-ask_all_stats (const char *path, double timeout, char **raw,
-               char *err, size_t errlen)
-{
-  json_object *reply, *page = NULL, *all;
-  char *lines = NULL, *r, *p, line[64];
-  uint64_t from = 0, next;
-  size_t len, pages = 1;
-
-  reply = ctl_ask (path, "stats", timeout, &r, err, errlen);
-  if (reply == NULL)
-    return NULL;
-  len = strlen (r);
-  lines = realloc (r, len + 2);
-  if (lines == NULL) {
-    free (r);
-    goto oom;
-  }
-  strcpy (lines + len++, "\n");
-  all = reply_member (reply, "exports", json_type_array);
-  /* An older filter has no pages; exports_of judges the shape. */
-  if (all == NULL || !reply_uint (reply, "next", &next))
-    goto done;
-  for (;;) {
-    json_object *pa;
-    size_t rlen, i, n;
-
-    if (next <= from || ++pages > MAX_PAGES) {
-      snprintf (err, errlen, "%s: the pages of the stats do not end: not a "
-                "throttle control socket?", path);
-      goto fail;
-    }
-    from = next;
-    snprintf (line, sizeof line, "stats from %" PRIu64, from);
-    page = ctl_ask (path, line, timeout, &r, err, errlen);
-    if (page == NULL)
-      goto fail;
-    rlen = strlen (r);
-    p = realloc (lines, len + rlen + 2);
-    if (p == NULL) {
-      free (r);
-      goto oom;
-    }
-    lines = p;
-    memcpy (lines + len, r, rlen);
-    strcpy (lines + len + rlen, "\n");
-    len += rlen + 1;
-    free (r);
-    pa = reply_member (page, "exports", json_type_array);
-    if (pa == NULL) {
-      snprintf (err, errlen, "%s: the reply has no \"exports\" array: not "
-                "a throttle control socket?", path);
-      goto fail;
-    }
-    /* The page's exports go to the end of the first reply's, which
-     * takes a reference to each.
-     */
-    n = json_object_array_length (pa);
-    for (i = 0; i < n; i++)
-      if (json_object_array_add (all, json_object_get
-                                 (json_object_array_get_idx (pa, i))) == -1)
-        goto oom;
-    if (!reply_uint (page, "next", &next))
-      break;
-    json_object_put (page);
-    page = NULL;
-  }
- done:
-  json_object_put (page);
-  *raw = lines;
-  return reply;
-
- oom:
-  snprintf (err, errlen, "out of memory");
- fail:
-  json_object_put (page);
-  json_object_put (reply);
-  free (lines);
-  return NULL;
 }
 
 static bool
@@ -371,7 +280,7 @@ ctl_stats (const char *path, const char *export, bool json, double timeout)
   char *raw;
 
   if (export == NULL)
-    reply = ask_all_stats (path, timeout, &raw, err, sizeof err);
+    reply = ctl_ask (path, "stats", timeout, &raw, err, sizeof err);
   else if (ctl_quote_export (export, q, sizeof q)) {
     snprintf (line, sizeof line, "stats %s", q);
     reply = ctl_ask (path, line, timeout, &raw, err, sizeof err);
@@ -393,7 +302,7 @@ ctl_stats (const char *path, const char *export, bool json, double timeout)
     return 1;
   }
   if (json)
-    printf ("%s%s", raw, export ? "\n" : "");
+    printf ("%s\n", raw);
   else
     print_table (reply, exports);
   json_object_put (reply);
@@ -589,7 +498,7 @@ ctl_watch (const char *path, double interval, long count, bool json,
     /* A fresh connection each time: the server drops clients idle for
      * longer than its timeout, and a restarted nbdkit is found again.
      */
-    reply = ask_all_stats (path, timeout, &raw, err, sizeof err);
+    reply = ctl_ask (path, "stats", timeout, &raw, err, sizeof err);
     if (reply == NULL) {
       error (err);
       rc = 1;
@@ -604,7 +513,7 @@ ctl_watch (const char *path, double interval, long count, bool json,
       break;
     }
     if (json)
-      printf ("%s", raw);
+      printf ("%s\n", raw);
     else {
       size_t j, n = json_object_array_length (exports);
       int w = namew;

@@ -6,8 +6,6 @@
 
 #include <config.h>
 
-#include <errno.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,12 +41,13 @@ get_export (FILE *out, const char *name)
  */
 static void
 reply_whole (FILE *out, char *text, size_t len, bool newline,
-             const char *cmd, const char *instead)
+             const char *cmd)
 {
   if (text == NULL || len > THROTTLE_CONTROL_MAX_OUTPUT)
     throttle_json_error (out, "%s: the reply does not fit in %d bytes or "
-                         "memory ran out: %s", cmd,
-                         THROTTLE_CONTROL_MAX_OUTPUT, instead);
+                         "memory ran out: ask for one export with stats "
+                         "EXPORT, or read throttle-metrics-file", cmd,
+                         THROTTLE_CONTROL_MAX_OUTPUT);
   else {
     fwrite (text, 1, len, out);
     if (newline)
@@ -122,8 +121,7 @@ cmd_help (FILE *out, int argc, char **argv)
 {
   const struct throttle_setter *setter;
 
-  fputs ("{\"commands\":[\"stats [EXPORT]\",\"stats from N\",\"metrics\"",
-         out);
+  fputs ("{\"commands\":[\"stats [EXPORT]\",\"metrics\"", out);
   for (setter = throttle_setters; setter->name; setter++) {
     putc (',', out);
     throttle_json_string (out, setter->usage);
@@ -135,29 +133,16 @@ static void
 cmd_stats (FILE *out, int argc, char **argv)
 {
   struct throttle_export *exp = NULL;
-  unsigned long long from = 0;
-  char *end, *line;
+  char *line;
 
-  if (argc == 3 && strcmp (argv[1], "from") == 0) {
-    errno = 0;
-    from = strtoull (argv[2], &end, 10);
-    if (argv[2][0] < '0' || argv[2][0] > '9' || *end != '\0' ||
-        errno || from > SIZE_MAX) {
-      throttle_json_error (out, "bad number \"%s\": expected the index of "
-                           "the first export of the page (0, or the "
-                           "\"next\" of the page before)", argv[2]);
-      return;
-    }
-  }
-  else if (argc > 2) {
-    throttle_json_error (out, "usage: stats [EXPORT] or stats from N");
+  if (argc > 2) {
+    throttle_json_error (out, "usage: stats [EXPORT]");
     return;
   }
-  else if (argc == 2 && (exp = get_export (out, argv[1])) == NULL)
+  if (argc == 2 && (exp = get_export (out, argv[1])) == NULL)
     return;
-  line = throttle_metrics_stats (exp, from);
-  reply_whole (out, line, line ? strlen (line) : 0, true, "stats",
-               "ask for one export, or a page with stats from N");
+  line = throttle_metrics_stats (exp);
+  reply_whole (out, line, line ? strlen (line) : 0, true, "stats");
   if (exp)
     throttle_export_put (exp);
 }
@@ -177,8 +162,7 @@ cmd_metrics (FILE *out, int argc, char **argv)
       text = NULL;
     }
   }
-  reply_whole (out, text, len, false, "metrics",
-               "use throttle-metrics-file, or stats from N");
+  reply_whole (out, text, len, false, "metrics");
 }
 
 static void

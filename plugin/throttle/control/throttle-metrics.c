@@ -134,22 +134,18 @@ take_export (struct throttle_export *exp, void *opaque)
   putc ('\0', r->fp);
 }
 
-/* One export (exp != NULL, held by the caller), or at most max from
- * the from'th, with each export's features' JSON members if
- * with_json.  An export made between the count and the walk is left
- * out, as if made just after.  0, or -1 if memory ran out (nothing to
- * free then).
+/* One export (exp != NULL, held by the caller), or every export, with
+ * each export's features' JSON members if with_json.  An export made
+ * between the count and the walk is left out, as if made just after.
+ * 0, or -1 if memory ran out (nothing to free then).
  */
 static int
-take (struct snapshot *r, struct throttle_export *exp, size_t from,
-      size_t max, bool with_json)
+take (struct snapshot *r, struct throttle_export *exp, bool with_json)
 {
   size_t len, i, room = exp ? 1 : throttle_export_count ();
 
   memset (r, 0, sizeof *r);
   r->with_json = with_json;
-  if (room > max)
-    room = max;
   r->exports = calloc (room, sizeof *r->exports);
   if (r->exports == NULL ||
       (r->fp = open_memstream (&r->text, &len)) == NULL) {
@@ -162,7 +158,7 @@ take (struct snapshot *r, struct throttle_export *exp, size_t from,
     r->total = throttle_export_count ();
   }
   else
-    r->total = throttle_export_foreach_range (from, room, take_export, r);
+    r->total = throttle_export_foreach_range (0, room, take_export, r);
   if (fclose (r->fp) == EOF) {
     free (r->exports);
     free (r->text);
@@ -208,14 +204,14 @@ budget_json (FILE *fp, const struct budget *b)
 }
 
 char *
-throttle_metrics_stats (struct throttle_export *exp, size_t from)
+throttle_metrics_stats (struct throttle_export *exp)
 {
   struct snapshot r;
   char *line = NULL;
   size_t len, i;
   FILE *fp;
 
-  if (take (&r, exp, from, THROTTLE_METRICS_STATS_PAGE, true) == -1)
+  if (take (&r, exp, true) == -1)
     return NULL;
   fp = open_memstream (&line, &len);
   if (fp == NULL) {
@@ -229,13 +225,6 @@ throttle_metrics_stats (struct throttle_export *exp, size_t from)
            throttle_config.capacity);
   budget_json (fp, &r.server);
   fprintf (fp, ",\"exports_total\":%zu", r.total);
-  if (exp == NULL) {
-    fprintf (fp, ",\"from\":%zu", from);
-    if (from + r.n < r.total)
-      fprintf (fp, ",\"next\":%zu", from + r.n);
-    else
-      fputs (",\"next\":null", fp);
-  }
   report_json (fp, NULL);
   fputs (",\"exports\":[", fp);
   for (i = 0; i < r.n; i++) {
@@ -326,7 +315,7 @@ throttle_metrics_write (FILE *fp, bool with_features)
   struct snapshot r;
   size_t i;
 
-  if (take (&r, NULL, 0, SIZE_MAX, false) == -1)
+  if (take (&r, NULL, false) == -1)
     return -1;
   write_config (fp, r.total);
   for (i = 0; i < NR_STATS; i++) {
@@ -397,7 +386,7 @@ throttle_metrics_summary (void)
 
   if (!started)
     return;
-  if (take (&r, NULL, 0, SIZE_MAX, false) == -1) {
+  if (take (&r, NULL, false) == -1) {
     fputs ("nbdkit: throttle: summary: out of memory\n", stderr);
     return;
   }

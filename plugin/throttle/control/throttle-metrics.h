@@ -71,21 +71,12 @@ struct throttle_report {
 };
 extern const struct throttle_report throttle_reports[];
 
-/* The stats give at most this many exports per line: a page of the
- * longest names (4096 bytes, each byte escaped to 6) with the
- * features' members stays well under what a control client may have
- * queued (THROTTLE_CONTROL_MAX_OUTPUT).
+/* The stats of one export (exp != NULL, held by the caller), or of
+ * every export, with the features' members (throttle_reports), as one
+ * line of JSON without the newline, into a buffer the caller frees.
+ * The control thread's.  NULL if memory ran out.
  */
-#define THROTTLE_METRICS_STATS_PAGE 100
-
-/* The stats of one export (exp != NULL, held by the caller), or of a
- * page of at most THROTTLE_METRICS_STATS_PAGE exports from the
- * from'th, with the features' members (throttle_reports), as one line
- * of JSON without the newline, into a buffer the caller frees.  The
- * control thread's.  NULL if memory ran out.
- */
-extern char *throttle_metrics_stats (struct throttle_export *exp,
-                                     size_t from);
+extern char *throttle_metrics_stats (struct throttle_export *exp);
 
 /* Write the whole exposition, ending with THROTTLE_PROM_EOF.  The
  * features' families are written only with_features, from the control
