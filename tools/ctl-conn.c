@@ -19,8 +19,8 @@
 
 #include "ctl.h"
 
-/* The filter's longest reply: 4 MiB of JSON, then its newline. */
-#define MAX_REPLY (4 * 1024 * 1024 + 1)
+/* The filter queues at most 4 MiB of replies for a client. */
+#define MAX_REPLY (4 * 1024 * 1024)
 
 static double
 now (void)

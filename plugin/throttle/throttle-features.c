@@ -118,7 +118,7 @@ static const struct throttle_feature control = {
   .config_complete = throttle_control_config_complete,
   .after_fork = throttle_control_after_fork,
   .cleanup = throttle_control_cleanup,
-  .unload = throttle_control_unload,
+  .unload = throttle_control_cleanup,
 };
 
 const struct throttle_feature *const throttle_features[] = {

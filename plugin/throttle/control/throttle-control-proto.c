@@ -33,26 +33,21 @@ get_export (FILE *out, const char *name)
   return exp;
 }
 
-/* Write text (len bytes, then a newline if newline), which it frees;
- * or, if text is NULL or over the output bound, an error saying why
- * and what to ask instead: a reply never just goes missing, and one of
- * several lines is written whole or not at all, since a client reads
- * up to its end.
+/* Write text (len bytes), which it frees; or, if text is NULL or over
+ * the output bound, an error saying why and what to ask instead: a
+ * reply never just goes missing, and one of several lines is written
+ * whole or not at all, since a client reads up to its end.
  */
 static void
-reply_whole (FILE *out, char *text, size_t len, bool newline,
-             const char *cmd)
+reply_whole (FILE *out, char *text, size_t len, const char *cmd)
 {
   if (text == NULL || len > THROTTLE_CONTROL_MAX_OUTPUT)
     throttle_json_error (out, "%s: the reply does not fit in %d bytes or "
                          "memory ran out: ask for one export with stats "
                          "EXPORT, or read throttle-metrics-file", cmd,
                          THROTTLE_CONTROL_MAX_OUTPUT);
-  else {
+  else
     fwrite (text, 1, len, out);
-    if (newline)
-      putc ('\n', out);
-  }
   free (text);
 }
 
@@ -142,7 +137,7 @@ cmd_stats (FILE *out, int argc, char **argv)
   if (argc == 2 && (exp = get_export (out, argv[1])) == NULL)
     return;
   line = throttle_metrics_stats (exp);
-  reply_whole (out, line, line ? strlen (line) : 0, true, "stats");
+  reply_whole (out, line, line ? strlen (line) : 0, "stats");
   if (exp)
     throttle_export_put (exp);
 }
@@ -162,7 +157,7 @@ cmd_metrics (FILE *out, int argc, char **argv)
       text = NULL;
     }
   }
-  reply_whole (out, text, len, false, "metrics");
+  reply_whole (out, text, len, "metrics");
 }
 
 static void

@@ -360,7 +360,7 @@ accept_retry_cb (struct ev_loop *loop, ev_timer *w, int revents)
 static void
 metrics_cb (struct ev_loop *loop, ev_timer *w, int revents)
 {
-  throttle_metrics_file_update ();
+  throttle_metrics_file_update (true);
 }
 
 static void
@@ -560,12 +560,6 @@ throttle_control_cleanup (void)
         st.st_dev == socket_dev && st.st_ino == socket_ino)
       unlink (socket_path);
   }
-}
-
-void
-throttle_control_unload (void)
-{
-  throttle_control_cleanup ();
   free (socket_path);
   socket_path = NULL;
 }

@@ -14,6 +14,7 @@
 #ifndef THROTTLE_CONTROL_H
 #define THROTTLE_CONTROL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -28,11 +29,11 @@ extern const struct throttle_param throttle_control_param_table[];
  */
 extern int throttle_control_config_complete (void);
 extern int throttle_control_after_fork (void);
-/* Both stop the thread, close the clients and remove the socket; the
- * second call finds nothing left to do.
+/* Stops the thread, closes the clients and removes the socket: the
+ * hook of both .cleanup and .unload (a server that stops before it
+ * serves has no .cleanup); the second call finds nothing left to do.
  */
 extern void throttle_control_cleanup (void);
-extern void throttle_control_unload (void);
 
 #define throttle_control_config_help \
   "throttle-control=SOCKET     Serve stats and runtime changes on this\n" \
@@ -61,11 +62,12 @@ extern const struct throttle_param throttle_metrics_file_param_table[];
 extern int throttle_metrics_file_config_complete (void);
 /* Seconds between writes; 0 without a file. */
 extern double throttle_metrics_file_interval (void);
-/* Write the file now, from the control thread.  A failure is logged
- * once (nbdkit_error), when it first happens or its reason changes, and
- * the file keeps its last text; the next interval tries again.
+/* Write the file now, with the features' families from the control
+ * thread (see throttle_metrics_write).  A failure is logged once
+ * (nbdkit_error), when it first happens or its reason changes, and the
+ * file keeps its last text; the next interval tries again.
  */
-extern void throttle_metrics_file_update (void);
+extern void throttle_metrics_file_update (bool features);
 /* The last write, without the features' families (their state is
  * gone), then free everything: at unload, after the control thread is
  * stopped and before the budgets are freed.

@@ -131,9 +131,8 @@ throttle_metrics_file_interval (void)
   return path ? interval : 0;
 }
 
-/* Write the file, saying so if it fails for a new reason. */
-static void
-update (bool features)
+void
+throttle_metrics_file_update (bool features)
 {
   const char *step;
   int err;
@@ -152,15 +151,9 @@ update (bool features)
 }
 
 void
-throttle_metrics_file_update (void)
-{
-  update (true);
-}
-
-void
 throttle_metrics_file_unload (void)
 {
-  update (false);
+  throttle_metrics_file_update (false);
   free (path);
   free (tmp_template);
   free (tmp);

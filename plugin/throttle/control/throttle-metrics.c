@@ -232,7 +232,7 @@ throttle_metrics_stats (struct throttle_export *exp)
       putc (',', fp);
     budget_json (fp, &r.exports[i]);
   }
-  fputs ("]}", fp);
+  fputs ("]}\n", fp);
   snapshot_free (&r);
   if (fclose (fp) == EOF) {
     free (line);

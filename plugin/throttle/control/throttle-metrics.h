@@ -73,7 +73,7 @@ extern const struct throttle_report throttle_reports[];
 
 /* The stats of one export (exp != NULL, held by the caller), or of
  * every export, with the features' members (throttle_reports), as one
- * line of JSON without the newline, into a buffer the caller frees.
+ * line of JSON with its newline, into a buffer the caller frees.
  * The control thread's.  NULL if memory ran out.
  */
 extern char *throttle_metrics_stats (struct throttle_export *exp);
