@@ -2,13 +2,13 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # The control socket, against a real nbdkit under load: the socket is
 # private (0600 whatever the umask), never replaces a file that is not a
-# socket nor a socket another server serves, but does replace a stale
-# one; stats agree with what the clients and the backend saw; set
-# capacity takes effect both ways; bad input, silent, flooding and
-# vanishing clients get an error or are dropped while the server keeps
-# serving, and clients beyond the 32 places close those idle longest
-# (in full: test-control-full.sh); the socket is removed at exit.  The live part is
-# tests/throttle_control.py.
+# socket, a socket another server serves, nor one it cannot connect to
+# (another user's), but does replace a stale one; stats agree with what
+# the clients and the backend saw; set capacity takes effect both ways;
+# bad input, silent, flooding and vanishing clients get an error or are
+# dropped while the server keeps serving, and clients beyond the 32
+# places close those idle longest (in full: test-control-full.sh); the
+# socket is removed at exit.  The live part is tests/throttle_control.py.
 source "${abs_srcdir:-$(dirname "$0")}/functions.sh"
 requires_file "$THROTTLE_FILTER"
 requires_file "$TEST_PLUGIN"
@@ -44,6 +44,63 @@ expect_refusal "a regular file as the socket" "not a socket" \
   throttle-control="$tmp/file"
 [ "$(cat "$tmp/file")" = precious ] || fail "the regular file was changed"
 [ -f "$tmp/file" ] || fail "the regular file is gone"
+
+# Another user's socket in a directory anyone may write to (0777, not
+# sticky): connect fails with EACCES, which does not say that nobody
+# serves it, so nbdkit refuses and the socket stays.  nbdkit runs as
+# nobody through setpriv: with -u it would bind as root, before it
+# drops privileges.  nobody gets its own copies of the filter (and of
+# a sanitizer build's shim), and a log directory it can write.
+if [ "$(id -u)" = 0 ]; then
+  shared=$(mktemp -d /var/tmp/throttle-shared.XXXXXX)
+  at_exit "rm -rf '$shared'"
+  chmod 0777 "$shared"
+  mkdir -m 0777 "$shared/logs"
+  cp "$THROTTLE_FILTER" "$shared/filter.so"
+  env=(THROTTLE_FILTER="$shared/filter.so" TMPDIR="$shared")
+  if [ -n "${SANITIZER_SHIM:-}" ] && [ -f "$SANITIZER_SHIM" ]; then
+    cp "$SANITIZER_SHIM" "$shared/shim.so"
+    env+=(SANITIZER_SHIM="$shared/shim.so")
+  fi
+  [ -z "${THROTTLE_SANITIZER_LOGS:-}" ] ||
+    env+=(THROTTLE_SANITIZER_LOGS="$shared/logs")
+  chmod 0644 "$shared"/*.so
+  $PY -c 'import os, socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o600); s.listen()
+open(sys.argv[2], "w").close()
+time.sleep(600)' "$shared/root.sock" "$tmp/listening" &
+  listener=$!
+  _pids+=("$listener")
+  wait_until 10 "$listener" test -e "$tmp/listening" ||
+    fail "the root listener did not start"
+  r=0
+  timeout 20 env "${env[@]}" \
+    setpriv --reuid=nobody --regid=nogroup --clear-groups \
+    "$NBDKIT" -U - --filter="$shared/filter.so" memory 1M \
+    throttle-control="$shared/root.sock" --run true \
+    >"$tmp/eacces.log" 2>&1 || r=$?
+  cat "$tmp/eacces.log"
+  if [ -n "${THROTTLE_SANITIZER_LOGS:-}" ]; then
+    mkdir -p "$THROTTLE_SANITIZER_LOGS"
+    cp -r "$shared/logs/." "$THROTTLE_SANITIZER_LOGS/"
+  fi
+  [ "$r" -ne 0 ] && [ "$r" -lt 124 ] ||
+    fail "root's 0600 socket, nbdkit as nobody: did not refuse (exit $r)"
+  want="throttle-control=$shared/root.sock: cannot tell whether another"
+  want+=" process is serving this socket (connect: Permission denied):"
+  want+=" refusing to replace it"
+  [ "$(grep -c 'error:' "$tmp/eacces.log")" = 1 ] &&
+    [ "$(sed -n 's/.*error: //p' "$tmp/eacces.log")" = "$want" ] ||
+    fail "root's 0600 socket: the one error line is not: $want"
+  [ "$(stat -c %U:%a "$shared/root.sock" 2>&1)" = root:600 ] ||
+    fail "root's socket was replaced or removed"
+  kill "$listener"
+  wait "$listener" 2>/dev/null || :
+  echo "ok: another user's socket, which nobody cannot probe, is kept"
+else
+  echo "note: not root: another user's socket (EACCES) not tested"
+fi
 
 # The socket is 0600 even when nbdkit inherits umask 000.
 old_umask=$(umask)

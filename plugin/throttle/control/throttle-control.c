@@ -393,7 +393,7 @@ bind_socket (void)
   struct sockaddr_un sun = { .sun_family = AF_UNIX };
   struct stat st;
   mode_t old_umask;
-  int fd, r;
+  int fd, r, err;
 
   strcpy (sun.sun_path, socket_path);
 
@@ -403,18 +403,34 @@ bind_socket (void)
                     "refusing to replace it", socket_text);
       return -1;
     }
-    /* A socket somebody serves is not stale. */
-    fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* A socket somebody serves is not stale.  Non-blocking, so that a
+     * server whose backlog is full fails the probe (EAGAIN) instead of
+     * holding up the start.
+     */
+    fd = socket (AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd == -1) {
       nbdkit_error ("throttle-control=%s: socket: %s", socket_text,
                     throttle_errtext (errno));
       return -1;
     }
     r = connect (fd, (struct sockaddr *) &sun, sizeof sun);
+    err = errno;
     close (fd);
     if (r == 0) {
       nbdkit_error ("throttle-control=%s: another process is serving "
                     "this socket", socket_text);
+      return -1;
+    }
+    /* Only ECONNREFUSED says that nobody listens (and ENOENT that it
+     * is gone already).  Any other failure leaves it unknown: EACCES
+     * is another user's socket, maybe served, in a directory we may
+     * write to; never remove that.
+     */
+    if (err != ECONNREFUSED && err != ENOENT) {
+      nbdkit_error ("throttle-control=%s: cannot tell whether another "
+                    "process is serving this socket (connect: %s): "
+                    "refusing to replace it",
+                    socket_text, throttle_errtext (err));
       return -1;
     }
     if (unlink (socket_path) == -1 && errno != ENOENT) {
