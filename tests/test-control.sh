@@ -102,6 +102,29 @@ else
   echo "note: not root: another user's socket (EACCES) not tested"
 fi
 
+# A served socket whose backlog is full: the probe fails with EAGAIN
+# (not blocks), and that is no stale socket either.
+$PY -c 'import socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(0)
+held = []
+while True:
+    c = socket.socket(socket.AF_UNIX); c.setblocking(False)
+    try: c.connect(sys.argv[1])
+    except BlockingIOError: break
+    held.append(c)
+open(sys.argv[2], "w").close()
+time.sleep(600)' "$tmp/full.sock" "$tmp/full.ready" &
+full=$!
+_pids+=("$full")
+wait_until 10 "$full" test -e "$tmp/full.ready" ||
+  fail "the listener with a full backlog did not start"
+expect_refusal "a socket with a full backlog" \
+  "cannot tell whether .*(connect: Resource temporarily unavailable)" \
+  throttle-control="$tmp/full.sock"
+[ -S "$tmp/full.sock" ] || fail "the socket with a full backlog is gone"
+kill "$full"
+wait "$full" 2>/dev/null || :
+
 # The socket is 0600 even when nbdkit inherits umask 000.
 old_umask=$(umask)
 umask 000
