@@ -22,20 +22,29 @@
 
 /* The reasons, fixed: their names are the label values of the metrics
  * and the keys of stats' "unsafe", a contract with every dashboard.
- * The guards first, in their order, then the storage's, read when
- * asked.
+ * The guards first, in their order, then the storage's: the vm
+ * settings storage over a network needs, read when asked from
+ * /proc/sys/vm/NAME, or for the tests from the file the environment
+ * variable env names, as nbdkit's own tests stand files in through the
+ * environment rather than through a parameter a user would see.
  */
 enum {
-  THROTTLE_SWAP_MIN_FREE = THROTTLE_GUARDS,     /* "min-free-kbytes" */
-  THROTTLE_SWAP_BOOST,                          /* "watermark-boost" */
+  THROTTLE_SWAP_MIN_FREE = THROTTLE_GUARDS,
+  THROTTLE_SWAP_BOOST,
   THROTTLE_SWAP_REASONS
+};
+static const struct {
+  const char *reason, *name, *env;
+} settings[] = {
+  { "min-free-kbytes", "min_free_kbytes", "THROTTLE_MIN_FREE_FILE" },
+  { "watermark-boost", "watermark_boost_factor", "THROTTLE_BOOST_FILE" },
 };
 
 static const char *
 reason_name (size_t i)
 {
-  return i == THROTTLE_SWAP_MIN_FREE ? "min-free-kbytes" :
-    i == THROTTLE_SWAP_BOOST ? "watermark-boost" : throttle_guard_names[i];
+  return i < THROTTLE_GUARDS ? throttle_guard_names[i] :
+    settings[i - THROTTLE_GUARDS].reason;
 }
 
 /* What the start's report named (main thread only). */
@@ -58,19 +67,6 @@ const struct throttle_param throttle_verdict_param_table[] = {
   { "throttle-remote", THROTTLE_PARAM_WORD, &remote, .words = remote_words,
     .why = "expected auto, true or false" },
   { NULL }
-};
-
-/* The vm settings storage over a network needs: read from
- * /proc/sys/vm/NAME, or for the tests from the file the environment
- * variable env names, as nbdkit's own tests stand files in through the
- * environment rather than through a parameter a user would see.
- */
-enum setting { MIN_FREE, BOOST };
-static const struct {
-  const char *name, *env;
-} settings[] = {
-  [MIN_FREE] = { "min_free_kbytes", "THROTTLE_MIN_FREE_FILE" },
-  [BOOST] = { "watermark_boost_factor", "THROTTLE_BOOST_FILE" },
 };
 
 /* Whether value starts with scheme (which ends in ':'), in any case,
@@ -103,34 +99,34 @@ throttle_verdict_plugin_key (const char *key, const char *value)
     remote_key = "host";
 }
 
-/* The setting's number, or -1 (and, if log, a debug line saying why). */
+/* The number of reason's setting, or -1 (and, if log, a debug line
+ * saying why).
+ */
 static long
-read_setting (enum setting setting, bool log)
+read_setting (size_t reason, bool log)
 {
-  const char *name = settings[setting].name;
-  const char *path = getenv (settings[setting].env);
+  const char *name = settings[reason - THROTTLE_GUARDS].name;
+  const char *path = getenv (settings[reason - THROTTLE_GUARDS].env);
   char proc[64];
   FILE *fp;
-  long v;
+  long v = -1;
+  int err = 0;
 
   if (path == NULL || *path == '\0') {
     snprintf (proc, sizeof proc, "/proc/sys/vm/%s", name);
     path = proc;
   }
   fp = fopen (path, "r");
-  if (fp == NULL) {
-    if (log)
-      nbdkit_debug ("throttle: cannot read %s: %s: not checking vm.%s",
-                    path, throttle_errtext (errno), name);
-    return -1;
+  if (fp == NULL)
+    err = errno;
+  else {
+    if (fscanf (fp, "%ld", &v) != 1 || v < 0)
+      v = -1;
+    fclose (fp);
   }
-  if (fscanf (fp, "%ld", &v) != 1 || v < 0) {
-    if (log)
-      nbdkit_debug ("throttle: cannot read %s: not a number: not checking "
-                    "vm.%s", path, name);
-    v = -1;
-  }
-  fclose (fp);
+  if (v == -1 && log)
+    nbdkit_debug ("throttle: cannot read %s: %s: not checking vm.%s", path,
+                  err ? throttle_errtext (err) : "not a number", name);
   return v;
 }
 
@@ -170,7 +166,7 @@ judge (struct verdict *v)
   if (remote_why (why, sizeof why) == -1)
     return;
   /* A file that cannot be read is no reason: get_ready said why. */
-  n = read_setting (MIN_FREE, false);
+  n = read_setting (THROTTLE_SWAP_MIN_FREE, false);
   if (n != -1 && n < THROTTLE_REMOTE_MIN_FREE_KBYTES) {
     snprintf (v->min_free, sizeof v->min_free, "vm.min_free_kbytes is %ld, "
               "below %d, the least for storage over a network (%s): set "
@@ -181,7 +177,7 @@ judge (struct verdict *v)
     v->why[THROTTLE_SWAP_MIN_FREE] = v->min_free;
   }
   /* A kernel without the setting (before Linux 5.0) does not boost. */
-  n = read_setting (BOOST, false);
+  n = read_setting (THROTTLE_SWAP_BOOST, false);
   if (n > 0) {
     snprintf (v->boost, sizeof v->boost, "vm.watermark_boost_factor is %ld: "
               "a boost raises the min watermark above what a forwarded "
@@ -285,8 +281,8 @@ throttle_verdict_get_ready (int thread_model)
   long min_free, boost;
 
   if (remote_why (why, sizeof why) == 0) {
-    min_free = read_setting (MIN_FREE, true);
-    boost = read_setting (BOOST, true);
+    min_free = read_setting (THROTTLE_SWAP_MIN_FREE, true);
+    boost = read_setting (THROTTLE_SWAP_BOOST, true);
     nbdkit_debug ("throttle: storage over a network (%s): "
                   "vm.min_free_kbytes %ld, at least %d needed; "
                   "vm.watermark_boost_factor %ld, 0 needed",

@@ -4,8 +4,8 @@
  * One verdict, yes or no with every reason, instead of a warning per
  * guard: each guard not taken (throttle_guards_missing), and for
  * storage over a network vm.min_free_kbytes below its least and
- * watermark boosting on, read when asked.  It is said at start (a debug line
- * when safe; else one warning line naming every reason and
+ * watermark boosting on, read when asked.  It is said at start (a
+ * debug line when safe; else one warning line naming every reason and
  * throttle-swap, unless throttle-swap=off chose ordinary throttling),
  * in the control socket's stats ("swap") and in the metrics
  * (nbdkit_throttle_swap_safe, nbdkit_throttle_swap_unsafe), and,
@@ -14,14 +14,12 @@
  *
  * Storage over a network (throttle-remote): a plugin that forwards to
  * remote storage (nbdkit's nbd plugin over TCP, curl, ssh) sends every
- * write it serves on a socket of its own, and each send takes fresh
- * pages from the kernel (tcp_sendmsg -> sk_page_frag_refill): no
- * user-space reserve of ours holds them, and under swap the allocation
- * waits in direct reclaim for the very write it carries.  Only the kernel's free-page reserve, which
- * vm.min_free_kbytes sizes, lets it through.  The filter cannot raise
- * it; when the storage is remote and the setting is below
- * THROTTLE_REMOTE_MIN_FREE_KBYTES, the verdict says so.  See
- * nbdkit-throttle-design(1), "Kernel allocations for replies".
+ * write on a socket of its own, and each send takes fresh pages from
+ * the kernel (tcp_sendmsg -> sk_page_frag_refill) that no user-space
+ * reserve holds: under swap only the kernel's free-page reserve lets
+ * it through, which the filter cannot raise, so the verdict names the
+ * settings that shrink it.  See REMOTE STORAGE in
+ * nbdkit-throttle-design(1).
  *
  * Whether the storage is remote: throttle-remote=true or false, or
  * (auto, the default) the plugin's own parameters, which pass through
