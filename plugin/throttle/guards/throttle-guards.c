@@ -221,15 +221,11 @@ static bool lock_all;           /* mlockall (MCL_ONFAULT) */
 static size_t reserve_size;
 static bool reserve_locked;
 
-/* The required guards refused since the last say_refusals, by reason
- * (main thread only).
+/* The required guards refused since the last say_refusals, and what
+ * refused each (main thread only).
  */
-static struct {
-  char kv[64];                  /* "throttle-swap=on" */
-  const char *fix;
-  char what[512];
-} refusals[THROTTLE_GUARDS];
 static unsigned refused_mask;
+static char refused_what[THROTTLE_GUARDS][512];
 
 /* Why each guard is missing, NULL if taken (throttle_guards_missing). */
 static _Atomic (const char *) missing[THROTTLE_GUARDS];
@@ -270,20 +266,17 @@ refuse (enum throttle_guard r, bool required, const char *why,
 {
   const char *by = throttle_guards_key (guards[r].key);
   const char *value = throttle_params_given (by);
-  char what[sizeof refusals[r].what];
   va_list ap;
 
   va_start (ap, fmt);
-  vsnprintf (what, sizeof what, fmt, ap);
+  vsnprintf (refused_what[r], sizeof refused_what[r], fmt, ap);
   va_end (ap);
   if (!required) {
-    nbdkit_debug ("throttle: %s=%s: %s", by, value ? value : "auto", what);
+    nbdkit_debug ("throttle: %s=%s: %s", by, value ? value : "auto",
+                  refused_what[r]);
     throttle_guards_set_missing (r, why);
     return;
   }
-  snprintf (refusals[r].kv, sizeof refusals[r].kv, "%s=%s", by, value);
-  refusals[r].fix = guards[r].fix[by != guards[r].key];
-  memcpy (refusals[r].what, what, sizeof what);
   refused_mask |= 1u << r;
 }
 
@@ -299,6 +292,7 @@ say_refusals (void)
   char keys[256], line[4096], fixes[512];
   size_t i, j, k = 0, n = 0, f = 0, kvs = 0;
   unsigned count = __builtin_popcount (refused_mask), said = 0;
+  const char *by[THROTTLE_GUARDS];
   bool all_swap = true;
 
   if (count == 0)
@@ -307,20 +301,20 @@ say_refusals (void)
   for (i = 0; i < THROTTLE_GUARDS; i++) {
     if (!(refused_mask & (1u << i)))
       continue;
-    if (strncmp (refusals[i].kv, "throttle-swap=", 14) != 0)
+    by[i] = throttle_guards_key (guards[i].key);
+    if (by[i] == guards[i].key)
       all_swap = false;
     for (j = 0; j < i; j++)
-      if (refused_mask & (1u << j) &&
-          strcmp (refusals[j].kv, refusals[i].kv) == 0)
+      if (refused_mask & (1u << j) && strcmp (by[j], by[i]) == 0)
         break;
     if (j == i && k < sizeof keys) {
-      k += snprintf (keys + k, sizeof keys - k, "%s%s", k ? " " : "",
-                     refusals[i].kv);
+      k += snprintf (keys + k, sizeof keys - k, "%s%s=%s", k ? " " : "",
+                     by[i], throttle_params_given (by[i]));
       kvs++;
     }
     if (f < sizeof fixes)
       f += snprintf (fixes + f, sizeof fixes - f, "%s%s", f ? " " : "",
-                     refusals[i].fix);
+                     guards[i].fix[by[i] != guards[i].key]);
   }
   if (count > 1)
     n = snprintf (line, sizeof line, "%u required guards cannot be taken: ",
@@ -329,15 +323,15 @@ say_refusals (void)
     if (!(refused_mask & (1u << i)))
       continue;
     if (count == 1)
-      n += snprintf (line + n, sizeof line - n, "%s", refusals[i].what);
+      n += snprintf (line + n, sizeof line - n, "%s", refused_what[i]);
     else if (kvs == 1)
       n += snprintf (line + n, sizeof line - n, "%s%s: %s",
                      said++ ? "; " : "", throttle_guard_names[i],
-                     refusals[i].what);
+                     refused_what[i]);
     else
-      n += snprintf (line + n, sizeof line - n, "%s%s (%s): %s",
-                     said++ ? "; " : "", throttle_guard_names[i],
-                     refusals[i].kv, refusals[i].what);
+      n += snprintf (line + n, sizeof line - n, "%s%s (%s=%s): %s",
+                     said++ ? "; " : "", throttle_guard_names[i], by[i],
+                     throttle_params_given (by[i]), refused_what[i]);
   }
   refused_mask = 0;
   nbdkit_error ("%s: %s; use %s%s%s to start without %s", keys, line,
