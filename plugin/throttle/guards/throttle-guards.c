@@ -48,11 +48,31 @@
 #include "throttle-reserve.h"
 #include "throttle-serve.h"
 
+/* The largest request Linux's nbd driver sends with the default
+ * max_sectors_kb of Debian 12's Linux 6.1; sizes the default reserve.
+ */
+#define KERNEL_REQUEST (1280 * 1024)
+/* The bounds of throttle-max-request: the largest minimum block size a
+ * plugin may set (so the maximum stays a multiple of it), and glibc's
+ * largest M_MMAP_THRESHOLD on 64-bit (HEAP_MAX_SIZE / 2), which is
+ * also the largest request Linux's nbd driver can send.
+ */
+#define MIN_MAX_REQUEST (64 * 1024)
+#define MAX_MAX_REQUEST (32 * 1024 * 1024)
+/* The largest read or write nbdkit itself receives (its
+ * MAX_REQUEST_SIZE, 1.32 to 1.44): with throttle-max-request=plugin
+ * the memory a request can pin.
+ */
+#define NBDKIT_MAX_REQUEST (64 * 1024 * 1024)
+
 struct throttle_guards_params throttle_guards_params = {
   .swap = THROTTLE_GUARD_AUTO,
-  .threads = DEFAULT_THREADS,
-  .max_request = DEFAULT_MAX_REQUEST,
-  .rt_hold = DEFAULT_RT_HOLD,
+  .threads = 16,                /* nbdkit's DEFAULT_PARALLEL_REQUESTS */
+  /* What newer kernels send at their default max_sectors_kb (4 MiB), so
+   * a kernel client works unchanged.
+   */
+  .max_request = 4 * 1024 * 1024,
+  .rt_hold = 60.0,
 };
 
 static struct throttle_guards_params *const gp = &throttle_guards_params;
@@ -122,7 +142,23 @@ const struct throttle_param throttle_guards_param_table[] = {
  */
 static char oom_saved[16] = "0";
 
-static const struct sched_param fifo_1 = { .sched_priority = 1 };
+int
+throttle_guards_set_policy (pid_t tid, bool on, int fifo)
+{
+  static const struct sched_param fifo_1 = { .sched_priority = 1 };
+  static const struct sched_param other = { .sched_priority = 0 };
+  const int policy = sched_getscheduler (tid);
+  const bool is_fifo = (policy & ~SCHED_RESET_ON_FORK) == SCHED_FIFO;
+
+  if (policy == -1)
+    return -1;
+  if (on ? is_fifo && (policy & fifo) == fifo : !is_fifo)
+    return 0;
+  if (sched_setscheduler (tid, on ? fifo : SCHED_OTHER,
+                          on ? &fifo_1 : &other) == -1)
+    return -1;
+  return 1;
+}
 
 /* Each sets its guard on the calling thread (on) or takes it off, also
  * in the child of fork: async-signal-safe.  0 or an errno.
@@ -136,10 +172,7 @@ set_io_flusher (bool on)
 static int
 set_rt (bool on)
 {
-  static const struct sched_param other = { .sched_priority = 0 };
-
-  return sched_setscheduler (0, on ? SCHED_FIFO : SCHED_OTHER,
-                             on ? &fifo_1 : &other) == 0 ? 0 : errno;
+  return throttle_guards_set_policy (0, on, SCHED_FIFO) == -1 ? errno : 0;
 }
 
 static int
@@ -771,19 +804,14 @@ throttle_guards_after_fork (void)
 void
 throttle_guards_thread_enter (bool first)
 {
-  const bool io_flusher = active[THROTTLE_SWAP_IO_FLUSHER];
-
   /* Threads created after after_fork inherit the task flags; this
    * catches a thread that existed before (or code that cleared them).
    * Real-time's thread_enter, after this one, does the same for the
    * policy.
    */
-  if (first && io_flusher && prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) != 1 &&
+  if (first && active[THROTTLE_SWAP_IO_FLUSHER] &&
+      prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) != 1 &&
       set_io_flusher (true) != 0)
     nbdkit_debug ("throttle: PR_SET_IO_FLUSHER in thread %ld: %s",
                   (long) gettid (), throttle_errtext (errno));
-  if (throttle_debug_verbose)
-    nbdkit_debug ("throttle: guards: thread %ld: io-flusher %s",
-                  (long) gettid (), !io_flusher ? "not set" :
-                  prctl (PR_GET_IO_FLUSHER, 0, 0, 0, 0) == 1 ? "set" : "lost");
 }

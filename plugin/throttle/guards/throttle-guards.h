@@ -33,33 +33,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "throttle-params.h"
-
-/* The largest request Linux's nbd driver sends with the default
- * max_sectors_kb of Debian 12's Linux 6.1; sizes the default reserve.
- */
-#define KERNEL_REQUEST (1280 * 1024)
-/* The default throttle-max-request: what newer kernels send at their
- * default max_sectors_kb (4 MiB), so a kernel client works unchanged.
- */
-#define DEFAULT_MAX_REQUEST (4 * 1024 * 1024)
-/* The bounds of throttle-max-request: the largest minimum block size a
- * plugin may set (so the maximum stays a multiple of it), and glibc's
- * largest M_MMAP_THRESHOLD on 64-bit (HEAP_MAX_SIZE / 2), which is
- * also the largest request Linux's nbd driver can send.
- */
-#define MIN_MAX_REQUEST (64 * 1024)
-#define MAX_MAX_REQUEST (32 * 1024 * 1024)
-/* The largest read or write nbdkit itself receives (its
- * MAX_REQUEST_SIZE, 1.32 to 1.44): with throttle-max-request=plugin
- * the memory a request can pin.
- */
-#define NBDKIT_MAX_REQUEST (64 * 1024 * 1024)
-/* nbdkit's --threads default (DEFAULT_PARALLEL_REQUESTS). */
-#define DEFAULT_THREADS 16
-/* throttle-rt-hold: how long real-time outlasts its last reason. */
-#define DEFAULT_RT_HOLD 60.0
 
 enum throttle_guard_mode {
   THROTTLE_GUARD_OFF, THROTTLE_GUARD_AUTO, THROTTLE_GUARD_ON
@@ -142,6 +118,15 @@ extern int throttle_guards_after_fork (void);
  * real-time on or off.
  */
 extern void throttle_guards_thread_enter (bool first);
+
+/* Sets thread tid's (0: the caller's) policy to SCHED_FIFO priority 1
+ * with the flags fifo (on), or to SCHED_OTHER, unless it has it
+ * already: the one setter of the guard and of the real-time switch.
+ * Returns 1 if it changed it, 0 if not needed, -1 with errno.
+ * Async-signal-safe (the child of fork calls it), needs no lock and
+ * allocates nothing.
+ */
+extern int throttle_guards_set_policy (pid_t tid, bool on, int fifo);
 
 /* True if the request-serving threads run SCHED_FIFO or may come to
  * (throttle-rt=auto): the filter must then charge reads too, so the

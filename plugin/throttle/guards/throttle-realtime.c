@@ -40,22 +40,15 @@ _Static_assert ((int) THROTTLE_RT_OFF == (int) THROTTLE_GUARD_OFF &&
                 (int) THROTTLE_RT_ON == (int) THROTTLE_GUARD_ON,
                 "enum throttle_rt_mode is not enum throttle_guard_mode");
 
-static const struct sched_param fifo_1 = { .sched_priority = 1 };
-static const struct sched_param other = { .sched_priority = 0 };
-
 /* The parameters, read only after .config. */
 static const struct throttle_guards_params *const gp =
   &throttle_guards_params;
 
-/* Whether SCHED_FIFO is permitted: set by throttle_realtime_start,
- * before any thread that reads it.
- */
-static bool permitted;
-
 /* Whether the process is real-time now (rt_on), and the state machine
- * that decides it.  Lock rule: rt_lock serializes every change of rt_state and rt_on
- * (rt_apply_locked: the walk over the tasks and its static buffer,
- * rt_why, rt_since) and the timer's stop.  rt_on is read without it.
+ * that decides it.  Lock rule: rt_lock serializes every change of
+ * rt_state and rt_on (rt_apply_locked: the walk over the tasks and its
+ * static buffer, rt_why, rt_since) and the timer's stop.  rt_on is
+ * read without it.
  */
 static pthread_mutex_t rt_lock = THROTTLE_LOCK_INITIALIZER;
 static struct throttle_rt rt_state;
@@ -76,45 +69,22 @@ static bool timer_stop;
 static bool timer_running;
 static pthread_t timer_thread;
 
-/* Is the process /proc/PID one that hands its NBD socket to the
- * kernel's nbd driver?  By its comm, the name of the file it executed
- * (unless it renamed itself), into name (len bytes).
- */
-static bool
-pid_is_kernel_client (int64_t pid, char *name, size_t len)
-{
-  char path[64];
-  ssize_t r = -1;
-  int fd;
-
-  snprintf (path, sizeof path, "/proc/%" PRIi64 "/comm", pid);
-  fd = open (path, O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    r = read (fd, name, len - 1);
-    close (fd);
-  }
-  if (r <= 0) {
-    snprintf (name, len, "?");
-    return false;
-  }
-  name[r] = '\0';
-  name[strcspn (name, "\n")] = '\0';
-  return strcmp (name, "nbd-client") == 0 || strcmp (name, "qemu-nbd") == 0;
-}
-
 /* Whether the calling thread's connection's peer is a kernel nbd
  * client: over a Unix socket, root's or the server's uid's, a process
- * named like one.  What was found goes into why (len bytes) either
- * way.  Call from .open.
+ * that hands its NBD socket to the kernel's nbd driver, by its comm
+ * (the name of the file it executed, unless it renamed itself).  What
+ * was found goes into why (len bytes) either way.  Call from .open.
  */
 static bool
 peer_is_kernel_client (char *why, size_t len)
 {
   struct sockaddr_storage ss;
   socklen_t sslen = sizeof ss;
-  char name[64];
+  char path[64], name[64];
   int64_t pid, uid;
+  ssize_t r = -1;
   bool kname, kernel;
+  int fd;
 
   if (nbdkit_peer_name ((struct sockaddr *) &ss, &sslen) == -1) {
     snprintf (why, len, "peer unknown (not a socket)");
@@ -134,7 +104,19 @@ peer_is_kernel_client (char *why, size_t len)
     snprintf (why, len, "Unix socket peer without credentials");
     return false;
   }
-  kname = pid_is_kernel_client (pid, name, sizeof name);
+  snprintf (path, sizeof path, "/proc/%" PRIi64 "/comm", pid);
+  fd = open (path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    r = read (fd, name, sizeof name - 1);
+    close (fd);
+  }
+  if (r > 0) {
+    name[r] = '\0';
+    name[strcspn (name, "\n")] = '\0';
+  }
+  else
+    snprintf (name, sizeof name, "?");
+  kname = strcmp (name, "nbd-client") == 0 || strcmp (name, "qemu-nbd") == 0;
   kernel = throttle_rt_kernel_client (uid, geteuid (), kname);
   snprintf (why, len, "peer PID %" PRIi64 " is %s, uid %" PRIi64 ", %s",
             pid, name, uid,
@@ -142,27 +124,6 @@ peer_is_kernel_client (char *why, size_t len)
             kname ? "neither root nor the server's uid: never real-time" :
             "not a kernel nbd client");
   return kernel;
-}
-
-/* Sets thread tid's (0: the caller's) policy to SCHED_FIFO with the
- * flags fifo (on) or to SCHED_OTHER, unless it has it already.
- * Returns 1 if it changed it, 0 if not needed, -1 with errno.  Needs
- * no lock and allocates nothing.
- */
-static int
-rt_set_policy (pid_t tid, bool on, int fifo)
-{
-  const int policy = sched_getscheduler (tid);
-  const bool is_fifo = (policy & ~SCHED_RESET_ON_FORK) == SCHED_FIFO;
-
-  if (policy == -1)
-    return -1;
-  if (on ? is_fifo && (policy & fifo) == fifo : !is_fifo)
-    return 0;
-  if (sched_setscheduler (tid, on ? fifo : SCHED_OTHER,
-                          on ? &fifo_1 : &other) == -1)
-    return -1;
-  return 1;
 }
 
 /* Sets the policy of every thread of the process to SCHED_FIFO (on)
@@ -195,7 +156,7 @@ rt_set_all_threads (bool on)
       for (; *name >= '0' && *name <= '9'; name++)
         tid = tid * 10 + (*name - '0');
       if (tid > 0 && *name == '\0' &&
-          rt_set_policy (tid, on, SCHED_FIFO) == 1)
+          throttle_guards_set_policy (tid, on, SCHED_FIFO) == 1)
         n++;
     }
   }
@@ -253,7 +214,7 @@ throttle_realtime_open (const char *exportname, void **state)
   if (kernel)
     throttle_verdict_kernel_client (why);
   *state = (void *) (intptr_t) kernel;
-  if (!permitted)
+  if (!throttle_guards_rt_active ())
     return 0;
   throttle_lock (&rt_lock);
   throttle_rt_peer_open (&rt_state, kernel);
@@ -268,7 +229,7 @@ throttle_realtime_open (const char *exportname, void **state)
 void
 throttle_realtime_close (void *state)
 {
-  if (!permitted)
+  if (!throttle_guards_rt_active ())
     return;
   throttle_lock (&rt_lock);
   throttle_rt_peer_close (&rt_state, (intptr_t) state != 0,
@@ -284,6 +245,7 @@ throttle_realtime_close (void *state)
 void
 throttle_realtime_stats_json (FILE *fp, struct throttle_export *exp)
 {
+  const bool permitted = throttle_guards_rt_active ();
   struct throttle_rt st;
   char why[sizeof rt_why];
   uint64_t recheck = 0, since, now = throttle_now_ns ();
@@ -326,6 +288,7 @@ void
 throttle_realtime_set (FILE *out, struct throttle_export *unused,
                        const char *value)
 {
+  const bool permitted = throttle_guards_rt_active ();
   char event[64];
   enum throttle_rt_mode mode;
 
@@ -391,10 +354,6 @@ rt_timer (void *unused)
   return NULL;
 }
 
-/* Where permitted: opens /proc/self/task, decides for the start mode
- * and starts the timer.  Where no timer can start, the hold ends at the
- * next connection's open or close.
- */
 int
 throttle_realtime_start (void)
 {
@@ -402,8 +361,7 @@ throttle_realtime_start (void)
   const bool on = gp->rt == THROTTLE_GUARD_ON;
   int err;
 
-  permitted = throttle_guards_rt_active ();
-  if (!permitted)
+  if (!throttle_guards_rt_active ())
     return 0;
   throttle_rt_init (&rt_state, (uint64_t) (gp->rt_hold * 1e9));
   rt_state.mode = (enum throttle_rt_mode) gp->rt;
@@ -438,18 +396,14 @@ throttle_realtime_thread_enter (bool first)
 {
   bool rt;
 
-  if (!permitted)
+  if (!throttle_guards_rt_active ())
     return;
   rt = atomic_load (&rt_on);
-  if (rt_set_policy (0, rt, SCHED_FIFO | SCHED_RESET_ON_FORK) == -1)
+  if (throttle_guards_set_policy (0, rt,
+                                  SCHED_FIFO | SCHED_RESET_ON_FORK) == -1)
     nbdkit_debug ("throttle: %s in thread %ld: %s",
                   rt ? "SCHED_FIFO" : "SCHED_OTHER", (long) gettid (),
                   throttle_errtext (errno));
-  if (throttle_debug_verbose)
-    nbdkit_debug ("throttle: guards: thread %ld: policy %s",
-                  (long) gettid (),
-                  (sched_getscheduler (0) & ~SCHED_RESET_ON_FORK) ==
-                  SCHED_FIFO ? "SCHED_FIFO" : "other");
 }
 
 void
@@ -467,15 +421,4 @@ throttle_realtime_stop (void)
     close (task_dir_fd);
     task_dir_fd = -1;
   }
-  if (!permitted)
-    return;
-  throttle_lock (&rt_lock);
-  if (atomic_load (&rt_on))
-    nbdkit_debug ("throttle: guards: at exit: real-time for the last "
-                  "%.3f s: %s", (throttle_now_ns () - rt_since) / 1e9,
-                  rt_why);
-  else
-    nbdkit_debug ("throttle: guards: at exit: not real-time: %s",
-                  rt_why[0] ? rt_why : rt_state.reason);
-  throttle_unlock (&rt_lock);
 }

@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: real-time switching, a feature of its own
- * above the guards (which say whether it is permitted) and the swap
- * verdict (which it tells who the peer is).
+/* nbdkit-throttle filter: the real-time switch (throttle-rt), a
+ * feature of its own above the guards (which say whether it is
+ * permitted) and the swap verdict (which it tells who the peer is):
+ * whether the whole process runs SCHED_FIFO now, as
+ * lib/throttle-rtpolicy.h decides (when, and why not always).  A timer
+ * thread, while the process is real-time, ends the hold within a
+ * second of its end and switches threads that were started since.
  */
 
 #ifndef THROTTLE_REALTIME_H
@@ -12,13 +16,6 @@
 
 struct throttle_export;
 
-/* The real-time switch (throttle-rt): whether the whole process runs
- * SCHED_FIFO now, as lib/throttle-rtpolicy.h decides (when, and why
- * not always).  A timer thread, while the process is real-time, ends
- * the hold within a second of its end and switches threads that were
- * started since.
- */
-
 /* after_fork, after the guards' (so once they know whether SCHED_FIFO
  * is permitted, throttle_guards_rt_active, and once the locks and the
  * heap reserve are in place: the timer's stack is locked and takes
@@ -27,9 +24,7 @@ struct throttle_export;
  * cannot be had is logged.
  */
 extern int throttle_realtime_start (void);
-/* unload, last of all: stops the timer, closes what start opened,
- * and logs how long the process was real-time and why.
- */
+/* unload, last of all: stops the timer and closes what start opened. */
 extern void throttle_realtime_stop (void);
 
 /* .open, in the connection's thread, before the plugin's open: finds
