@@ -13,12 +13,12 @@
  *   them.  .before_exports gives throttle-swap's mode to each guard not
  *   given its own, before anything reads them.
  * - realtime, after the guards, which say whether it is permitted and
- *   have locked memory and grown the reserve before its watcher
+ *   have locked memory and grown the reserve before its timer
  *   starts (.after_fork); its .thread_enter follows theirs.  .preopen
  *   tells the swap verdict who the peer is and may make nbdkit
  *   real-time before the plugin's open forks anything and before
  *   nbdkit starts the connection's workers (they inherit the policy).
- *   .unload, last of all, stops the real-time watcher.
+ *   .unload, last of all, stops the real-time timer.
  * - writeback: .preopen refuses a name other than "" in writeback mode
  *   before anything is made or counted for it; .get_ready refuses a
  *   thread model that forbids background writes and (nbdkit <

@@ -3,15 +3,6 @@
  * parameters, what is locked in RAM and the heap reserve (see
  * throttle-guards.h).
  *
- * A server whose client is its own kernel must never wait for memory
- * that only its own progress can free.  The budget bounds what is in
- * flight; these guards make nbdkit's process fit that bound: the
- * kernel is told not to recurse into I/O from the server's allocations
- * (PR_SET_IO_FLUSHER), may let its threads dip into the real-time
- * reserve (SCHED_FIFO), must not swap out or OOM-kill it, and the
- * memory nbdkit's core touches per request is faulted in and locked
- * before the pressure starts.
- *
  * Every guard goes the same way: off (by its own parameter or by
  * throttle-swap) it is missing; otherwise it is tried, and one the
  * kernel refuses is, with "on", kept for the one error line that
@@ -38,6 +29,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <linux/capability.h>
 
 #include <nbdkit-filter.h>
 
@@ -125,8 +117,6 @@ const struct throttle_param throttle_guards_param_table[] = {
 #ifndef MCL_ONFAULT
 #define MCL_ONFAULT 4
 #endif
-
-#define CAP_IPC_LOCK_BIT 14
 
 #define RESERVE_UNLOCKED_WHY \
   "the heap reserve could not be locked: needs CAP_IPC_LOCK or " \
@@ -427,17 +417,12 @@ proc_number (const char *path, long dflt)
   return v;
 }
 
-/* Tries the guards set on threads, in get_ready (!again) each one not
- * off, in after_fork (again) each one still active.  In get_ready each
- * is undone at once: nbdkit forks the --run command from this thread,
- * which must not inherit them; trying them there is what lets "on"
- * refuse to start, and the verdict warn, while stderr is still the
- * user's terminal.  In after_fork they are set for real on nbdkit's
- * main thread: fork and clone copy the task flags, the policy and
- * oom_score_adj, so every thread created later inherits them, and
- * processes get rid of them (throttle_guards_thread_enter,
- * fork_child).  A guard refused then (e.g. after -u dropped the
- * capabilities) is lost.
+/* Tries the guards set on threads: in get_ready (!again) each one not
+ * off, and undoes it; in after_fork (again) each one still active, and
+ * keeps it but SCHED_FIFO (which the real-time switch sets), for every
+ * thread created later and for fork_child to take off
+ * (throttle-guards.h says why).  A guard refused then (e.g. after -u
+ * dropped the capabilities) is lost.
  */
 static void
 try_thread_guards (bool again)
@@ -541,7 +526,7 @@ can_lock_all (unsigned long long *limit_kib)
 
   *limit_kib = 0;
   if (proc_status_field ("CapEff", buf, sizeof buf) == 0 &&
-      sscanf (buf, "%llx", &caps) == 1 && caps & (1ULL << CAP_IPC_LOCK_BIT))
+      sscanf (buf, "%llx", &caps) == 1 && caps & (1ULL << CAP_IPC_LOCK))
     return true;
   if (getrlimit (RLIMIT_MEMLOCK, &rl) == 0) {
     if (rl.rlim_cur == RLIM_INFINITY)

@@ -2,27 +2,30 @@
 /* nbdkit-throttle filter: the thread and process guards and their
  * parameters.
  *
- * What keeps nbdkit itself from deadlocking when it serves a device
- * the same machine swaps to: PR_SET_IO_FLUSHER on the threads that
- * serve requests, SCHED_FIFO for them (the allocator's real-time
- * reserve; switched by the real-time switch below), memory locking,
- * OOM-killer protection, and a pre-grown, locked, never-trimmed heap
- * reserve for nbdkit's own per-thread request buffers.  See "WHICH
- * GUARD PREVENTS WHICH DEADLOCK" in nbdkit-throttle-design(1).
+ * A server whose client is its own kernel must never wait for memory
+ * that only its own progress can free.  The budget bounds what is in
+ * flight; these guards make nbdkit's process fit that bound: the
+ * kernel is told not to recurse into I/O from the allocations of the
+ * threads that serve requests (PR_SET_IO_FLUSHER), may let them dip
+ * into the real-time reserve (SCHED_FIFO, which the real-time switch,
+ * throttle-realtime.h, turns on and off), must not swap nbdkit out
+ * (memory locking) or OOM-kill it, and a pre-grown, locked heap
+ * reserve holds nbdkit's own per-thread request buffers before the
+ * pressure starts.  See "WHICH GUARD PREVENTS WHICH DEADLOCK" in
+ * nbdkit-throttle-design(1).
  *
  * The parameters (throttle-swap, throttle-io-flusher, throttle-rt and
- * its hold, throttle-oom, throttle-mlock,
- * throttle-reserve, throttle-threads, throttle-max-request) are set by
- * .config and .config_complete and read only after it.  throttle-swap
- * is the default of the five guards (io-flusher, rt, oom, mlock,
- * reserve): off turns them all off (ordinary throttling), on makes
- * each required, auto takes what can be taken.  A guard's own
- * parameter, in any order, overrides it for that guard.
+ * its hold, throttle-oom, throttle-mlock, throttle-reserve,
+ * throttle-threads, throttle-max-request) are set by .config and
+ * .config_complete and read only after it.  throttle-swap is the
+ * default of the five guards (io-flusher, rt, oom, mlock, reserve):
+ * off turns them all off (ordinary throttling), on makes each
+ * required, auto takes what can be taken.  A guard's own parameter, in
+ * any order, overrides it for that guard.
  *
  * The guards sit below what reports on them: they keep why each one
  * is missing (throttle_guards_missing), and the swap verdict
- * (throttle-verdict.h) reads it.  This header also declares the
- * real-time switch (throttle-realtime.c), which the guards start.
+ * (throttle-verdict.h) reads it.
  *
  * When each hook is called, and why then: throttle-features.c.
  */
@@ -107,8 +110,8 @@ extern int throttle_guards_get_ready (int thread_model);
  * policy and oom_score_adj, so every thread created later inherits
  * them), a fork handler that takes them away from child processes,
  * mlockall(MCL_ONFAULT) (locks are not inherited across fork) and the
- * heap reserve; starts the real-time switch.  Call in the main thread
- * before any connection thread exists.
+ * heap reserve.  Call in the main thread before any connection thread
+ * exists.
  */
 extern int throttle_guards_after_fork (void);
 
