@@ -274,16 +274,11 @@ turned_off (enum throttle_guard r)
 }
 
 /* A guard that could not be taken, fmt saying what refused it and
- * why: if required (its mode is on), kept for say_refusals, with the
- * parameter that asked for it; else a debug line, and why, a string
- * with static storage, is why it is missing.
+ * why: if required (its mode is on), kept for say_refusals; else a
+ * debug line, and why, a string with static storage, is why it is
+ * missing.
  */
-static void
-refuse (enum throttle_guard r, bool required, const char *why,
-        const char *fmt, ...)
-  __attribute__ ((format (printf, 4, 5)));
-
-static void
+static void __attribute__ ((format (printf, 4, 5)))
 refuse (enum throttle_guard r, bool required, const char *why,
         const char *fmt, ...)
 {
