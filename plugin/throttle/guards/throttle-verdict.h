@@ -38,26 +38,16 @@
 
 struct throttle_export;
 
-/* Watermark boosting (vm.watermark_boost_factor, Linux >= 5.0) must
- * be off: after a fragmentation event the kernel adds a boost to every
- * watermark of the zone, min included (wmark_pages in
- * include/linux/mmzone.h), and only GFP_ATOMIC allocations ignore it
- * (zone_watermark_fast, mm/page_alloc.c).  In the swap guest test the
- * boost took the DMA32 zone's min watermark from about 3.9 to 10-12.5
- * MiB, above its free memory, and the forwarded write's send waited
- * in throttle_direct_reclaim for kswapd, which waited for that write:
- * every boot at vm.min_free_kbytes 4096 hung with the boost and none
- * without it (nbdkit-throttle-design(1), REMOTE STORAGE).
- *
- * The least vm.min_free_kbytes for swap over a network: 8192, the
- * lowest value at which every boot of the swap guest test passed (320
- * and 512 MiB guests, the filter at its defaults over nbdkit's nbd
- * plugin with hostname=, tests/swap/ rows remote-*: some boots hang
- * at 4096 and 6144, all at 3072 and below; the sweep is in
- * nbdkit-throttle-design(1), REMOTE STORAGE), times 2 for safety.  It
- * is also the value the man pages recommend for any swap over NBD.
- * The swap helper (systemd/nbdkit-throttle-swap.in) raises the setting
- * to it: systemd/Makefile.am reads the number from this line.
+/* The least vm.min_free_kbytes for swap over a network: twice 8192,
+ * the lowest value at which every boot of the swap guest test passed
+ * with watermark boosting on (vm.watermark_boost_factor, Linux >= 5.0),
+ * which must be off too: a boost raises every watermark of a zone, min
+ * included, and only GFP_ATOMIC allocations ignore it, so a forwarded
+ * write's send waits in reclaim for the write it carries.  The sweep
+ * and the watermarks measured: tests/swap/README.md; why:
+ * nbdkit-throttle-design(1), REMOTE STORAGE.  The swap helper
+ * (systemd/nbdkit-throttle-swap.in) raises the setting to it:
+ * systemd/Makefile.am reads the number from this line.
  */
 #define THROTTLE_REMOTE_MIN_FREE_KBYTES 16384
 
