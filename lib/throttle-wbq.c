@@ -73,9 +73,8 @@ struct throttle_wbq {
   bool stopping;
 
   /* Set at creation: the mapping, and what lies in it. */
-  unsigned char *map;
+  unsigned char *map;           /* buffer i at map + i * THROTTLE_WBQ_ELEM */
   size_t map_len;
-  unsigned char *bufs;          /* buffer i at bufs + i * THROTTLE_WBQ_ELEM */
   uint32_t *links;              /* links[i]: the buffer after i, or NO_SLOT */
   struct throttle_wbq_rec *recs;       /* recs[i]: of the write whose
                                            first buffer is i */
@@ -152,8 +151,7 @@ throttle_wbq_create (size_t nr, size_t nr_writers, size_t bounce_len,
   memset (q->map, 0, q->map_len);
   if (lock && mlock (q->map, q->map_len) == -1)
     goto fail;
-  q->bufs = q->map;
-  bounce = q->bufs + nr * THROTTLE_WBQ_ELEM;
+  bounce = q->map + nr * THROTTLE_WBQ_ELEM;
   for (i = 0; i < nr_writers; ++i)
     q->writers[i].bounce = bounce + i * bounce_len;
   q->recs = (struct throttle_wbq_rec *) (bounce + nr_writers * bounce_len);
@@ -305,7 +303,7 @@ copy_out (const struct throttle_wbq *q, const struct throttle_wbq_rec *r,
   while (len > 0) {
     uint32_t n = THROTTLE_WBQ_ELEM - off < len ? THROTTLE_WBQ_ELEM - off : len;
 
-    memcpy (dst, q->bufs + (size_t) l * THROTTLE_WBQ_ELEM + off, n);
+    memcpy (dst, q->map + (size_t) l * THROTTLE_WBQ_ELEM + off, n);
     dst += n;
     len -= n;
     off = 0;
@@ -409,7 +407,7 @@ throttle_wbq_queue (struct throttle_wbq *q, const void *buf, uint32_t count,
     uint32_t n = count - done < THROTTLE_WBQ_ELEM
       ? count - done : THROTTLE_WBQ_ELEM;
 
-    memcpy (q->bufs + (size_t) l * THROTTLE_WBQ_ELEM, src + done, n);
+    memcpy (q->map + (size_t) l * THROTTLE_WBQ_ELEM, src + done, n);
     done += n;
   }
 
@@ -438,9 +436,10 @@ throttle_wbq_queue (struct throttle_wbq *q, const void *buf, uint32_t count,
 void
 throttle_wbq_barrier_begin (struct throttle_wbq *q,
                             struct throttle_wbq_barrier *b,
-                            uint64_t offset, uint32_t count)
+                            uint64_t offset, uint32_t count, bool write)
 {
   throttle_lock (&q->lock);
+  q->direct += write;
   barrier_add (q, b, offset, count, false);
   wait_older (q, b->seq, b->offset, b->end, false);
   throttle_unlock (&q->lock);
@@ -452,14 +451,6 @@ throttle_wbq_barrier_end (struct throttle_wbq *q,
 {
   throttle_lock (&q->lock);
   barrier_remove (q, b);
-  throttle_unlock (&q->lock);
-}
-
-void
-throttle_wbq_count_direct (struct throttle_wbq *q)
-{
-  throttle_lock (&q->lock);
-  q->direct++;
   throttle_unlock (&q->lock);
 }
 
@@ -583,7 +574,7 @@ throttle_wbq_piece (struct throttle_wbq *q, size_t writer,
 
   if (q->links[r->first] == NO_SLOT) {        /* one buffer: done is 0 */
     *n = left;
-    return q->bufs + (size_t) r->first * THROTTLE_WBQ_ELEM;
+    return q->map + (size_t) r->first * THROTTLE_WBQ_ELEM;
   }
   *n = left < q->bounce_len ? left : q->bounce_len;
   copy_out (q, r, done, *n, q->writers[writer].bounce);

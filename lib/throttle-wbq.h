@@ -128,19 +128,19 @@ struct throttle_wbq_barrier {
 };
 
 /* A request that goes to the backend directly (a zero, a trim, a write
- * that is not queued, extents): register b for [offset, offset+count)
- * and wait until no older overlapping write is pending (the writers'
- * throttle_wbq_write_done).  The caller
- * then makes its backend call and calls throttle_wbq_barrier_end;
- * meanwhile newer overlapping writes do not start.
+ * that is not queued, counted in the stats if 'write', extents):
+ * register b for [offset, offset+count) and wait until no older
+ * overlapping write is pending (the writers' throttle_wbq_write_done).
+ * The caller then makes its backend call and calls
+ * throttle_wbq_barrier_end; meanwhile newer overlapping writes do not
+ * start.
  */
 extern void throttle_wbq_barrier_begin (struct throttle_wbq *q,
                                         struct throttle_wbq_barrier *b,
-                                        uint64_t offset, uint32_t count);
+                                        uint64_t offset, uint32_t count,
+                                        bool write);
 extern void throttle_wbq_barrier_end (struct throttle_wbq *q,
                                       struct throttle_wbq_barrier *b);
-/* Counts a write that went to the backend directly, for the stats. */
-extern void throttle_wbq_count_direct (struct throttle_wbq *q);
 
 /* A read of [offset, offset+count).  Returns false if no pending write
  * overlaps it: the caller reads the backend and is done.  Otherwise b
@@ -244,11 +244,12 @@ extern void throttle_wbq_flush_done (struct throttle_wbq *q, size_t writer,
 /* The writers stop once nothing is pending (they get STOP). */
 extern void throttle_wbq_stop (struct throttle_wbq *q);
 
+/* Every number a uint64_t, so that a table can point at each. */
 struct throttle_wbq_stats {
   uint64_t pending, pending_bytes, peak_pending_bytes;
   uint64_t written, written_bytes, failed, direct;
-  size_t pool_used, pool_size;  /* bytes */
-  bool error_unreported;        /* no flush has reported the last one */
+  uint64_t pool_used, pool_size;        /* bytes */
+  uint64_t error_unreported;    /* 1: no flush has reported the last one */
   struct throttle_wbq_error last;       /* the last failure, if any */
 };
 extern void throttle_wbq_get_stats (struct throttle_wbq *q,

@@ -146,7 +146,7 @@ static struct throttle_wbq *hooked;
 static void
 queued_calls_back (void *opaque)
 {
-  throttle_wbq_count_direct (hooked);
+  throttle_wbq_seen_at_open (hooked);
 }
 
 static void

@@ -262,11 +262,10 @@ h_direct_write (uint64_t *buf, unsigned *seed, uint32_t region)
   pthread_mutex_lock (&h.order);
   v = new_version (b0, n);
   fill (buf, v, b0, n);
-  throttle_wbq_barrier_begin (h.q, &b, b0 * H_BLOCK, n * H_BLOCK);
+  throttle_wbq_barrier_begin (h.q, &b, b0 * H_BLOCK, n * H_BLOCK, true);
   h.direct_writes++;
   pthread_mutex_unlock (&h.order);
 
-  throttle_wbq_count_direct (h.q);
   dev_write (buf, b0, n, DIRECT);
   throttle_wbq_barrier_end (h.q, &b);
 

@@ -428,7 +428,7 @@ step_barrier (struct sim *s)
     return;
   if (s->ord + 1 >= sizeof s->failed)
     return;
-  throttle_wbq_barrier_begin (s->q, &s->barrier, off, count);
+  throttle_wbq_barrier_begin (s->q, &s->barrier, off, count, true);
   if (s->barrier.seq != s->seq)
     sim_fail (s, "barrier seq %" PRIu64 ", expected %" PRIu64,
               s->barrier.seq, s->seq);

@@ -209,7 +209,7 @@ barrier_thread (void *vp)
   struct barrier_arg *a = vp;
   struct throttle_wbq_barrier b;
 
-  throttle_wbq_barrier_begin (a->q, &b, 0, 4096);
+  throttle_wbq_barrier_begin (a->q, &b, 0, 4096, false);
   a->seen = dev[0];
   atomic_store (&a->passed, 1);
   throttle_wbq_barrier_end (a->q, &b);
@@ -237,7 +237,7 @@ START_TEST (test_barrier_order)
   ck_assert_int_eq (a.seen, pattern (1, 0));
 
   /* Newer overlapping writes wait for the barrier; others do not. */
-  throttle_wbq_barrier_begin (q, &b, 0, 4096);
+  throttle_wbq_barrier_begin (q, &b, 0, 4096, false);
   queue_write (q, 2, 2048, 4096);
   queue_write (q, 3, 8192, 4096);
   j = take_write (q, 0, 8192);

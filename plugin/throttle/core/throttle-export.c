@@ -24,7 +24,7 @@
 
 /* Lock rule: 'lock' guards the list, nr_exports and every
  * export's refs; conns is atomic.  An export's other fields but its budget
- * and wb never change after it is made, and it is freed only once its
+ * never change after it is made, and it is freed only once its
  * refs are 0, so a holder of a reference may use it without the lock.
  *
  * 'lock' is first in the filter's lock order (HACKING.md, "Locks"):

@@ -41,7 +41,6 @@
 #include "throttle-config.h"
 #include "throttle-feature.h"
 
-struct throttle_wb;
 struct throttle_export;
 
 /* An export's sampler: told that a request of op admitted at start_ns
@@ -66,14 +65,6 @@ struct throttle_export {
    * request with a relaxed atomic load.
    */
   throttle_sample_fn *sample;
-  /* throttle-mode=writeback, else NULL.  Not a feature slot: the
-   * write-behind state needs a backend context, so it is made by the
-   * first writable .open of "" (not when the budget is made), and it
-   * is freed in .cleanup after writing what is pending, while the
-   * backend is still there; a feature's detach runs at .unload
-   * (throttle-writeback-writers.c).
-   */
-  struct throttle_wb *wb;
   /* Each feature's state (its export_attach, throttle-feature.h), at
    * its place in the features' table, made with the budget and freed
    * with it.

@@ -24,11 +24,6 @@
 #include "throttle-wbq.h"
 #include "throttle-writeback-config.h"
 
-/* The names the configuration uses (see lib/throttle-wbq.h). */
-#define WB_ELEM THROTTLE_WBQ_ELEM
-#define WB_MAX_WRITE THROTTLE_WBQ_MAX_WRITE
-#define NO_SLOT (THROTTLE_WBQ_MAX_BUFS + 1)   /* buffers are below it */
-
 /* throttle-writeback-threads: 0, the default, sizes the writers from
  * the thread model in get_ready.  Under sustained load the writers,
  * not the clients, set the pace: a full pool drains at (writers /
@@ -42,13 +37,11 @@
  * a remote connection): 4 cover the usual multi-connection clients
  * (nbd-client -C 4).
  */
-#define WB_DEFAULT_THREADS 0
 #define WB_PARALLEL_WRITERS 16
 #define WB_SERIAL_WRITERS 4
 #define WB_MAX_THREADS 64
-/* The writers' bounce buffers together hold at most this (what the old
- * default of 4 writers locked), so locked memory does not grow with
- * the writer count; a writer writes a record larger than its bounce
+/* The writers' bounce buffers together hold at most this, so locked
+ * memory does not grow with the writer count; a writer writes a record larger than its bounce
  * buffer in pieces, in order.  At most WB_MAX_THREADS writers, each
  * share is a whole number of buffers.
  */
@@ -56,8 +49,7 @@
 
 static int writeback;             /* throttle-mode: 1 = writeback */
 static uint64_t pool_param;      /* throttle-writeback-pool, 0 = default */
-static const char *pool_text;    /* ... as written */
-static unsigned nr_threads = WB_DEFAULT_THREADS;
+static unsigned nr_threads;      /* throttle-writeback-threads, 0 = default */
 static unsigned nr_writers;      /* decided in get_ready */
 static uint64_t pool_bytes;      /* decided in config_complete */
 
@@ -67,7 +59,7 @@ const struct throttle_param throttle_writeback_param_table[] = {
   { "throttle-mode", THROTTLE_PARAM_WORD, &writeback, .words = modes,
     .why = "expected writethrough or writeback" },
   { "throttle-writeback-pool", THROTTLE_PARAM_SIZE, &pool_param,
-    .text = &pool_text, .min = 1, .max = INT64_MAX,
+    .min = 1, .max = INT64_MAX,
     .why = "expected a size greater than 0 (e.g. 16M)" },
   { "throttle-writeback-threads", THROTTLE_PARAM_NUMBER, &nr_threads,
     .min = 1, .max = WB_MAX_THREADS },
@@ -91,7 +83,8 @@ wb_sizing_writers (void)
 size_t
 throttle_writeback_bounce_size (void)
 {
-  size_t share = WB_BOUNCE_BYTES / wb_sizing_writers () / WB_ELEM * WB_ELEM;
+  size_t share = WB_BOUNCE_BYTES / wb_sizing_writers () / THROTTLE_WBQ_ELEM *
+    THROTTLE_WBQ_ELEM;
   size_t max_write = throttle_wbq_max_write (pool_bytes);
 
   return max_write < share ? max_write : share;
@@ -105,7 +98,7 @@ throttle_writeback_config_complete (void)
   uint64_t ram, need;
 
   if (!writeback) {
-    if (pool_param || nr_threads != WB_DEFAULT_THREADS)
+    if (pool_param || nr_threads)
       nbdkit_debug ("throttle: throttle-writeback-* ignored: "
                     "throttle-mode is writethrough");
     return 0;
@@ -120,7 +113,7 @@ throttle_writeback_config_complete (void)
   if (pool_param) {
     pool_bytes = pool_param;
     snprintf (pool_kv, sizeof pool_kv, "throttle-writeback-pool=%s",
-              pool_text);
+              throttle_params_given ("throttle-writeback-pool"));
     why = pool_kv;
     fix = "lower throttle-writeback-pool";
   }
@@ -169,9 +162,10 @@ throttle_writeback_config_complete (void)
     fix = "set a smaller throttle-writeback-pool";
   }
   /* Cannot overflow: a size nbdkit parsed is below 2^63, and a
-   * product of pages a multiple of WB_ELEM already.
+   * product of pages a multiple of THROTTLE_WBQ_ELEM already.
    */
-  pool_bytes = (pool_bytes + WB_ELEM - 1) / WB_ELEM * WB_ELEM;
+  pool_bytes = (pool_bytes + THROTTLE_WBQ_ELEM - 1) / THROTTLE_WBQ_ELEM *
+    THROTTLE_WBQ_ELEM;
 
   /* Refused here, before nbdkit starts: each pool is allocated,
    * touched and locked at the first connection, where a pool RAM
@@ -189,18 +183,18 @@ throttle_writeback_config_complete (void)
                   why, pool_bytes, wb_sizing_writers (), ram / 2, ram, fix);
     return -1;
   }
-  if (pool_bytes / WB_ELEM >= NO_SLOT) {     /* 16 TiB */
+  if (pool_bytes / THROTTLE_WBQ_ELEM > THROTTLE_WBQ_MAX_BUFS) { /* 16 TiB */
     nbdkit_error ("%s: a writeback pool of %" PRIu64 " bytes is more "
                   "than the %" PRIu32 " buffers of %d bytes a pool can "
-                  "have: %s", why, pool_bytes, NO_SLOT - 1, WB_ELEM, fix);
+                  "have: %s", why, pool_bytes, THROTTLE_WBQ_MAX_BUFS,
+                  THROTTLE_WBQ_ELEM, fix);
     return -1;
   }
   nbdkit_debug ("throttle: writeback: pool %" PRIu64 " bytes per export "
                 "in %d-byte buffers (%" PRIu64 " bytes in all with records "
                 "and writers' buffers), writes above "
-                "%d bytes go through directly",
-                pool_bytes, WB_ELEM, need,
-                (int) (pool_bytes < WB_MAX_WRITE ? pool_bytes : WB_MAX_WRITE));
+                "%zu bytes go through directly", pool_bytes,
+                THROTTLE_WBQ_ELEM, need, throttle_wbq_max_write (pool_bytes));
   return 0;
 }
 

@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,13 +45,11 @@
 #include "throttle-writeback-config.h"
 #include "throttle-writeback-writers.h"
 
-/* The state made, for cleanup: at most one, the default export's
- * (throttle_writeback_preopen refuses every other name).  Lock rule:
- * create_lock is held from looking at it to publishing it in the
- * export, so that the export gets one, and while it is freed.
+/* Lock rule: create_lock is held from looking at throttle_wb_made to
+ * publishing it, so that the export gets one, and while it is freed.
  */
 static pthread_mutex_t create_lock = THROTTLE_LOCK_INITIALIZER;
-static struct throttle_wb *made;
+struct throttle_wb *throttle_wb_made;
 
 /* The queue's hooks, called with its lock held: an acknowledged write
  * counts for an abort's drain until it is on the backend, and its units
@@ -140,16 +139,6 @@ writer_main (void *arg)
   }
 }
 
-static void
-close_writer_ctx (struct throttle_wb_writer *w)
-{
-  if (w->ctx) {
-    w->ctx->finalize (w->ctx);
-    nbdkit_next_context_close (w->ctx);
-    w->ctx = NULL;
-  }
-}
-
 /* Stop the writers once nothing is pending, and free everything. */
 static void
 wb_destroy (struct throttle_wb *wb)
@@ -163,7 +152,10 @@ wb_destroy (struct throttle_wb *wb)
 
     if (w->started)
       pthread_join (w->thread, NULL);
-    close_writer_ctx (w);
+    if (w->ctx) {
+      w->ctx->finalize (w->ctx);
+      nbdkit_next_context_close (w->ctx);
+    }
   }
   throttle_wbq_get_stats (wb->q, &s);
   if (wb->started_all)
@@ -347,14 +339,15 @@ throttle_writeback_list_exports (nbdkit_next_list_exports *next,
 int
 throttle_writeback_make (struct throttle_export *exp, nbdkit_context *context)
 {
+  struct throttle_wb *wb;
   bool read_only = false;
   int r = 0;
 
   throttle_lock (&create_lock);
-  if (made == NULL) {
-    made = wb_create (exp, nbdkit_context_get_backend (context), &read_only);
-    if (made)
-      __atomic_store_n (&exp->wb, made, __ATOMIC_RELEASE);
+  if (throttle_wb_made == NULL) {
+    wb = wb_create (exp, nbdkit_context_get_backend (context), &read_only);
+    if (wb)
+      __atomic_store_n (&throttle_wb_made, wb, __ATOMIC_RELEASE);
     else if (read_only)
       nbdkit_debug ("throttle: writeback: export \"%s\" takes no writes",
                     exp->name);
@@ -368,88 +361,77 @@ throttle_writeback_make (struct throttle_export *exp, nbdkit_context *context)
 void
 throttle_writeback_cleanup (void)
 {
+  struct throttle_wb *wb;
   struct throttle_wbq_stats s;
 
   throttle_lock (&create_lock);
-  if (made) {
-    throttle_wbq_get_stats (made->q, &s);
+  wb = throttle_wb_made;
+  if (wb) {
+    throttle_wbq_get_stats (wb->q, &s);
     if (s.pending)
       nbdkit_debug ("throttle: writeback: export \"%s\": writing %" PRIu64
-                    " pending writes before exit", made->exp->name,
-                    s.pending);
-    made->exp->wb = NULL;
-    wb_destroy (made);          /* waits for the pending writes */
-    made = NULL;
+                    " pending writes before exit", wb->exp->name, s.pending);
+    throttle_wb_made = NULL;
+    wb_destroy (wb);            /* waits for the pending writes */
   }
   throttle_unlock (&create_lock);
 }
 
 #define PREFIX "nbdkit_throttle_writeback_"
+#define STAT(f) offsetof (struct throttle_wbq_stats, f)
 
 /* An export's numbers, in the order of the stats' member and of the
  * metrics: each one's member of the JSON (NULL: the last, the error,
- * which the JSON gives as its name) and family (never rename one:
- * scripts and dashboards use them).
+ * which the JSON gives as its name), family (never rename one:
+ * scripts and dashboards use them) and field of the queue's snapshot.
  */
 static const struct {
   const char *json, *family;
   bool counter;
   const char *help;
+  size_t field;
 } wb_stats[] = {
   { "pending_writes", PREFIX "pending_writes", false,
-    "Writes acknowledged and not yet on the backend" },
+    "Writes acknowledged and not yet on the backend", STAT (pending) },
   { "pending_bytes", PREFIX "pending_bytes", false,
-    "Bytes acknowledged and not yet on the backend" },
+    "Bytes acknowledged and not yet on the backend", STAT (pending_bytes) },
   { "peak_pending_bytes", PREFIX "peak_pending_bytes", false,
-    "Most bytes pending at once" },
+    "Most bytes pending at once", STAT (peak_pending_bytes) },
   { "pool_used", PREFIX "pool_used_bytes", false,
-    "Bytes of the locked pool in use" },
+    "Bytes of the locked pool in use", STAT (pool_used) },
   { "pool_size", PREFIX "pool_size_bytes", false,
-    "Bytes of the locked pool" },
+    "Bytes of the locked pool", STAT (pool_size) },
   { "written", PREFIX "written_writes_total", true,
-    "Writes the writers put on the backend" },
+    "Writes the writers put on the backend", STAT (written) },
   { "direct", PREFIX "direct_writes_total", true,
-    "Writes too large for the pool, passed straight through" },
+    "Writes too large for the pool, passed straight through", STAT (direct) },
   { "failed", PREFIX "failed_writes_total", true,
-    "Writes that failed on the backend" },
+    "Writes that failed on the backend", STAT (failed) },
   { NULL, PREFIX "error_unreported", false,
-    "1 while a failed write has not been reported by a flush" },
+    "1 while a failed write has not been reported by a flush",
+    STAT (error_unreported) },
 };
 #define NR_WB_STATS (sizeof wb_stats / sizeof wb_stats[0])
 
-/* wb's numbers in the order of wb_stats, zeros for wb == NULL. */
-static void
-wb_values (struct throttle_wb *wb, uint64_t v[NR_WB_STATS],
-           struct throttle_wbq_stats *s)
+static uint64_t
+stat_value (const struct throttle_wbq_stats *s, size_t i)
 {
-  memset (s, 0, sizeof *s);
-  if (wb)
-    throttle_wbq_get_stats (wb->q, s);
-  v[0] = s->pending;
-  v[1] = s->pending_bytes;
-  v[2] = s->peak_pending_bytes;
-  v[3] = s->pool_used;
-  v[4] = s->pool_size;
-  v[5] = s->written;
-  v[6] = s->direct;
-  v[7] = s->failed;
-  v[8] = s->error_unreported;
+  return *(const uint64_t *) ((const char *) s + wb_stats[i].field);
 }
 
 void
 throttle_writeback_stats_json (FILE *fp, struct throttle_export *exp)
 {
-  struct throttle_wb *wb = throttle_wb_of (exp);
+  struct throttle_wb *wb = exp ? throttle_wb_get () : NULL;
   struct throttle_wbq_stats s;
-  uint64_t v[NR_WB_STATS];
   size_t i;
 
   if (wb == NULL)
     return;
-  wb_values (wb, v, &s);
+  throttle_wbq_get_stats (wb->q, &s);
   for (i = 0; wb_stats[i].json; i++)
     fprintf (fp, "%s\"%s\":%" PRIu64, i ? "," : ",\"writeback\":{",
-             wb_stats[i].json, v[i]);
+             wb_stats[i].json, stat_value (&s, i));
   if (s.error_unreported)
     fprintf (fp, ",\"error\":\"%s\"}",
              strerrorname_np (s.last.errnum) ? : "EIO");
@@ -460,25 +442,20 @@ throttle_writeback_stats_json (FILE *fp, struct throttle_export *exp)
 void
 throttle_writeback_metrics (FILE *fp)
 {
-  struct throttle_export *exp;
-  struct throttle_wb *wb;
+  struct throttle_wb *wb = throttle_wb_get ();
   struct throttle_wbq_stats s;
-  uint64_t v[NR_WB_STATS];
   size_t i;
 
   if (!throttle_writeback_enabled ())
     return;
-  /* Writeback serves the default export alone. */
-  exp = throttle_export_get ("");
-  wb = throttle_wb_of (exp);
-  wb_values (wb, v, &s);
+  if (wb)
+    throttle_wbq_get_stats (wb->q, &s);
   for (i = 0; i < NR_WB_STATS; i++) {
     throttle_prom_family (fp, wb_stats[i].family,
                           wb_stats[i].counter ? "counter" : "gauge",
                           wb_stats[i].help);
     if (wb)
-      throttle_prom_sample (fp, wb_stats[i].family, "export", "", v[i]);
+      throttle_prom_sample (fp, wb_stats[i].family, "export", "",
+                            stat_value (&s, i));
   }
-  if (exp)
-    throttle_export_put (exp);
 }

@@ -40,14 +40,18 @@ struct throttle_wb {
   struct throttle_wb_writer writers[];
 };
 
-/* exp's write-behind state, once a writable connection made it; NULL
- * for exp == NULL, in writethrough, or before.  The acquire pairs with
- * the release that publishes a new state (throttle_writeback_make).
+/* The write-behind state, the default export's (the one name
+ * writeback serves, throttle_writeback_preopen), once a writable
+ * connection made it; NULL in writethrough, or before.  Read it with
+ * throttle_wb_get: the acquire pairs with the release that publishes
+ * it (throttle_writeback_make).
  */
+extern struct throttle_wb *throttle_wb_made;
+
 static inline struct throttle_wb *
-throttle_wb_of (struct throttle_export *exp)
+throttle_wb_get (void)
 {
-  return exp ? __atomic_load_n (&exp->wb, __ATOMIC_ACQUIRE) : NULL;
+  return __atomic_load_n (&throttle_wb_made, __ATOMIC_ACQUIRE);
 }
 
 /* On a writable open of exp in writeback mode (context is the one

@@ -39,19 +39,20 @@ struct throttle_wb_conn {
 };
 
 /* A request that goes to the backend directly takes its place in the
- * order: after older overlapping pending writes, before newer ones.
- * Returns the queue to give ordered_end after the backend call, or
- * NULL if nothing is written behind (the call then needs no order).
+ * order: after older overlapping pending writes, before newer ones
+ * ('write': a write not queued, counted).  Returns the queue to give
+ * ordered_end after the backend call, or NULL if nothing is written
+ * behind (the call then needs no order).
  */
 static struct throttle_wbq *
-ordered_begin (const struct throttle_wb_conn *c, struct throttle_wbq_barrier *b,
-               uint32_t count, uint64_t offset)
+ordered_begin (struct throttle_wbq_barrier *b, uint32_t count,
+               uint64_t offset, bool write)
 {
-  struct throttle_wb *wb = throttle_wb_of (c->exp);
+  struct throttle_wb *wb = throttle_wb_get ();
 
   if (wb == NULL)
     return NULL;
-  throttle_wbq_barrier_begin (wb->q, b, offset, count);
+  throttle_wbq_barrier_begin (wb->q, b, offset, count, write);
   return wb->q;
 }
 
@@ -60,23 +61,6 @@ ordered_end (struct throttle_wbq *q, struct throttle_wbq_barrier *b)
 {
   if (q)
     throttle_wbq_barrier_end (q, b);
-}
-
-static int
-pwrite_direct (struct throttle_wb_conn *c, nbdkit_next *next,
-               const void *buf, uint32_t count, uint64_t offset,
-               uint32_t flags, int *err)
-{
-  struct throttle_wbq_barrier b;
-  struct throttle_wbq *q;
-  int r;
-
-  q = ordered_begin (c, &b, count, offset);
-  if (q)
-    throttle_wbq_count_direct (q);
-  r = next->pwrite (next, buf, count, offset, flags, err);
-  ordered_end (q, &b);
-  return r;
 }
 
 /* Takes ownership of 'charged' units: they are credited to the
@@ -89,7 +73,9 @@ wb_pwrite (void *state, nbdkit_next *next, const void *buf, uint32_t count,
 {
   struct throttle_wb_conn *c = state;
   struct throttle_export *exp = c->exp;
-  struct throttle_wb *wb = throttle_wb_of (exp);
+  struct throttle_wb *wb = throttle_wb_get ();
+  struct throttle_wbq_barrier b;
+  struct throttle_wbq *q;
   int res;
 
   /* A FUA write must be on the backend before its reply anyway, and
@@ -98,7 +84,9 @@ wb_pwrite (void *state, nbdkit_next *next, const void *buf, uint32_t count,
    */
   if (wb == NULL || (flags & NBDKIT_FLAG_FUA) ||
       !throttle_wbq_fits (wb->q, count)) {
-    res = pwrite_direct (c, next, buf, count, offset, flags, err);
+    q = ordered_begin (&b, count, offset, true);
+    res = next->pwrite (next, buf, count, offset, flags, err);
+    ordered_end (q, &b);
     throttle_export_credit (exp, charged);
     return res;
   }
@@ -117,10 +105,10 @@ wb_pwrite (void *state, nbdkit_next *next, const void *buf, uint32_t count,
 }
 
 static int
-wb_pread (struct throttle_wb_conn *c, nbdkit_next *next, void *buf,
-          uint32_t count, uint64_t offset, uint32_t flags, int *err)
+wb_pread (nbdkit_next *next, void *buf, uint32_t count, uint64_t offset,
+          uint32_t flags, int *err)
 {
-  struct throttle_wb *wb = throttle_wb_of (c->exp);
+  struct throttle_wb *wb = throttle_wb_get ();
   struct throttle_wbq_barrier b;
   int res;
 
@@ -136,14 +124,13 @@ static int
 wb_call (void *state, nbdkit_next *next, enum throttle_op op, void *buf,
          uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
-  struct throttle_wb_conn *c = state;
   struct throttle_wbq_barrier b;
   struct throttle_wbq *q;
   int r;
 
   if (op == THROTTLE_OP_READ)
-    return wb_pread (c, next, buf, count, offset, flags, err);
-  q = ordered_begin (c, &b, count, offset);
+    return wb_pread (next, buf, count, offset, flags, err);
+  q = ordered_begin (&b, count, offset, false);
   r = op == THROTTLE_OP_ZERO ? next->zero (next, count, offset, flags, err)
     : next->trim (next, count, offset, flags, err);
   ordered_end (q, &b);
@@ -194,12 +181,11 @@ static int
 wb_extents (void *state, nbdkit_next *next, uint32_t count, uint64_t offset,
             uint32_t flags, struct nbdkit_extents *extents, int *err)
 {
-  struct throttle_wb_conn *c = state;
   struct throttle_wbq_barrier b;
   struct throttle_wbq *q;
   int r;
 
-  q = ordered_begin (c, &b, count, offset);
+  q = ordered_begin (&b, count, offset, false);
   r = extents_clipped (next, count, offset, flags, extents, err);
   ordered_end (q, &b);
   return r;
@@ -209,7 +195,7 @@ static int
 wb_flush (void *state, nbdkit_next *next, uint32_t flags, int *err)
 {
   struct throttle_wb_conn *c = state;
-  struct throttle_wb *wb = throttle_wb_of (c->exp);
+  struct throttle_wb *wb = throttle_wb_get ();
   struct throttle_wbq_flush f;
   struct throttle_wbq_error last;
   uint64_t failures;
@@ -282,7 +268,7 @@ throttle_writeback_conn_open (struct throttle_conn *conn,
     return -1;
   }
   c->exp = conn->exp;
-  wb = throttle_wb_of (c->exp);
+  wb = throttle_wb_get ();
   c->seen_errors = wb ? throttle_wbq_seen_at_open (wb->q) : 0;
   *state = c;
   conn->ops = &wb_ops;
@@ -293,8 +279,7 @@ throttle_writeback_conn_open (struct throttle_conn *conn,
 int
 throttle_writeback_conn_finalize (void *state)
 {
-  struct throttle_wb_conn *c = state;
-  struct throttle_wb *wb = c ? throttle_wb_of (c->exp) : NULL;
+  struct throttle_wb *wb = throttle_wb_get ();
   struct throttle_wbq_stats s;
   struct throttle_wbq_flush f;
 
