@@ -90,7 +90,8 @@ struct throttle_wbq {
   uint64_t pending, pending_bytes, peak_pending_bytes;
   uint64_t written, written_bytes, failed, direct;
 
-  struct throttle_wbq_hooks hooks;      /* set at creation */
+  throttle_wbq_retired_fn *retired;     /* set at creation */
+  void *opaque;
   size_t nr_writers;
   struct wbq_writer writers[];
 };
@@ -114,7 +115,8 @@ throttle_wbq_memory (uint64_t pool_bytes, size_t nr_writers,
 
 struct throttle_wbq *
 throttle_wbq_create (size_t nr, size_t nr_writers, size_t bounce_len,
-                     bool lock, const struct throttle_wbq_hooks *hooks)
+                     bool lock, throttle_wbq_retired_fn *retired,
+                     void *opaque)
 {
   struct throttle_wbq *q;
   unsigned char *bounce;
@@ -132,7 +134,8 @@ throttle_wbq_create (size_t nr, size_t nr_writers, size_t bounce_len,
   pthread_cond_init (&q->work, NULL);
   pthread_cond_init (&q->done, NULL);
   throttle_wait_queue_init (&q->bufq, &q->lock);
-  q->hooks = *hooks;
+  q->retired = retired;
+  q->opaque = opaque;
   q->nr = q->nr_free = nr;
   q->nr_writers = nr_writers;
   q->bounce_len = bounce_len;
@@ -281,7 +284,7 @@ retire (struct throttle_wbq *q, struct throttle_wbq_rec *r)
   throttle_wait_grant (&q->bufq, take_bufs, q);
   q->pending--;
   q->pending_bytes -= r->count;
-  q->hooks.retired (q->hooks.opaque, r->charged);
+  q->retired (q->opaque, r->charged);
 
   pthread_cond_broadcast (&q->done);
   pthread_cond_broadcast (&q->work);
@@ -424,7 +427,6 @@ throttle_wbq_queue (struct throttle_wbq *q, const void *buf, uint32_t count,
   if (q->tail) q->tail->next = r; else q->head = r;
   q->tail = r;
   q->pending++;
-  q->hooks.queued (q->hooks.opaque);
   q->pending_bytes += count;
   if (q->pending_bytes > q->peak_pending_bytes)
     q->peak_pending_bytes = q->pending_bytes;

@@ -28,7 +28,7 @@
  *
  * Locks: each queue has one mutex, taken only inside these functions
  * (its place among the filter's: HACKING.md, "Locks").  No function
- * here is called with it held, nor from a hook: checking builds abort
+ * here is called with it held, nor from 'retired': checking builds abort
  * if one is (lib/throttle-lock.h).  Those that wait say for whose
  * call; they sleep with the lock released.  The others hold it
  * briefly and never sleep.
@@ -61,16 +61,11 @@
 struct throttle_wbq;
 struct throttle_wbq_rec;
 
-/* Called with the queue's lock held: must not block, nor call any
- * function of this file.  'queued' when a write enters the queue,
- * 'retired' when it leaves it (on the backend, or failed) with the
- * units it was queued with.
+/* Called when a write leaves the queue (on the backend, or failed),
+ * with the units it was queued with, and with the queue's lock held:
+ * must not block, nor call any function of this file.
  */
-struct throttle_wbq_hooks {
-  void (*queued) (void *opaque);
-  void (*retired) (void *opaque, uint64_t charged);
-  void *opaque;
-};
+typedef void throttle_wbq_retired_fn (void *opaque, uint64_t charged);
 
 /* A queue of 'nr' buffers (each with a link and a record) for
  * 'nr_writers' writer threads, numbered from 0, each with a bounce
@@ -78,11 +73,12 @@ struct throttle_wbq_hooks {
  * most throttle_wbq_max_write of the pool): a write larger than that
  * reaches the backend in pieces (throttle_wbq_piece).  All of it lives
  * in one mapping of throttle_wbq_memory bytes, touched, and locked if
- * 'lock'.  NULL with errno set on error.  hooks is copied.
+ * 'lock'.  NULL with errno set on error.
  */
 extern struct throttle_wbq *
 throttle_wbq_create (size_t nr, size_t nr_writers, size_t bounce_len,
-                     bool lock, const struct throttle_wbq_hooks *hooks);
+                     bool lock, throttle_wbq_retired_fn *retired,
+                     void *opaque);
 /* Called after throttle_wbq_stop, once no thread is inside any other
  * function of this file.
  */
@@ -106,7 +102,7 @@ extern size_t throttle_wbq_max_write (uint64_t pool_bytes);
 extern bool throttle_wbq_fits (const struct throttle_wbq *q, uint32_t count);
 
 /* Copies a write (throttle_wbq_fits) into the pool and queues it with
- * 'charged', which the retired hook is given back.  Waits, first come
+ * 'charged', which 'retired' is given back.  Waits, first come
  * first served, until every buffer it needs is free (a writer's
  * throttle_wbq_write_done frees them), asking cancel every
  * THROTTLE_WAIT_POLL_MS: a write never holds part of the pool while it

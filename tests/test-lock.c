@@ -138,32 +138,28 @@ START_TEST (test_wait_without_lock_aborts)
 }
 END_TEST
 
-/* throttle-wbq.h: a hook must not call any function of the queue (it
- * runs under the queue's lock).
+/* throttle-wbq.h: the retired hook must not call any function of the
+ * queue (it runs under the queue's lock).
  */
 static struct throttle_wbq *hooked;
 
 static void
-queued_calls_back (void *opaque)
+retired_calls_back (void *opaque, uint64_t charged)
 {
   throttle_wbq_seen_at_open (hooked);
 }
 
-static void
-retired (void *opaque, uint64_t charged)
-{
-}
-
 START_TEST (test_wbq_hook_calls_back_aborts)
 {
-  const struct throttle_wbq_hooks hooks = {
-    .queued = queued_calls_back, .retired = retired,
-  };
   static char buf[THROTTLE_WBQ_ELEM];
+  struct throttle_wbq_job j;
 
-  hooked = throttle_wbq_create (4, 1, THROTTLE_WBQ_ELEM, false, &hooks);
+  hooked = throttle_wbq_create (4, 1, THROTTLE_WBQ_ELEM, false,
+                                retired_calls_back, NULL);
   ck_assert_ptr_nonnull (hooked);
   throttle_wbq_queue (hooked, buf, sizeof buf, 0, 1, NULL, NULL);
+  throttle_wbq_next (hooked, 0, &j);
+  throttle_wbq_write_done (hooked, &j, 0);
 }
 END_TEST
 

@@ -184,11 +184,6 @@ overlap (uint64_t a, uint64_t a_end, uint64_t b, uint64_t b_end)
 }
 
 static void
-hook_queued (void *opaque)
-{
-}
-
-static void
 hook_retired (void *opaque, uint64_t charged)
 {
 }
@@ -595,9 +590,6 @@ run_schedule (uint64_t seed, bool verbose)
 {
   static struct sim sim;
   struct sim *s = &sim;
-  const struct throttle_wbq_hooks hooks = {
-    .queued = hook_queued, .retired = hook_retired,
-  };
 
   memset (s, 0, sizeof *s);
   s->seed = s->rng = seed;
@@ -606,7 +598,7 @@ run_schedule (uint64_t seed, bool verbose)
   s->nwriters = 1 + pick (s, MAX_WRITERS);
   s->q = throttle_wbq_create (s->nr, s->nwriters,
                               THROTTLE_WBQ_ELEM << pick (s, 3), false,
-                              &hooks);
+                              hook_retired, NULL);
   ck_assert_ptr_nonnull (s->q);
   s->seen[0] = s->seen[1] = throttle_wbq_seen_at_open (s->q);
   say (s, "seed %" PRIu64 ": %zu buffers, %zu writers", seed, s->nr,

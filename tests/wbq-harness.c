@@ -8,13 +8,7 @@
 
 #include "wbq-harness.h"
 
-atomic_ulong nr_queued, nr_retired, units_retired;
-
-static void
-on_queued (void *opaque)
-{
-  atomic_fetch_add (&nr_queued, 1);
-}
+atomic_ulong nr_retired, units_retired;
 
 static void
 on_retired (void *opaque, uint64_t charged)
@@ -44,15 +38,12 @@ for_each_piece (struct throttle_wbq *q, size_t w,
 struct throttle_wbq *
 make_queue (size_t nr, size_t nr_writers)
 {
-  const struct throttle_wbq_hooks hooks = {
-    .queued = on_queued, .retired = on_retired,
-  };
   struct throttle_wbq *q;
 
-  atomic_store (&nr_queued, 0);
   atomic_store (&nr_retired, 0);
   atomic_store (&units_retired, 0);
-  q = throttle_wbq_create (nr, nr_writers, TEST_BOUNCE, false, &hooks);
+  q = throttle_wbq_create (nr, nr_writers, TEST_BOUNCE, false, on_retired,
+                           NULL);
   ck_assert_ptr_nonnull (q);
   return q;
 }

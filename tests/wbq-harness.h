@@ -18,12 +18,11 @@
  */
 #define TEST_BOUNCE THROTTLE_WBQ_ELEM
 
-/* What the hooks of the queue make_queue last created saw: writes
- * queued, writes retired and the units those charged.  Zeroed by
- * make_queue; read them with atomic_load, as writer threads add to
- * them.
+/* What the retired hook of the queue make_queue last created saw:
+ * writes retired and the units those charged.  Zeroed by make_queue;
+ * read them with atomic_load, as writer threads add to them.
  */
-extern atomic_ulong nr_queued, nr_retired, units_retired;
+extern atomic_ulong nr_retired, units_retired;
 
 /* Writer w's pieces of a write job, in order, to fn (which gets the
  * piece's absolute offset); each piece at most TEST_BOUNCE bytes
@@ -38,7 +37,7 @@ void for_each_piece (struct throttle_wbq *q, size_t w,
                      void *opaque);
 
 /* A queue of nr pool buffers for nr_writers writers, bounce buffers of
- * TEST_BOUNCE, its hooks counting into the counters above (which it
+ * TEST_BOUNCE, its retired hook counting into the counters above (which it
  * zeroes: one queue at a time).  Never NULL (the test fails instead);
  * the caller destroys it with throttle_wbq_destroy.
  */

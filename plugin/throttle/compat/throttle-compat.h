@@ -135,9 +135,9 @@ throttle_pace_reply (struct throttle_pace *p, int r)
 extern int throttle_abort_install (void);
 /* Call in .unload. */
 extern void throttle_abort_uninstall (void);
-/* Called from the write-behind modules (throttle-writeback*.c)
- * whenever an acknowledged write is queued (+1) or is on the backend
- * or has failed (-1).
+/* Called from the write-behind modules (throttle-writeback*.c) before
+ * a write is queued (+1; -1 if it is not), and when it is on the
+ * backend or has failed (-1).
  */
 extern void throttle_abort_pending (long delta);
 /* Called before a write is acknowledged into the pool: once an abort

@@ -1,25 +1,20 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle filter: each export's write-behind queue and writer
- * threads, from the first writable open of the export to cleanup, and
- * their statistics.
+/* nbdkit-throttle filter: the write-behind state of the default export
+ * (the one name writeback serves, throttle_writeback_preopen), made by
+ * its first writable open and freed at cleanup once nothing is
+ * pending: its queue, its locked, prefaulted pool, its writer threads,
+ * and their statistics.
  *
- * Writeback serves the default export "" alone (other names are
- * refused at open and left out of the export list).  Its first
- * writable open makes its queue, its locked, prefaulted pool and its
- * writer threads; each writer takes the queue's next job and puts it
- * on the backend through a backend context of its own, crediting the
- * write's units then.  Cleanup drains every export and stops its
- * writers.  The writers need the guards: each calls
- * throttle_thread_enter at its start, and the pools are locked unless
- * throttle_guards_lock_pools () says otherwise.
+ * The writers need the guards: each calls throttle_thread_enter at its
+ * start, and the pool is locked unless throttle_guards_lock_pools ()
+ * says otherwise.  Each writes through a backend context of its own,
+ * opened shared: a connection's context may be gone before its writes
+ * are, and one context per writer thread keeps nbdkit's
+ * SERIALIZE_REQUESTS promise (one request at a time per plugin handle)
+ * to the plugin.
  *
  * Lock order: HACKING.md, "Locks".  create_lock is held while the
  * writers are made, and joined at cleanup: a writer never takes it.
- *
- * Writers write through backend contexts of their own, opened shared:
- * a connection's context may be gone before its writes are, and one
- * context per writer thread keeps nbdkit's SERIALIZE_REQUESTS promise
- * (one request at a time per plugin handle) to the plugin.
  */
 
 #include <config.h>
@@ -51,16 +46,11 @@
 static pthread_mutex_t create_lock = THROTTLE_LOCK_INITIALIZER;
 struct throttle_wb *throttle_wb_made;
 
-/* The queue's hooks, called with its lock held: an acknowledged write
- * counts for an abort's drain until it is on the backend, and its units
- * are credited then.
+/* The queue's retired hook, called with its lock held: an acknowledged
+ * write counts for an abort's drain (from before it is queued, by
+ * wb_pwrite) until it is on the backend, and its units are credited
+ * then.
  */
-static void
-wb_queued (void *opaque)
-{
-  throttle_abort_pending (1);
-}
-
 static void
 wb_retired (void *opaque, uint64_t charged)
 {
@@ -212,9 +202,6 @@ static struct throttle_wb *
 wb_create (struct throttle_export *exp, nbdkit_backend *backend,
            bool *read_only)
 {
-  const struct throttle_wbq_hooks hooks = {
-    .queued = wb_queued, .retired = wb_retired, .opaque = exp,
-  };
   uint64_t pool_bytes = throttle_writeback_pool_bytes ();
   unsigned nr_writers = throttle_writeback_writers ();
   size_t bounce = throttle_writeback_bounce_size ();
@@ -231,7 +218,7 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
   wb->exp = exp;
   wb->nr_writers = nr_writers;
   wb->q = throttle_wbq_create (pool_bytes / THROTTLE_WBQ_ELEM, nr_writers,
-                               bounce, lock, &hooks);
+                               bounce, lock, wb_retired, exp);
   if (wb->q == NULL) {
     nbdkit_error ("throttle: writeback: cannot create the write pool of "
                   "export \"%s\" (%" PRIu64 " bytes%s): %s%s", exp->name,
@@ -253,10 +240,6 @@ wb_create (struct throttle_export *exp, nbdkit_backend *backend,
     case 1: *read_only = true; /* fallthrough */
     default: goto fail;
     }
-  }
-  for (i = 0; i < nr_writers; ++i) {
-    struct throttle_wb_writer *w = &wb->writers[i];
-
     err = pthread_create (&w->thread, NULL, writer_main, w);
     if (err != 0) {
       nbdkit_error ("throttle: writeback: pthread_create: %s",

@@ -92,8 +92,10 @@ wb_pwrite (void *state, nbdkit_next *next, const void *buf, uint32_t count,
   }
 
   throttle_abort_hold ();
+  throttle_abort_pending (1);
   if (throttle_wbq_queue (wb->q, buf, count, offset, charged,
                           throttle_quit_cancelled, NULL) == -1) {
+    throttle_abort_pending (-1);
     throttle_export_credit (exp, charged);
     nbdkit_error ("throttle: writeback: write of %" PRIu32 " bytes at %"
                   PRIu64 " abandoned while waiting for pool buffers: "
@@ -104,32 +106,23 @@ wb_pwrite (void *state, nbdkit_next *next, const void *buf, uint32_t count,
   return 0;
 }
 
-static int
-wb_pread (nbdkit_next *next, void *buf, uint32_t count, uint64_t offset,
-          uint32_t flags, int *err)
-{
-  struct throttle_wb *wb = throttle_wb_get ();
-  struct throttle_wbq_barrier b;
-  int res;
-
-  if (wb == NULL || !throttle_wbq_read_begin (wb->q, &b, offset, count))
-    return next->pread (next, buf, count, offset, flags, err);
-  res = next->pread (next, buf, count, offset, flags, err);
-  throttle_wbq_read_end (wb->q, &b, buf, res == 0);
-  return res;
-}
-
 /* A read, zero or trim: the core charges and credits it. */
 static int
 wb_call (void *state, nbdkit_next *next, enum throttle_op op, void *buf,
          uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
+  struct throttle_wb *wb = throttle_wb_get ();
   struct throttle_wbq_barrier b;
   struct throttle_wbq *q;
   int r;
 
-  if (op == THROTTLE_OP_READ)
-    return wb_pread (next, buf, count, offset, flags, err);
+  if (op == THROTTLE_OP_READ) {
+    if (wb == NULL || !throttle_wbq_read_begin (wb->q, &b, offset, count))
+      return next->pread (next, buf, count, offset, flags, err);
+    r = next->pread (next, buf, count, offset, flags, err);
+    throttle_wbq_read_end (wb->q, &b, buf, r == 0);
+    return r;
+  }
   q = ordered_begin (&b, count, offset, false);
   r = op == THROTTLE_OP_ZERO ? next->zero (next, count, offset, flags, err)
     : next->trim (next, count, offset, flags, err);
@@ -137,57 +130,40 @@ wb_call (void *state, nbdkit_next *next, enum throttle_op op, void *buf,
   return r;
 }
 
-/* Asks the backend for extents of [offset, offset+count) only: the
- * backend may describe more than was asked, and what lies beyond may
- * still have writes pending.
- */
-static int
-extents_clipped (nbdkit_next *next, uint32_t count, uint64_t offset,
-                 uint32_t flags, struct nbdkit_extents *extents, int *err)
-{
-  struct nbdkit_extents *mine = nbdkit_extents_new (offset, offset + count);
-  size_t i, n;
-  int r = -1;
-
-  if (mine == NULL) {
-    *err = errno ? errno : ENOMEM;
-    return -1;
-  }
-  if (next->extents (next, count, offset, flags, mine, err) == -1)
-    goto out;
-  n = nbdkit_extents_count (mine);
-  for (i = 0; i < n; ++i) {
-    struct nbdkit_extent e = nbdkit_get_extent (mine, i);
-
-    if (nbdkit_add_extent (extents, e.offset, e.length, e.type) == -1) {
-      *err = errno ? errno : EIO;
-      goto out;
-    }
-  }
-  r = 0;
- out:
-  nbdkit_extents_free (mine);
-  return r;
-}
-
 /* The backend's extents do not know about pending writes: a range being
  * written may still show as a hole, and a client that skips holes
- * would lose the data.  (Extents are not on a swap device's writeout
- * path: the allocation above is harmless.)  They are clipped whether
- * or not the export has writes pending yet; writethrough (no ops) passes
- * the backend's answer on as it is.
+ * would lose the data.  And the backend may describe more than was
+ * asked, where writes may still be pending: only [offset,
+ * offset+count) is passed on.  (Extents are not on a swap device's
+ * writeout path: the allocation is harmless.)  Whether or not the
+ * export has writes pending yet; writethrough (no ops) passes the
+ * backend's answer on as it is.
  */
 static int
 wb_extents (void *state, nbdkit_next *next, uint32_t count, uint64_t offset,
             uint32_t flags, struct nbdkit_extents *extents, int *err)
 {
+  struct nbdkit_extents *mine = nbdkit_extents_new (offset, offset + count);
   struct throttle_wbq_barrier b;
   struct throttle_wbq *q;
+  size_t i;
   int r;
 
+  if (mine == NULL) {
+    *err = errno ? errno : ENOMEM;
+    return -1;
+  }
   q = ordered_begin (&b, count, offset, false);
-  r = extents_clipped (next, count, offset, flags, extents, err);
+  r = next->extents (next, count, offset, flags, mine, err);
   ordered_end (q, &b);
+  for (i = 0; r == 0 && i < nbdkit_extents_count (mine); ++i) {
+    struct nbdkit_extent e = nbdkit_get_extent (mine, i);
+
+    r = nbdkit_add_extent (extents, e.offset, e.length, e.type);
+    if (r == -1)
+      *err = errno ? errno : EIO;
+  }
+  nbdkit_extents_free (mine);
   return r;
 }
 

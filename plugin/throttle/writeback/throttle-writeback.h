@@ -12,9 +12,9 @@
  * Three files, each with a header for the others:
  * throttle-writeback-config.c, the parameters and sizes (fixed before
  * the first connection: whoever reads them later needs no lock);
- * throttle-writeback.c, a connection's requests;
- * throttle-writeback-writers.c, an export's queue, its writer threads
- * and its statistics.  This header: a connection's hooks.  When each hook is called, and why then:
+ * throttle-writeback.c, a connection's requests (this header);
+ * throttle-writeback-writers.c, the queue, its writer threads and its
+ * statistics.  When each hook is called, and why then:
  * throttle-features.c.  In writethrough no connection has
  * write-behind's ops: the core calls the plugin itself (named exports
  * are writethrough's alone: writeback refuses them,
