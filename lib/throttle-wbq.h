@@ -48,10 +48,9 @@
  */
 #define THROTTLE_WBQ_ELEM 4096
 
-/* Larger writes are not queued: a writer copies a pending write into a
- * contiguous buffer of its own, of this size (or the pool's, if
- * smaller), to write it with one backend call.  2 MiB covers the
- * kernel's usual largest request (max_sectors_kb 1280).
+/* Larger writes (or larger than the pool) are not queued but written
+ * directly: 2 MiB covers the kernel's usual largest request
+ * (max_sectors_kb 1280).
  */
 #define THROTTLE_WBQ_MAX_WRITE (2 * 1024 * 1024)
 

@@ -41,9 +41,9 @@
 #define WB_SERIAL_WRITERS 4
 #define WB_MAX_THREADS 64
 /* The writers' bounce buffers together hold at most this, so locked
- * memory does not grow with the writer count; a writer writes a record larger than its bounce
- * buffer in pieces, in order.  At most WB_MAX_THREADS writers, each
- * share is a whole number of buffers.
+ * memory does not grow with the writer count; a writer writes a
+ * record larger than its bounce buffer in pieces, in order.  At most
+ * WB_MAX_THREADS writers, each share is a whole number of buffers.
  */
 #define WB_BOUNCE_BYTES (8 * 1024 * 1024)
 
