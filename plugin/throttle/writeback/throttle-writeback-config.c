@@ -127,8 +127,7 @@ throttle_writeback_config_complete (void)
     bool export_bound = bound == throttle_config.capacity;
     const char *key = export_bound ?
       "throttle-capacity" : "throttle-server-capacity";
-    const char *text = export_bound ? throttle_config.capacity_text :
-      throttle_config.server_capacity_text;
+    const char *text = throttle_params_given (key);
 
     /* Named as written, as every error names a value. */
     if (text)
