@@ -14,7 +14,7 @@
 
 #include <nbdkit-filter.h>
 
-#include "throttle-export.h"
+struct throttle_export;
 
 /* One writer thread and the backend context it writes through. */
 struct throttle_wb_writer {
