@@ -86,19 +86,20 @@ throttle_adapt_init (struct throttle_adapt *a,
                      uint64_t target_ns, uint64_t window_ns,
                      uint64_t capacity, uint64_t now_ns)
 {
-  if (floor == 0 || window_ns == 0 || (target_ns && floor > ceiling)) {
+  if (floor == 0 || window_ns == 0) {
     errno = EINVAL;
     return -1;
   }
   memset (a, 0, sizeof *a);
   a->floor = floor;
   a->ceiling = ceiling;
-  a->target_ns = target_ns;
   a->window_ns = window_ns;
-  a->capacity = !target_ns || capacity > ceiling ? ceiling :
-    capacity < floor ? floor : capacity;
-  a->windows_since_read = THROTTLE_ADAPT_QUIET;
-  restart (a, now_ns);
+  /* Turned on from off, as by the operator, then at 'capacity'. */
+  if (throttle_adapt_set_target (a, target_ns, now_ns) == -1)
+    return -1;
+  if (target_ns)
+    a->capacity = capacity > ceiling ? ceiling :
+      capacity < floor ? floor : capacity;
   return 0;
 }
 
@@ -227,7 +228,6 @@ judge (struct throttle_adapt *a, uint64_t now_ns, bool work_waiting)
            a->windows_since_step >= a->hold)
     cap = step_up (a);
 
-  a->last.judged = true;
   a->last.decided = c != NULL;
   a->last.reads = c == &a->reads;
   a->last.length_ns = now_ns > a->window_start_ns ?
@@ -290,7 +290,7 @@ throttle_adapt_set_target (struct throttle_adapt *a, uint64_t target_ns,
     a->windows_since_read = THROTTLE_ADAPT_QUIET;
     a->windows_since_step = 0;
     a->last_step = THROTTLE_ADAPT_NONE;
-    a->last.judged = false;
+    memset (&a->last, 0, sizeof a->last);
   }
   a->target_ns = target_ns;
   restart (a, now_ns);

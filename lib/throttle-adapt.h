@@ -40,9 +40,8 @@ enum throttle_adapt_step {
   THROTTLE_ADAPT_UP,
 };
 
-/* What the last judged window saw, for statistics and logs. */
+/* The last judged window, for statistics and logs (none: samples 0). */
 struct throttle_adapt_window {
-  bool judged;                /* a window has been judged since the start */
   bool decided;               /* false: no reads, but reads shortly before */
   bool reads;                 /* judged on its reads (else on all samples) */
   uint64_t length_ns;

@@ -522,7 +522,7 @@ throttle_adapt_stats_json (FILE *fp, struct throttle_export *exp)
     fprintf (fp, ",\"adapt\":{\"latency_target_ns\":%" PRIu64, c.target_ns);
   fprintf (fp, ",\"floor\":%" PRIu64 ",\"ceiling\":%" PRIu64,
            c.floor, c.ceiling);
-  if (c.target_ns && w->judged)
+  if (c.target_ns && w->samples)
     fprintf (fp, ",\"window\":{\"judged_on\":\"%s\",\"length_ns\":%" PRIu64
              ",\"samples\":%" PRIu64 ",\"over_target\":%" PRIu64
              ",\"mean_ns\":%" PRIu64 ",\"max_ns\":%" PRIu64 "}",
