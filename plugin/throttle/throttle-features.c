@@ -148,7 +148,7 @@ const struct throttle_setter throttle_setters[] = {
   { "capacity", "set capacity EXPORT N", true,
     throttle_control_set_capacity },
   { "latency-target", "set latency-target EXPORT DURATION|off", true,
-    throttle_control_set_latency_target },
+    throttle_adapt_export_set_target },
   { "server-capacity", "set server-capacity N", false,
     throttle_control_set_server_capacity },
   { "rt", "set rt on|off|auto", false, throttle_realtime_set },

@@ -25,7 +25,6 @@
 
 #include <config.h>
 
-#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -44,6 +43,7 @@
 #include "throttle-export.h"
 #include "throttle-feature.h"
 #include "throttle-guards.h"
+#include "throttle-json.h"
 #include "throttle-lock.h"
 #include "throttle-params.h"
 #include "throttle-parse.h"
@@ -55,6 +55,8 @@
 #define WINDOW_NS (100 * 1000000ULL)
 /* The clock's period: a window ends at most this late. */
 #define TICK_NS (WINDOW_NS / 2)
+#define CLOCK_FAILED \
+  "cannot start the latency target's clock: pthread_create: %s"
 
 NBDKIT_DLL_PUBLIC int throttle_debug_adapt = 0;
 
@@ -385,23 +387,20 @@ clock_main (void *arg)
   return NULL;
 }
 
-/* Start the clock if it is not running: 0, or -1 with a message for
- * the operator in err.  After fork, from the main thread or the
+/* Start the clock if it is not running: 0, or pthread_create's error
+ * (CLOCK_FAILED says it).  After fork, from the main thread or the
  * control thread (above).
  */
 static int
-start_clock (char *err, size_t errlen)
+start_clock (void)
 {
   int r;
 
   if (clock_started)
     return 0;
   r = pthread_create (&clock_thread, NULL, clock_main, NULL);
-  if (r != 0) {
-    snprintf (err, errlen, "cannot start the latency target's clock: "
-              "pthread_create: %s", throttle_errtext (r));
-    return -1;
-  }
+  if (r != 0)
+    return r;
   pthread_setname_np (clock_thread, "throttle-clock");
   clock_started = true;
   return 0;
@@ -410,10 +409,10 @@ start_clock (char *err, size_t errlen)
 int
 throttle_adapt_after_fork (void)
 {
-  char err[256];
+  int r = config_target_ns ? start_clock () : 0;
 
-  if (config_target_ns && start_clock (err, sizeof err) == -1) {
-    nbdkit_error ("throttle: %s", err);
+  if (r != 0) {
+    nbdkit_error ("throttle: " CLOCK_FAILED, throttle_errtext (r));
     return -1;
   }
   return 0;
@@ -431,45 +430,59 @@ throttle_adapt_cleanup (void)
 
 /* --- the control socket -------------------------------------------------- */
 
-int
-throttle_adapt_export_set_target (struct throttle_export *exp,
-                                  const char *value, uint64_t *previous,
-                                  char *err, size_t errlen)
+void
+throttle_adapt_export_set_target (FILE *out, struct throttle_export *exp,
+                                  const char *value)
 {
   struct throttle_adapt_export *ae = adapt_of (exp);
+  uint64_t ns, previous, ceiling;
   const char *why;
-  uint64_t ns;
   int r;
 
   if (parse_target (value, &ns, &why) == -1) {
-    snprintf (err, errlen, "bad latency-target \"%s\": %s", value, why);
-    return -1;
+    throttle_json_error (out, "bad latency-target \"%s\": %s", value, why);
+    return;
   }
   /* The first target set live: the clock was not needed before. */
-  if (ns && start_clock (err, errlen) == -1)
-    return -1;
+  r = ns ? start_clock () : 0;
+  if (r != 0) {
+    throttle_json_error (out, CLOCK_FAILED, throttle_errtext (r));
+    return;
+  }
 
   throttle_lock (&ae->lock);
-  *previous = ae->ctl.target_ns;
+  previous = ae->ctl.target_ns;
+  ceiling = ae->ctl.ceiling;
   r = throttle_adapt_set_target (&ae->ctl, ns, throttle_now_ns ());
-  if (r == -1)
-    snprintf (err, errlen, "cannot set a latency-target: the capacity %"
-              PRIu64 " is below throttle-min-capacity=%" PRIu64
-              ": raise it first with set capacity", ae->ctl.ceiling,
-              ae->ctl.floor);
-  else {
+  if (r == 0) {
     throttle_budget_set_capacity (&exp->budget, ae->ctl.capacity);
     __atomic_store_n (&exp->sample, ns ? sample : NULL, __ATOMIC_RELAXED);
-    clock_tell ((ns != 0) - (*previous != 0), false);
+    clock_tell ((ns != 0) - (previous != 0), false);
   }
   throttle_unlock (&ae->lock);
-  return r;
+
+  if (r == -1) {
+    throttle_json_error (out, "cannot set a latency-target: the capacity %"
+                         PRIu64 " is below throttle-min-capacity=%" PRIu64
+                         ": raise it first with set capacity", ceiling,
+                         config_floor);
+    return;
+  }
+  nbdkit_debug ("throttle: control: export \"%s\" latency target %s",
+                exp->name, value);
+  fputs ("{\"ok\":true,\"export\":", out);
+  throttle_json_string (out, exp->name);
+  fputs (",\"latency_target\":", out);
+  throttle_json_string (out, value);
+  if (previous)
+    fprintf (out, ",\"previous_ns\":%" PRIu64 "}\n", previous);
+  else
+    fputs (",\"previous_ns\":null}\n", out);
 }
 
 int
-throttle_adapt_export_set_ceiling (struct throttle_export *exp,
-                                   uint64_t ceiling, uint64_t *previous,
-                                   char *err, size_t errlen)
+throttle_adapt_export_set_ceiling (FILE *out, struct throttle_export *exp,
+                                   uint64_t ceiling, uint64_t *previous)
 {
   struct throttle_adapt_export *ae = adapt_of (exp);
   int r;
@@ -477,14 +490,14 @@ throttle_adapt_export_set_ceiling (struct throttle_export *exp,
   throttle_lock (&ae->lock);
   *previous = ae->ctl.ceiling;
   r = throttle_adapt_set_ceiling (&ae->ctl, ceiling, throttle_now_ns ());
-  if (r == -1)
-    snprintf (err, errlen, "capacity %" PRIu64 " is below "
-              "throttle-min-capacity=%" PRIu64 ", the floor of the "
-              "latency target (set latency-target EXPORT off first)",
-              ceiling, ae->ctl.floor);
-  else
+  if (r == 0)
     throttle_budget_set_capacity (&exp->budget, ae->ctl.capacity);
   throttle_unlock (&ae->lock);
+  if (r == -1)
+    throttle_json_error (out, "capacity %" PRIu64 " is below "
+                         "throttle-min-capacity=%" PRIu64 ", the floor of "
+                         "the latency target (set latency-target EXPORT off "
+                         "first)", ceiling, config_floor);
   return r;
 }
 

@@ -45,20 +45,20 @@ extern void throttle_adapt_export_detach (void *state);
   "                            reads within DURATION (default off).\n" \
   "throttle-min-capacity=SIZE  The floor (default throttle-capacity/16)."
 
-/* For the control socket.  Each returns 0, or -1 with a message for
- * the operator in err.  *previous gets the value replaced.
+/* The control socket's "set latency-target" (a struct throttle_setter's
+ * set, throttle-control-proto.h).
  */
-extern int throttle_adapt_export_set_target (struct throttle_export *exp,
-                                             const char *value,
-                                             uint64_t *previous,
-                                             char *err, size_t errlen);
+extern void throttle_adapt_export_set_target (FILE *out,
+                                              struct throttle_export *exp,
+                                              const char *value);
 /* "set capacity": with a target, the ceiling (refused below the
- * floor); without, the capacity itself.
+ * floor); without, the capacity itself.  0 with the capacity replaced
+ * in *previous, or -1 after the error reply on out.
  */
-extern int throttle_adapt_export_set_ceiling (struct throttle_export *exp,
+extern int throttle_adapt_export_set_ceiling (FILE *out,
+                                              struct throttle_export *exp,
                                               uint64_t ceiling,
-                                              uint64_t *previous,
-                                              char *err, size_t errlen);
+                                              uint64_t *previous);
 
 /* The capacity "set capacity" last set (or throttle-capacity): with a
  * target, the ceiling; the most the export can have in flight.

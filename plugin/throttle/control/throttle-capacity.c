@@ -75,7 +75,7 @@ throttle_control_set_capacity (FILE *out, struct throttle_export *exp,
 {
   const char *name = exp->name;
   uint64_t previous;
-  char err[512], warning[512];
+  char warning[512];
   bool huge;
   int64_t r;
 
@@ -106,11 +106,8 @@ throttle_control_set_capacity (FILE *out, struct throttle_export *exp,
   /* Through the latency target's glue: with a target, this is its
    * ceiling, and the two must not race.
    */
-  if (throttle_adapt_export_set_ceiling (exp, r, &previous,
-                                         err, sizeof err) == -1) {
-    throttle_json_error (out, "%s", err);
+  if (throttle_adapt_export_set_ceiling (out, exp, r, &previous) == -1)
     return;
-  }
   nbdkit_debug ("throttle: control: export \"%s\" capacity %" PRIu64
                 " -> %" PRId64, name, previous, r);
   fputs ("{\"ok\":true,\"export\":", out);
@@ -180,29 +177,4 @@ throttle_control_set_server_capacity (FILE *out,
   fprintf (out, "{\"ok\":true,\"server_capacity\":%" PRId64
            ",\"previous\":%" PRIu64, r, previous);
   reply_warning (out, huge, warning);
-}
-
-void
-throttle_control_set_latency_target (FILE *out, struct throttle_export *exp,
-                                     const char *value)
-{
-  const char *name = exp->name;
-  uint64_t previous;
-  char err[256];
-
-  if (throttle_adapt_export_set_target (exp, value, &previous,
-                                        err, sizeof err) == -1) {
-    throttle_json_error (out, "%s", err);
-    return;
-  }
-  nbdkit_debug ("throttle: control: export \"%s\" latency target %s",
-                name, value);
-  fputs ("{\"ok\":true,\"export\":", out);
-  throttle_json_string (out, name);
-  fputs (",\"latency_target\":", out);
-  throttle_json_string (out, value);
-  if (previous)
-    fprintf (out, ",\"previous_ns\":%" PRIu64 "}\n", previous);
-  else
-    fputs (",\"previous_ns\":null}\n", out);
 }

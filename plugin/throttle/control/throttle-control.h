@@ -84,16 +84,12 @@ extern void throttle_metrics_file_unload (void);
 
 /* Setters (throttle-control-proto.h), listed in throttle-features.c:
  * set capacity (an export's, through the latency target's glue: with a
- * target on it is the ceiling), set latency-target and set
- * server-capacity.  They keep every export's capacity within the
+ * target on it is the ceiling) and set server-capacity.  They keep every export's capacity within the
  * server's (throttle-config.h).
  */
 extern void throttle_control_set_capacity (FILE *out,
                                            struct throttle_export *exp,
                                            const char *value);
-extern void throttle_control_set_latency_target (FILE *out,
-                                                 struct throttle_export *exp,
-                                                 const char *value);
 extern void throttle_control_set_server_capacity
   (FILE *out, struct throttle_export *unused, const char *value);
 
