@@ -133,14 +133,10 @@ bool
 throttle_adapt_sample (struct throttle_adapt *a, uint64_t now_ns,
                        uint64_t latency_ns, bool is_read)
 {
-  /* Admitted before the last change (or before the start): it
-   * measured a capacity that no longer holds.
-   */
+  /* Not counted if admitted before the last change (above). */
   if (a->target_ns && latency_ns <= now_ns &&
       now_ns - latency_ns >= a->changed_ns) {
-    /* An idle stretch is no part of a window: it starts with its first
-     * sample, so that one sample after a pause is not judged alone.
-     */
+    /* The window runs from its first counted sample (above). */
     if (a->all.n == 0)
       a->window_start_ns = now_ns;
     count (&a->all, a, latency_ns);

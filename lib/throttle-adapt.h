@@ -1,13 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle: a capacity that finds itself from a latency target.
- *
- * In the spirit of the kernel's writeback throttling (block/blk-wbt.c):
- * completion latencies are sampled in windows; when the window's reads
- * (or all requests, when there are no reads) are too slow, the
- * effective capacity of the budget steps down multiplicatively; when
- * they are fast enough and work was waiting for credit, it steps up.
- * It never leaves [floor, ceiling].  Without a target (off) the
- * capacity is the ceiling.
+/* nbdkit-throttle: a capacity that finds itself from a latency target,
+ * as the kernel's writeback throttling (block/blk-wbt.c) finds a depth
+ * (how, and where it differs: throttle-adapt.c).  It never leaves
+ * [floor, ceiling]; without a target (off) it is the ceiling.
  *
  * The controller is a pure state machine: it reads no clock (the
  * caller passes every timestamp, so tests run on a simulated clock),

@@ -11,8 +11,7 @@
  * charged, its arrival) to the plugin's return.  Not from its arrival:
  * the time spent waiting for credit is made by the controller itself,
  * and counting it would make every step down look like a reason for
- * another, down to the floor.  Writes in writeback mode are not
- * sampled: their reply comes before the backend has them.
+ * another, down to the floor.
  *
  * A window ends at the completion that finds it over, or on time: from
  * the first target on, a clock thread ticks every controller
@@ -47,7 +46,6 @@
 #include "throttle-lock.h"
 #include "throttle-params.h"
 #include "throttle-parse.h"
-#include "throttle-writeback-config.h"
 
 /* Lock order (ae->lock): HACKING.md, "Locks". */
 
@@ -184,10 +182,8 @@ throttle_adapt_config_complete (void)
   }
   if (config_target_ns)
     nbdkit_debug ("throttle: latency target %.3f ms: capacity from %" PRIu64
-                  " to %" PRIu64 " units%s", config_target_ns / 1e6,
-                  config_floor, ceiling,
-                  throttle_writeback_enabled () ?
-                  " (writeback: writes are not sampled)" : "");
+                  " to %" PRIu64 " units", config_target_ns / 1e6,
+                  config_floor, ceiling);
   while (throttle_features[adapt_slot]->export_attach !=
          throttle_adapt_export_attach)
     adapt_slot++;
