@@ -94,37 +94,29 @@ struct throttle_adapt_export {
 /* --- configuration ------------------------------------------------------- */
 
 /* A target: a duration (lib/throttle-duration.h), at most an hour, or
- * "off" (*ns = 0).  On error, *why says what was wrong, for a message
- * that names the parameter or command.
+ * "off" (*ns = 0).  NULL, or what was wrong, for a message that names
+ * the parameter or command.
  */
-static int
-parse_target (const char *value, uint64_t *ns, const char **why)
+static const char *
+parse_target (const char *value, uint64_t *ns)
 {
-  if (strcmp (value, "off") == 0) {
-    *ns = 0;
-    return 0;
-  }
-  if (throttle_parse_duration (value, ns) == -1 || *ns > 3600000000000ULL) {
-    *why = "expected a duration of at most 1 hour: seconds, or with a "
+  *ns = 0;
+  if (strcmp (value, "off") == 0)
+    return NULL;
+  if (throttle_parse_duration (value, ns) == -1 || *ns > 3600000000000ULL)
+    return "expected a duration of at most 1 hour: seconds, or with a "
       "unit s, ms, us or ns (e.g. 5ms, 500us, 0.1), or off";
-    return -1;
-  }
-  if (*ns == 0) {
-    *why = "must be greater than 0 (off for no target)";
-    return -1;
-  }
-  return 0;
+  return *ns == 0 ? "must be greater than 0 (off for no target)" : NULL;
 }
 
 static int
 target_param (const char *key, const char *value)
 {
-  const char *why;
+  const char *why = parse_target (value, &config_target_ns);
 
-  if (parse_target (value, &config_target_ns, &why) == 0)
-    return 0;
-  nbdkit_error ("%s=%s: %s", key, value, why);
-  return -1;
+  if (why)
+    nbdkit_error ("%s=%s: %s", key, value, why);
+  return why ? -1 : 0;
 }
 
 const struct throttle_param throttle_adapt_param_table[] = {
@@ -432,10 +424,10 @@ throttle_adapt_export_set_target (FILE *out, struct throttle_export *exp,
 {
   struct throttle_adapt_export *ae = adapt_of (exp);
   uint64_t ns, previous, ceiling;
-  const char *why;
+  const char *why = parse_target (value, &ns);
   int r;
 
-  if (parse_target (value, &ns, &why) == -1) {
+  if (why) {
     throttle_json_error (out, "bad latency-target \"%s\": %s", value, why);
     return;
   }
