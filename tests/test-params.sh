@@ -163,7 +163,7 @@ done
 
 # A latency target with reads charged starts, with the one warning the
 # filter's page promises: the target protects uncharged reads only
-# (nbdkit-throttle-design(1), "Reads must not be charged").  Charged by
+# (nbdkit-throttle-design(1), LATENCY TARGET).  Charged by
 # throttle-reads everywhere; by throttle-rt=on where real-time is
 # permitted (elsewhere rt=on refuses to start, which test-guards.sh
 # checks).  Uncharged, no such warning.

@@ -22,8 +22,8 @@ extern int throttle_adapt_config_complete (void);
 /* .get_ready, after the guards' (which decide whether reads are
  * charged): with a target configured and reads charged, the warning
  * that the target cannot protect them (nbdkit-throttle-design(1),
- * "Reads must not be charged"), naming why they are and the parameter
- * that uncharges them.
+ * LATENCY TARGET), naming why they are and the parameter that
+ * uncharges them.
  */
 extern int throttle_adapt_get_ready (int thread_model);
 /* Starts the clock that ends the controllers' windows on time, when a
