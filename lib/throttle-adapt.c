@@ -182,8 +182,9 @@ step_up (const struct throttle_adapt *a)
   return cap > a->ceiling - d ? a->ceiling : cap + d;
 }
 
-/* Judge the window, which has samples: the capacity it asks for.
- * 'work_waiting': requests waited for credit during the window.
+/* Judge the window, which has samples and is over (window_over): the
+ * capacity it asks for.  'work_waiting': requests waited for credit
+ * during the window.
  */
 static uint64_t
 judge (struct throttle_adapt *a, uint64_t now_ns, bool work_waiting)
@@ -226,8 +227,7 @@ judge (struct throttle_adapt *a, uint64_t now_ns, bool work_waiting)
 
   a->last.decided = c != NULL;
   a->last.reads = c == &a->reads;
-  a->last.length_ns = now_ns > a->window_start_ns ?
-    now_ns - a->window_start_ns : 0;
+  a->last.length_ns = now_ns - a->window_start_ns;
   if (c == NULL)
     c = &a->all;
   a->last.samples = c->n;
