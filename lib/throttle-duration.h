@@ -1,12 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* nbdkit-throttle: durations read one way, by the filter and the tools.
- *
- * The filter's latency target once needed its unit ("5" refused), its
- * other durations (throttle-control-stats-interval, ...) and the
- * tools' (throttle-load -t, throttle-ctl watch) took plain seconds
- * only ("1s" refused): an operator had to know which was which.  This
- * is the one grammar, nbdkit_parse_delay's (nbdkit >= 1.40), so that a
- * duration means what it means to nbdkit's delay filter:
+/* nbdkit-throttle: durations read one way, by the filter and the tools
+ * (throttle-load -t, throttle-ctl watch), so that an operator need not
+ * know which takes a unit.  The one grammar is nbdkit_parse_delay's
+ * (nbdkit >= 1.40), so that a duration means what it means to nbdkit's
+ * delay filter:
  *
  *   one or more decimal digits, optionally with a fraction ("1.5",
  *   ".5", "5."),

@@ -85,7 +85,7 @@ extern void throttle_pace_destroy (struct throttle_pace *p);
 
 /* The gate this thread last passed, until it is back in a data
  * callback or exits; only throttle-pace.c and throttle_pace_enter
- * touch it.  initial-exec: see thread_gen in throttle-guards.c.
+ * touch it.  initial-exec: see throttle_thread_seen in throttle.c.
  */
 extern __thread struct throttle_pace *throttle_pace_out_gate
   __attribute__ ((tls_model ("initial-exec")));
