@@ -4,6 +4,7 @@
 #ifndef THROTTLE_CLOCK_H
 #define THROTTLE_CLOCK_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -32,6 +33,21 @@ throttle_deadline_ms (unsigned ms)
     ts.tv_nsec -= 1000000000;
   }
   return ts;
+}
+
+/* Initialize a condvar whose timed waits take throttle_deadline_ms's
+ * deadlines: on CLOCK_MONOTONIC, so that a change of the wall clock
+ * neither cuts a wait short nor stretches it.
+ */
+static inline void
+throttle_cond_init_monotonic (pthread_cond_t *cond)
+{
+  pthread_condattr_t attr;
+
+  pthread_condattr_init (&attr);
+  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
+  pthread_cond_init (cond, &attr);
+  pthread_condattr_destroy (&attr);
 }
 
 #endif /* THROTTLE_CLOCK_H */

@@ -75,13 +75,8 @@ ask (pthread_mutex_t *lock, throttle_cancel_fn cancel, void *opaque)
 void
 throttle_wait_enqueue (struct throttle_wait_queue *q, struct throttle_waiter *w)
 {
-  pthread_condattr_t attr;
-
   throttle_lock_assert_held (q->lock);
-  pthread_condattr_init (&attr);
-  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
-  pthread_cond_init (&w->cond, &attr);
-  pthread_condattr_destroy (&attr);
+  throttle_cond_init_monotonic (&w->cond);
   w->granted = false;
   w->next = NULL;
   w->prev = q->tail;

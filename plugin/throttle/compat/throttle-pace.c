@@ -77,14 +77,9 @@ pace_key_create (void)
 void
 throttle_pace_init (struct throttle_pace *p)
 {
-  pthread_condattr_t attr;
-
   pthread_once (&pace_once, pace_key_create);
   throttle_lock_init (&p->lock);
-  pthread_condattr_init (&attr);
-  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
-  pthread_cond_init (&p->cond, &attr);
-  pthread_condattr_destroy (&attr);
+  throttle_cond_init_monotonic (&p->cond);
   p->first_done = false;
   p->out = false;
   /* Not 0, which says closing: the first successful reply asks. */

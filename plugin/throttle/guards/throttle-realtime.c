@@ -357,7 +357,6 @@ rt_timer (void *unused)
 int
 throttle_realtime_start (void)
 {
-  pthread_condattr_t attr;
   const bool on = gp->rt == THROTTLE_GUARD_ON;
   int err;
 
@@ -370,10 +369,7 @@ throttle_realtime_start (void)
     throttle_warning ("throttle-rt: cannot open /proc/self/task: %s: only "
                       "threads that serve a request change policy",
                       throttle_errtext (errno));
-  pthread_condattr_init (&attr);
-  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);
-  pthread_cond_init (&timer_cond, &attr);
-  pthread_condattr_destroy (&attr);
+  throttle_cond_init_monotonic (&timer_cond);
   throttle_lock (&rt_lock);
   rt_apply_locked (throttle_now_ns (), on ? "throttle-rt=on" : NULL);
   throttle_unlock (&rt_lock);
